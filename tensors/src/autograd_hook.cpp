@@ -1,0 +1,40 @@
+#include "troupe/tensors/autograd_hook.hpp"
+
+namespace troupe {
+
+namespace {
+// Grad mode is per thread, like PyTorch's; a thread starts with recording enabled.
+thread_local bool grad_enabled = true;
+
+bool any_requires_grad(const tensor* const* first, const tensor* const* last) {
+  for (; first != last; ++first)
+    if (*first && (*first)->defined() && (*first)->requires_grad()) return true;
+  return false;
+}
+}  // namespace
+
+bool grad_mode::is_enabled() noexcept { return grad_enabled; }
+void grad_mode::set_enabled(bool on) noexcept { grad_enabled = on; }
+
+bool should_record(std::initializer_list<const tensor*> inputs) {
+  return grad_enabled && any_requires_grad(inputs.begin(), inputs.end());
+}
+
+bool should_record(const tensor_list& inputs) {
+  if (!grad_enabled) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record_op(op_record&& rec) {
+  for (const auto& t : rec.inputs) {
+    if (t.defined() && t.requires_grad()) {
+      const auto* meta = t.autograd_meta();
+      meta->record(std::move(rec));
+      return;
+    }
+  }
+}
+
+}  // namespace troupe
