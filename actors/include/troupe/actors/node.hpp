@@ -1,0 +1,85 @@
+#pragma once
+/// \file node.hpp
+/// A node: one process's actor system, its identity, its RPC agent and its store connection.
+///
+/// Note [job token]
+/// A node publishes only its agent, and the agent answers nothing but `hello` until the
+/// sender's CAF node has presented the job token: a hello with the right token adds the node to
+/// the authenticated set (shared by the agent and, on rank 0, the store) and returns the agent
+/// and store handles; a wrong or missing token is refused with `unauthorized` and logged on
+/// stderr, and every later request from that node is refused too. Bytes that are not CAF's
+/// protocol make the middleman drop the connection; the node keeps serving the others.
+///
+///   new node --connect--> rank 0 --hello{token, info, agent}--> ack{info, agent, store} | refused
+///   new node --store_set("troupe/addr/<name>", host:port)--> store
+///   caller --store_get(addr)--> store; caller --connect + hello--> peer (cached)
+///
+/// Lifetime: the constructor joins the job (bounded by join_timeout) or throws; shutdown() (or
+/// the destructor, immediate) fails every pending call, stops the agent, the store and the
+/// executor, and destroys the actor system: afterwards no thread or actor of the node is left.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/node_options.hpp"
+#include "troupe/actors/rpc/future.hpp"
+#include "troupe/actors/rpc/registry.hpp"
+#include "troupe/actors/store.hpp"
+#include "troupe/actors/transport.hpp"
+#include "troupe/actors/worker_info.hpp"
+
+namespace troupe {
+
+/// How shutdown() ends the node.
+enum class shutdown_mode {
+  /// Waits (store barrier) until every rank reached shutdown, so no rank leaves while others
+  /// still call it; times out with an error naming the missing ranks, then tears down anyway.
+  graceful,
+  /// Tears down at once; pending calls fail with invalid_state.
+  immediate,
+};
+
+/// One process's membership in a job. Move-only RAII; not copyable.
+class node {
+ public:
+  /// Starts the actor system, publishes the agent (rank 0 also hosts the store) and joins the
+  /// store. Blocks up to opts.join_timeout. Throws troupe::error: unauthorized (wrong token),
+  /// timeout / peer_lost (rank 0 unreachable), io_error (cannot listen).
+  explicit node(node_options opts, const rpc::registry& functions = {}, std::shared_ptr<transport_hook> hook = nullptr);
+  /// Immediate shutdown if shutdown() was not called. Never throws.
+  ~node();
+  node(const node&) = delete;
+  node& operator=(const node&) = delete;
+
+  /// This node's identity.
+  const worker_info& info() const;
+  /// The port this node's agent listens on (rank 0: the master port).
+  std::uint16_t port() const;
+  /// The functions this node serves; add() is thread-safe at any time.
+  rpc::registry& functions();
+  /// The blocking store client.
+  store_client& store();
+  /// The default call deadline (node_options::default_timeout).
+  std::chrono::milliseconds default_timeout() const;
+
+  /// Sends an encoded call to worker `to` (by name); the future completes by `timeout` at the
+  /// latest. Blocks only to resolve a peer the first time (store lookup + connect + hello).
+  /// Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
+  std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
+                                                std::vector<char> payload, std::chrono::milliseconds timeout);
+
+  /// Ends the node (see shutdown_mode). Blocks up to `timeout` (graceful). Idempotent. Throws
+  /// errc::timeout naming the missing ranks when a graceful barrier times out (after tearing
+  /// down).
+  void shutdown(shutdown_mode mode, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,52 @@
+#pragma once
+/// \file node_options.hpp
+/// Options of a node, from code, with the launcher conventions as defaults.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace troupe {
+
+/// How a node starts. `from_env()` fills the launcher conventions (RANK, WORLD_SIZE, LOCAL_RANK,
+/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN); every field can then be overridden in code.
+struct node_options {
+  /// Worker name; empty means "worker<rank>".
+  std::string name;
+  std::int32_t rank = 0;
+  std::int32_t world_size = 1;
+  std::int32_t local_rank = 0;
+  /// Address of rank 0 (the store host) and its port. Rank 0 listens on master_port (0 = ephemeral,
+  /// read it back with node::port()).
+  std::string master_addr = "127.0.0.1";
+  std::uint16_t master_port = 0;
+  /// Address this node listens on (loopback unless told otherwise). Non-zero ranks listen on an
+  /// ephemeral port.
+  std::string listen_addr = "127.0.0.1";
+  /// The shared secret every connection must present (hello) before it can call anything.
+  std::string job_token;
+  /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
+  int executor_threads = 4;
+  /// Default deadline of an RPC and of store operations.
+  std::chrono::milliseconds default_timeout{30000};
+  /// Timeout of joining the store at start-up (connect + hello + register).
+  std::chrono::milliseconds join_timeout{10000};
+  /// Middleman heartbeat and connection timeout: a frozen peer is dropped after connection_timeout.
+  std::chrono::milliseconds heartbeat_interval{100};
+  std::chrono::milliseconds connection_timeout{500};
+  /// CAF scheduler: "sharing" policy with few threads is best on small machines (CAF-0.17-NOTES).
+  std::string scheduler_policy = "sharing";
+  std::size_t scheduler_threads = 2;
+  std::size_t middleman_workers = 0;
+  /// Extra CAF settings (name -> value as text) applied last, for measured overrides.
+  std::map<std::string, std::string> caf_overrides;
+
+  /// Options from the launcher environment variables; missing ones keep the defaults above.
+  /// Throws errc::bad_argument when a variable holds an unparsable number.
+  static node_options from_env();
+  /// The effective worker name.
+  std::string worker_name() const { return name.empty() ? "worker" + std::to_string(rank) : name; }
+};
+
+}  // namespace troupe

@@ -1,0 +1,104 @@
+#pragma once
+/// \file future.hpp
+/// The result of an RPC: `future<R>` with wait(timeout), get(), then(), is_ready(), and
+/// wait_all. A call always completes (result, error, its deadline, or its peer's death), so
+/// get() never hangs; it blocks the calling user thread, never an actor.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/rpc/codec.hpp"
+#include "troupe/tensors/error.hpp"
+
+namespace troupe::rpc {
+
+namespace detail {
+
+/// Shared state of one call, completed exactly once by the agent (or the node on shutdown).
+class call_state {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// `post` runs continuations off the completing thread (the node's executor).
+  call_state(std::string what, clock::time_point deadline, std::function<bool(std::function<void()>)> post)
+      : what_(std::move(what)), deadline_(deadline), post_(std::move(post)) {}
+
+  /// Completes the call; later completions are ignored. Returns whether this one won.
+  bool complete(errc code, std::string message, std::vector<char> payload);
+  /// Blocks until complete or `timeout` passed; returns whether complete.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  bool ready() const;
+  /// Blocks until complete (bounded by the deadline plus a grace period) and returns the bytes,
+  /// or throws the call's troupe::error.
+  const std::vector<char>& value() const;
+  /// Adds a continuation, run on the executor once complete (at once if already complete).
+  void on_complete(std::function<void()> fn);
+  const std::string& what() const { return what_; }
+  clock::time_point deadline() const { return deadline_; }
+
+ private:
+  std::string what_;
+  clock::time_point deadline_;
+  std::function<bool(std::function<void()>)> post_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  errc code_ = errc::ok;
+  std::string message_;
+  std::vector<char> payload_;
+  std::vector<std::function<void()>> continuations_;
+};
+
+}  // namespace detail
+
+/// The future result of an RPC. Copyable handle to shared state; thread-safe.
+template <class R>
+class future {
+ public:
+  future() = default;
+  explicit future(std::shared_ptr<detail::call_state> st) : st_(std::move(st)) {}
+
+  /// Whether the call has completed (with a value or an error). Never blocks.
+  bool is_ready() const { return st_ && st_->ready(); }
+  /// Blocks the caller up to `timeout`; returns whether the call completed.
+  bool wait(std::chrono::milliseconds timeout) const { return st_ && st_->wait_for(timeout); }
+  /// Blocks until the call completes and returns its value, or throws its troupe::error
+  /// (timeout, peer_lost, unknown_function, bad_argument, remote_exception, protocol_violation).
+  R get() const {
+    if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
+    const auto& bytes = st_->value();
+    if constexpr (std::is_void_v<R>) {
+      (void)bytes;
+    } else {
+      return decode_result<R>(bytes, st_->what());
+    }
+  }
+  /// Runs `fn(future<R>)` on the node's executor once the call completes (never on a CAF
+  /// thread, never inline in the agent). `fn` must not throw.
+  template <class F>
+  void then(F fn) const {
+    if (!st_) throw error(errc::invalid_state, "then() on an empty rpc future");
+    future self = *this;
+    st_->on_complete([self, fn = std::move(fn)]() mutable { fn(self); });
+  }
+
+ private:
+  std::shared_ptr<detail::call_state> st_;
+};
+
+/// Waits for every future up to `timeout` in total; returns whether all completed.
+template <class R>
+bool wait_all(const std::vector<future<R>>& fs, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (const auto& f : fs) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (!f.wait(left.count() > 0 ? left : std::chrono::milliseconds(0))) return false;
+  }
+  return true;
+}
+
+}  // namespace troupe::rpc

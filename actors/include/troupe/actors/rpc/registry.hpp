@@ -1,0 +1,105 @@
+#pragma once
+/// \file registry.hpp
+/// The function registry of a node: user functions registered by name with a typed signature.
+///
+///   troupe::rpc::registry reg;
+///   reg.add("add", [](int a, int b) { return a + b; });
+///   troupe::node n(opts, reg);           // or n.functions().add(...) after start
+///
+/// A registered callable must have one non-template call signature (a lambda without `auto`
+/// parameters, a function pointer, a std::function). Arguments are taken by value; each type
+/// must be supported by the codec (codec.hpp). The callee checks the received arguments against
+/// the signature (bad_argument names index, expected and received type).
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "troupe/actors/rpc/codec.hpp"
+
+namespace troupe::rpc {
+
+namespace detail {
+template <class F> struct signature : signature<decltype(&F::operator())> {};
+template <class R, class... A> struct signature<R (*)(A...)> {
+  using result = R;
+  using args = std::tuple<std::decay_t<A>...>;
+};
+template <class R, class... A> struct signature<R(A...)> : signature<R (*)(A...)> {};
+template <class C, class R, class... A> struct signature<R (C::*)(A...)> : signature<R (*)(A...)> {};
+template <class C, class R, class... A> struct signature<R (C::*)(A...) const> : signature<R (*)(A...)> {};
+template <class C, class R, class... A> struct signature<R (C::*)(A...) noexcept> : signature<R (*)(A...)> {};
+template <class C, class R, class... A> struct signature<R (C::*)(A...) const noexcept> : signature<R (*)(A...)> {};
+
+template <class R, class F, class... A>
+std::vector<char> invoke_decoded(F& fn, std::tuple<A...>& args) {
+  if constexpr (std::is_void_v<R>) {
+    std::apply(fn, std::move(args));
+    return {};
+  } else {
+    return encode_result<std::decay_t<R>>(std::apply(fn, std::move(args)));
+  }
+}
+
+template <class Tuple> struct decoder;
+template <class... A> struct decoder<std::tuple<A...>> {
+  static std::tuple<A...> decode(const std::vector<char>& bytes, const std::string& fn) {
+    return decode_args<A...>(bytes, fn);
+  }
+};
+}  // namespace detail
+
+/// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
+/// function (its exceptions propagate unchanged) and encodes the result.
+struct function_entry {
+  std::string name;
+  std::string signature;  ///< "int32(int32,string)", for messages
+  std::function<std::vector<char>(const std::vector<char>& args, const std::function<void()>& before_call)> invoke;
+};
+
+/// Thread-safe map name -> function. Shared by a node's agent and its executor threads.
+class registry {
+ public:
+  registry() = default;
+  registry(const registry& other);
+  registry& operator=(const registry&) = delete;
+
+  /// Registers (or replaces) `fn` under `name`. Thread-safe; may be called while serving.
+  template <class F>
+  void add(const std::string& name, F fn) {
+    using sig = detail::signature<std::decay_t<F>>;
+    using R = typename sig::result;
+    using Args = typename sig::args;
+    function_entry e;
+    e.name = name;
+    e.signature = type_tag_or_void<R>() + "(" + tags_of(static_cast<Args*>(nullptr)) + ")";
+    e.invoke = [name, fn = std::move(fn)](const std::vector<char>& bytes, const std::function<void()>& before) mutable {
+      Args args = detail::decoder<Args>::decode(bytes, name);
+      before();
+      return detail::invoke_decoded<R>(fn, args);
+    };
+    put(std::move(e));
+  }
+
+  /// The entry registered under `name`, or nullptr. The entry stays valid while registered.
+  std::shared_ptr<const function_entry> find(const std::string& name) const;
+  /// Registered names (for error messages and tests).
+  std::vector<std::string> names() const;
+
+ private:
+  template <class R> static std::string type_tag_or_void() {
+    if constexpr (std::is_void_v<R>) return "void"; else return type_tag<R>();
+  }
+  template <class... A> static std::string tags_of(std::tuple<A...>*) { return detail::join_tags<A...>(); }
+  void put(function_entry e);
+
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const function_entry>> entries_;
+};
+
+}  // namespace troupe::rpc

@@ -1,0 +1,57 @@
+#pragma once
+/// \file transport.hpp
+/// The one interception point for every inter-node message of the RPC agent. Fault injection
+/// and distributed autograd plug in here; the default is a pass-through.
+///
+/// Note [transport hook]
+/// Every rpc_request and rpc_response an agent sends passes `on_send` on the sender's agent, and
+/// every one it receives passes `on_receive` on the receiver's agent, before anything else looks
+/// at it. A hook runs on the agent actor (a CAF scheduler thread): it must not block. It may
+/// rewrite the payload, and its decision drops, delays or duplicates the message.
+///
+///   user thread -> agent --on_send--> [CAF/TCP] --on_receive--> agent -> executor
+///
+/// Guarantees: a dropped request leaves the caller's call pending until its deadline (timeout)
+/// or its peer's death (peer_lost); no message is ever retried by the agent (user functions are
+/// not idempotent).
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// What an intercepted message is.
+enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1 };
+
+/// One intercepted message. `payload` is owned by the envelope while the hook runs.
+struct envelope {
+  message_kind kind = message_kind::rpc_request;
+  std::string from;      ///< sending worker's name
+  std::string to;        ///< receiving worker's name
+  std::uint64_t call_id = 0;
+  std::string function;  ///< the function (requests only)
+  std::vector<char> payload;
+};
+
+/// What to do with an intercepted message.
+struct transport_decision {
+  /// 0 drops the message, 1 delivers it, n > 1 delivers n copies.
+  int copies = 1;
+  /// Delivery delay (0 = now).
+  std::chrono::milliseconds delay{0};
+};
+
+/// The interception interface. Implementations must be thread-safe (several agents of a test
+/// process may share one) and must not block.
+class transport_hook {
+ public:
+  virtual ~transport_hook() = default;
+  /// Called before a message leaves this node.
+  virtual transport_decision on_send(envelope& /*msg*/) { return {}; }
+  /// Called when a message arrives at this node, before it is handled.
+  virtual transport_decision on_receive(envelope& /*msg*/) { return {}; }
+};
+
+}  // namespace troupe

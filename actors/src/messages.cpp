@@ -1,0 +1,29 @@
+#include "troupe/actors/messages.hpp"
+
+#include <caf/actor_system_config.hpp>
+
+#include "troupe/actors/error_caf.hpp"
+
+namespace troupe {
+
+void register_messages(caf::actor_system_config& cfg) {
+  cfg.add_message_type<worker_info>("troupe.worker_info");
+  cfg.add_message_type<hello>("troupe.hello");
+  cfg.add_message_type<hello_ack>("troupe.hello_ack");
+  cfg.add_message_type<rpc_request>("troupe.rpc_request");
+  cfg.add_message_type<rpc_response>("troupe.rpc_response");
+  cfg.add_message_type<outgoing_response>("troupe.outgoing_response");
+  cfg.add_message_type<std::vector<char>>("troupe.bytes");
+  cfg.add_message_type<std::vector<std::string>>("troupe.strings");
+  cfg.add_message_type<store_set>("troupe.store_set");
+  cfg.add_message_type<store_get>("troupe.store_get");
+  cfg.add_message_type<store_add>("troupe.store_add");
+  cfg.add_message_type<store_wait>("troupe.store_wait");
+  cfg.add_message_type<store_cas>("troupe.store_cas");
+  cfg.add_message_type<store_erase>("troupe.store_erase");
+  cfg.add_message_type<store_num_keys>("troupe.store_num_keys");
+  cfg.add_message_type<store_barrier>("troupe.store_barrier");
+  register_error_category(cfg);
+}
+
+}  // namespace troupe

@@ -1,0 +1,237 @@
+// The node (Note [job token] in troupe/actors/node.hpp).
+#include "troupe/actors/node.hpp"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "executor.hpp"
+#include "rpc/agent.hpp"
+#include "store_actor.hpp"
+#include "troupe/actors/error_caf.hpp"
+#include "troupe/actors/messages.hpp"
+
+namespace troupe {
+
+struct node::impl {
+  node_options opts;
+  worker_info me;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<detail::auth_set> auth = std::make_shared<detail::auth_set>();
+  std::shared_ptr<rpc::registry> functions;
+  std::shared_ptr<detail::executor> exec;
+  caf::actor agent;
+  caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
+  std::uint16_t port = 0;
+  std::unique_ptr<store_client> store;
+  std::mutex peers_mutex;
+  std::map<std::string, caf::actor> peers;  // name -> agent
+  std::mutex calls_mutex;
+  std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
+  std::size_t calls_prune_at = 1024;
+  bool down = false;
+
+  void configure();
+  void start(std::shared_ptr<transport_hook> hook);
+  hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
+  caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  caf::actor resolve(const std::string& name, std::chrono::milliseconds timeout);
+  void track(const std::shared_ptr<rpc::detail::call_state>& st);
+  void teardown();
+};
+
+void node::impl::configure() {
+  register_messages(cfg);
+  cfg.load<caf::io::middleman>();
+  cfg.set("scheduler.policy", caf::atom_from_string(opts.scheduler_policy));
+  cfg.set("scheduler.max-threads", opts.scheduler_threads);
+  cfg.set("middleman.workers", opts.middleman_workers);
+  cfg.set("middleman.heartbeat-interval", caf::timespan(opts.heartbeat_interval));
+  cfg.set("middleman.connection-timeout", caf::timespan(opts.connection_timeout));
+  cfg.set("logger.console", caf::atom("none"));
+  for (const auto& [k, v] : opts.caf_overrides) cfg.set(k, v);
+}
+
+hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{*sys};
+  hello_ack ack;
+  caf::error err;
+  self->request(remote, timeout, hello{opts.job_token, me, agent})
+      .receive([&](hello_ack& a) { ack = std::move(a); }, [&](caf::error& e) { err = std::move(e); });
+  if (err) throw from_caf_error(err, "hello from " + me.name);
+  return ack;
+}
+
+caf::actor node::impl::connect(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
+  // Retry with backoff until the deadline: the peer may not be listening yet (start-up race).
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  auto backoff = std::chrono::milliseconds(5);
+  for (;;) {
+    auto r = sys->middleman().remote_actor(host, p);
+    if (r) return *r;
+    if (std::chrono::steady_clock::now() + backoff >= end)
+      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + sys->render(r.error()));
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+  }
+}
+
+void node::impl::start(std::shared_ptr<transport_hook> hook) {
+  me = worker_info{opts.worker_name(), opts.rank, opts.world_size};
+  configure();
+  sys = std::make_unique<caf::actor_system>(cfg);
+  auth->add(sys->node());
+  exec = std::make_shared<detail::executor>(opts.executor_threads);
+  if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
+  detail::agent_config ac{me, opts.job_token, auth, functions, exec, std::move(hook), store_actor, nullptr};
+  ac.on_peer_down = [this](const std::string& name) {
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    peers.erase(name);
+  };
+  agent = detail::spawn_agent(*sys, std::move(ac));
+  const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
+  auto published = sys->middleman().publish(agent, want, opts.listen_addr.c_str(), true);
+  if (!published) throw error(errc::io_error, me.name + ": cannot listen on " + opts.listen_addr + ":" + std::to_string(want) + ": " + sys->render(published.error()));
+  port = *published;
+  if (opts.rank != 0) {
+    auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
+    auto ack = say_hello(master, opts.join_timeout);
+    store_actor = ack.store;
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    peers[ack.info.name] = ack.agent;
+  }
+  store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor}));
+  store->set("troupe/addr/" + me.name, opts.listen_addr + ":" + std::to_string(port));
+}
+
+caf::actor node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
+  if (name == me.name) return agent;
+  {
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    auto it = peers.find(name);
+    if (it != peers.end()) return it->second;
+  }
+  const auto addr = store->get("troupe/addr/" + name, timeout);
+  const auto colon = addr.rfind(':');
+  auto remote = connect(addr.substr(0, colon), static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1))), timeout);
+  auto ack = say_hello(remote, timeout);
+  std::lock_guard<std::mutex> lock(peers_mutex);
+  peers[name] = ack.agent;
+  return ack.agent;
+}
+
+void node::impl::track(const std::shared_ptr<rpc::detail::call_state>& st) {
+  std::lock_guard<std::mutex> lock(calls_mutex);
+  calls.push_back(st);
+  if (calls.size() >= calls_prune_at) {
+    std::erase_if(calls, [](const auto& w) {
+      auto s = w.lock();
+      return !s || s->ready();
+    });
+    calls_prune_at = std::max<std::size_t>(1024, calls.size() * 2);
+  }
+}
+
+void node::impl::teardown() {
+  if (down) return;
+  down = true;
+  if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
+  if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
+  exec->stop();
+  {
+    std::lock_guard<std::mutex> lock(calls_mutex);
+    for (auto& w : calls)
+      if (auto s = w.lock()) s->complete(errc::invalid_state, s->what() + ": node " + me.name + " shut down", {});
+    calls.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    peers.clear();
+  }
+  store.reset();
+  agent = nullptr;
+  store_actor = nullptr;
+  sys.reset();  // joins every CAF thread once all actors are gone
+}
+
+node::node(node_options opts, const rpc::registry& functions, std::shared_ptr<transport_hook> hook) : impl_(std::make_unique<impl>()) {
+  impl_->opts = std::move(opts);
+  impl_->functions = std::make_shared<rpc::registry>(functions);
+  try {
+    impl_->start(std::move(hook));
+  } catch (...) {
+    if (impl_->sys) impl_->teardown();
+    throw;
+  }
+}
+
+node::~node() {
+  try {
+    impl_->teardown();
+  } catch (...) {
+    // Destructors never throw; teardown only throws on internal failures.
+  }
+}
+
+const worker_info& node::info() const { return impl_->me; }
+std::uint16_t node::port() const { return impl_->port; }
+rpc::registry& node::functions() { return *impl_->functions; }
+store_client& node::store() {
+  if (!impl_->store) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
+  return *impl_->store;
+}
+std::chrono::milliseconds node::default_timeout() const { return impl_->opts.default_timeout; }
+
+std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function, std::vector<char> payload,
+                                                    std::chrono::milliseconds timeout) {
+  auto& im = *impl_;
+  const auto what = "call to '" + function + "' on " + to + " from " + im.me.name;
+  auto exec = im.exec;
+  auto st = std::make_shared<rpc::detail::call_state>(what, std::chrono::steady_clock::now() + timeout,
+                                                       [exec](std::function<void()> f) { return exec->post(std::move(f)); });
+  if (im.down) {
+    st->complete(errc::invalid_state, what + ": the node is shut down", {});
+    return st;
+  }
+  caf::actor peer;
+  try {
+    peer = im.resolve(to, timeout);
+  } catch (const error& e) {
+    const errc code = e.code() == errc::timeout ? errc::peer_lost : e.code();
+    st->complete(code, what + ": cannot reach worker " + to + ": " + e.message(), {});
+    return st;
+  }
+  im.track(st);
+  caf::anon_send(im.agent, detail::local_call{st, std::move(peer), to, function, std::move(payload)});
+  return st;
+}
+
+void node::shutdown(shutdown_mode mode, std::chrono::milliseconds timeout) {
+  auto& im = *impl_;
+  if (im.down) return;
+  std::optional<error> failed;
+  if (mode == shutdown_mode::graceful && im.store) {
+    try {
+      im.store->barrier("troupe/shutdown", im.me.rank, im.me.world_size, timeout);
+      // Rank 0 hosts the store: it leaves only after every other rank has its barrier answer.
+      if (im.me.rank == 0) {
+        std::vector<std::string> keys;
+        for (int r = 1; r < im.me.world_size; ++r) keys.push_back("troupe/left/" + std::to_string(r));
+        if (!keys.empty()) im.store->wait(keys, timeout);
+      } else {
+        im.store->set("troupe/left/" + std::to_string(im.me.rank), "1");
+      }
+    } catch (const error& e) {
+      failed = error(e.code(), "graceful shutdown of " + im.me.name + ": " + e.message());
+    }
+  }
+  im.teardown();
+  if (failed) throw *failed;
+}
+
+}  // namespace troupe

@@ -1,0 +1,229 @@
+// The RPC agent: state and behaviour (Note [rpc call] in agent.hpp).
+#include "agent.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "troupe/actors/error_caf.hpp"
+#include "troupe/actors/messages.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+using clock = std::chrono::steady_clock;
+constexpr auto sweep_period = std::chrono::milliseconds(5);
+
+struct pending_call {
+  std::shared_ptr<rpc::detail::call_state> state;
+  caf::actor_addr peer;
+  std::string peer_name;
+  std::string function;
+  std::multimap<std::chrono::steady_clock::time_point, std::uint64_t>::iterator deadline;
+};
+
+struct agent_state {
+  agent_config cfg;
+  std::uint64_t next_id = 1;
+  std::unordered_map<std::uint64_t, pending_call> pending;
+  std::multimap<clock::time_point, std::uint64_t> deadlines;
+  std::map<caf::actor_addr, std::string> peers;  // monitored peer agents -> worker name
+  bool sweep_scheduled = false;
+
+  ~agent_state() {
+    for (auto& [id, p] : pending)
+      p.state->complete(errc::invalid_state, "call to '" + p.function + "' on " + p.peer_name + ": node " + cfg.me.name + " shut down", {});
+  }
+};
+
+using agent_actor = caf::stateful_actor<agent_state>;
+
+void complete(agent_actor* self, std::uint64_t id, errc code, std::string msg, std::vector<char> payload) {
+  auto it = self->state.pending.find(id);
+  if (it == self->state.pending.end()) return;  // late, duplicate or already failed: ignore
+  auto st = std::move(it->second.state);
+  self->state.deadlines.erase(it->second.deadline);
+  self->state.pending.erase(it);
+  st->complete(code, std::move(msg), std::move(payload));
+}
+
+void watch_peer(agent_actor* self, const caf::actor& peer, const std::string& name) {
+  if (peer.node() == self->node()) return;  // our own agent: nothing to monitor
+  if (self->state.peers.emplace(peer.address(), name).second) self->monitor(peer);
+}
+
+void schedule_sweep(agent_actor* self) {
+  if (self->state.sweep_scheduled) return;
+  self->state.sweep_scheduled = true;
+  self->delayed_send(self, sweep_period, sweep_atom::value);
+}
+
+void sweep(agent_actor* self) {
+  auto& s = self->state;
+  s.sweep_scheduled = false;
+  const auto now = clock::now();
+  while (!s.deadlines.empty() && s.deadlines.begin()->first <= now) {
+    const auto id = s.deadlines.begin()->second;
+    auto it = s.pending.find(id);
+    if (it != s.pending.end())
+      complete(self, id, errc::timeout,
+               "call to '" + it->second.function + "' on " + it->second.peer_name + " from " + s.cfg.me.name +
+                   ": no answer by the deadline",
+               {});
+    else
+      s.deadlines.erase(s.deadlines.begin());
+  }
+  if (!s.pending.empty()) schedule_sweep(self);
+}
+
+template <class Msg>
+void deliver(agent_actor* self, const caf::actor& to, Msg msg, const transport_decision& d) {
+  for (int i = 0; i < d.copies; ++i) {
+    if (d.delay.count() > 0) self->delayed_send(to, d.delay, msg);
+    else self->send(to, msg);
+  }
+}
+
+void start_call(agent_actor* self, local_call& c) {
+  auto& s = self->state;
+  const auto id = s.next_id++;
+  if (!c.peer) {
+    c.state->complete(errc::peer_lost, "call to '" + c.function + "': worker " + c.peer_name + " is not reachable", {});
+    return;
+  }
+  const auto dl = s.deadlines.emplace(c.state->deadline(), id);
+  s.pending.emplace(id, pending_call{c.state, c.peer.address(), c.peer_name, c.function, dl});
+  watch_peer(self, c.peer, c.peer_name);
+  envelope env{message_kind::rpc_request, s.cfg.me.name, c.peer_name, id, c.function, std::move(c.payload)};
+  const auto d = s.cfg.hook ? s.cfg.hook->on_send(env) : transport_decision{};
+  deliver(self, c.peer, rpc_request{id, std::move(env.function), s.cfg.me.name, std::move(env.payload)}, d);
+  schedule_sweep(self);
+}
+
+bool authorized(agent_actor* self, const char* what) {
+  const auto& sender = self->current_sender();
+  if (sender && (sender->node() == self->node() || self->state.cfg.auth->contains(sender->node()))) return true;
+  std::fprintf(stderr, "[troupe] %s: refused %s from unauthenticated node %s\n", self->state.cfg.me.name.c_str(), what,
+               sender ? caf::to_string(sender->node()).c_str() : "<anonymous>");
+  return false;
+}
+
+rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me) {
+  rpc_response resp;
+  resp.id = req.id;
+  bool started = false;
+  auto fail = [&](errc decode_code, const std::string& text) {
+    resp.code = static_cast<std::uint8_t>(started ? errc::remote_exception : decode_code);
+    resp.message = started ? "function '" + fn.name + "' on worker " + me + " (called by " + req.caller + ") threw: " + text
+                           : text + " (on worker " + me + ")";
+  };
+  try {
+    resp.payload = fn.invoke(req.payload, [&] { started = true; });
+  } catch (const troupe::error& e) {
+    fail(e.code(), started ? std::string(to_string(e.code())) + ": " + e.message() : e.message());
+  } catch (const std::exception& e) {
+    fail(errc::bad_argument, e.what());
+  } catch (...) {
+    fail(errc::bad_argument, "unknown exception");
+  }
+  return resp;
+}
+
+void serve_request(agent_actor* self, rpc_request& req) {
+  auto& s = self->state;
+  auto reply_to = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!authorized(self, "an rpc request")) {
+    if (reply_to)
+      self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::unauthorized),
+                                        "worker " + s.cfg.me.name + " refused the call: the caller never presented the job token", {}});
+    return;
+  }
+  envelope env{message_kind::rpc_request, req.caller, s.cfg.me.name, req.id, req.function, std::move(req.payload)};
+  const auto d = s.cfg.hook ? s.cfg.hook->on_receive(env) : transport_decision{};
+  if (d.copies == 0) return;
+  req.payload = std::move(env.payload);
+  auto fn = s.cfg.functions->find(req.function);
+  if (!fn) {
+    self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
+                                      "worker " + s.cfg.me.name + " has no function '" + req.function + "'", {}});
+    return;
+  }
+  auto me = caf::actor_cast<caf::actor>(self);
+  for (int i = 0; i < d.copies; ++i) {
+    auto job = [fn, req, reply_to, me, name = s.cfg.me.name] {
+      caf::anon_send(me, outgoing_response{reply_to, req.caller, run_function(*fn, req, name)});
+    };
+    if (!s.cfg.exec->post(std::move(job)))
+      self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state),
+                                        "worker " + s.cfg.me.name + " is shutting down", {}});
+  }
+}
+
+void on_response(agent_actor* self, rpc_response& r) {
+  auto& s = self->state;
+  auto it = s.pending.find(r.id);
+  const std::string peer = it == s.pending.end() ? std::string() : it->second.peer_name;
+  envelope env{message_kind::rpc_response, peer, s.cfg.me.name, r.id, {}, std::move(r.payload)};
+  const auto d = s.cfg.hook ? s.cfg.hook->on_receive(env) : transport_decision{};
+  if (d.copies == 0) return;
+  complete(self, r.id, static_cast<errc>(r.code), std::move(r.message), std::move(env.payload));
+}
+
+void on_peer_down(agent_actor* self, const caf::down_msg& dm) {
+  auto& s = self->state;
+  auto it = s.peers.find(dm.source);
+  if (it == s.peers.end()) return;
+  const std::string name = it->second;
+  s.peers.erase(it);
+  std::vector<std::uint64_t> lost;
+  for (const auto& [id, p] : s.pending)
+    if (p.peer == dm.source) lost.push_back(id);
+  for (auto id : lost) {
+    const auto fn = s.pending[id].function;
+    complete(self, id, errc::peer_lost,
+             "worker " + name + " was lost (" + caf::to_string(dm.reason) + ") during call to '" + fn + "' from " + s.cfg.me.name, {});
+  }
+  if (s.cfg.on_peer_down) s.cfg.on_peer_down(name);
+}
+
+caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
+  auto& s = self->state;
+  const auto& sender = self->current_sender();
+  if (h.token != s.cfg.token || !sender) {
+    std::fprintf(stderr, "[troupe] %s: refused hello from '%s' (rank %d): wrong or missing job token\n", s.cfg.me.name.c_str(),
+                 h.info.name.c_str(), h.info.rank);
+    return to_caf_error(errc::unauthorized, "worker " + s.cfg.me.name + " refused '" + h.info.name + "': wrong or missing job token");
+  }
+  s.cfg.auth->add(sender->node());
+  if (h.agent) watch_peer(self, h.agent, h.info.name);
+  return hello_ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store};
+}
+
+caf::behavior agent(agent_actor* self, agent_config cfg) {
+  self->state.cfg = std::move(cfg);
+  self->set_down_handler([=](caf::down_msg& dm) { on_peer_down(self, dm); });
+  return {
+      [=](hello& h) { return on_hello(self, h); },
+      [=](local_call& c) { start_call(self, c); },
+      [=](rpc_request& r) { serve_request(self, r); },
+      [=](rpc_response& r) { on_response(self, r); },
+      [=](outgoing_response& o) {
+        envelope env{message_kind::rpc_response, self->state.cfg.me.name, o.peer, o.response.id, {}, std::move(o.response.payload)};
+        const auto d = self->state.cfg.hook ? self->state.cfg.hook->on_send(env) : transport_decision{};
+        o.response.payload = std::move(env.payload);
+        if (o.to) deliver(self, o.to, std::move(o.response), d);
+      },
+      [=](sweep_atom) { sweep(self); },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_agent(caf::actor_system& sys, agent_config cfg) { return sys.spawn(agent, std::move(cfg)); }
+
+}  // namespace troupe::detail

@@ -1,0 +1,67 @@
+#pragma once
+// The RPC agent actor, one per node.
+//
+// Note [rpc call]
+// A user thread encodes the arguments, resolves the peer's agent (store lookup, connect, hello;
+// cached) and hands a `local_call` to its own agent. The agent gives it an id, records it in the
+// pending table with its deadline, monitors the peer agent (once per peer), passes the request
+// through the transport hook and sends it. The peer's agent checks that the sender's node
+// presented the job token, looks the function up (unknown_function is answered at once) and runs
+// it on the executor; the executor hands the response back to its agent, which sends it (hook
+// again). The caller's agent completes the call state.
+//
+//   user --local_call--> agent A ==rpc_request==> agent B --job--> executor B
+//   user <--future------ agent A <==rpc_response== agent B <--outgoing_response--'
+//
+// Failure: every pending call completes exactly once, by its response, by the deadline sweep
+// (timeout), by the peer agent's down_msg (peer_lost naming the worker; a SIGKILLed peer is seen
+// as a dropped connection in about a millisecond, a frozen one by the middleman heartbeat), or
+// by the agent's exit (invalid_state). A user function runs only on the executor, so it may block
+// on nested calls (to a third worker or back to the caller) without stalling any agent.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include "auth_set.hpp"
+#include "executor.hpp"
+#include "troupe/actors/rpc/future.hpp"
+#include "troupe/actors/rpc/registry.hpp"
+#include "troupe/actors/transport.hpp"
+#include "troupe/actors/worker_info.hpp"
+
+namespace troupe::detail {
+
+/// A call handed by a user thread to its own agent (local only, never serialized).
+struct local_call {
+  std::shared_ptr<rpc::detail::call_state> state;
+  caf::actor peer;
+  std::string peer_name;
+  std::string function;
+  std::vector<char> payload;
+};
+
+/// Everything an agent needs; shared with the node.
+struct agent_config {
+  worker_info me;
+  std::string token;
+  std::shared_ptr<auth_set> auth;
+  std::shared_ptr<rpc::registry> functions;
+  std::shared_ptr<executor> exec;
+  std::shared_ptr<transport_hook> hook;
+  caf::actor store;  ///< rank 0 only
+  /// Called on the agent's thread when a peer agent goes down (must not block).
+  std::function<void(const std::string& peer)> on_peer_down;
+};
+
+/// Spawns the agent (see Note [rpc call]).
+caf::actor spawn_agent(caf::actor_system& sys, agent_config cfg);
+
+}  // namespace troupe::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::local_call)

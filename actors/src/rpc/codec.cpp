@@ -1,0 +1,51 @@
+#include "troupe/actors/rpc/codec.hpp"
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "troupe/tensors/factories.hpp"
+
+namespace troupe::rpc::detail {
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> p(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+  return status == 0 && p ? std::string(p.get()) : std::string(mangled);
+}
+
+void write_tensor(oarchive& ar, const tensor& t) {
+  const std::uint8_t kind = 0;  // inline bytes; 1 = shared-memory handle (reserved)
+  const std::uint8_t defined = t.defined() ? 1 : 0;
+  ar << kind << defined;
+  if (!t.defined()) return;
+  const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
+  const auto dt = static_cast<std::uint8_t>(h.dtype());
+  const auto rank = static_cast<std::uint32_t>(h.dim());
+  ar << dt << rank;
+  for (std::int64_t s : h.sizes()) ar << s;
+  const std::uint64_t nbytes = h.nbytes();
+  ar << nbytes;
+  if (nbytes > 0) ar.save_binary(h.data_ptr(), nbytes);
+}
+
+tensor read_tensor(iarchive& ar) {
+  std::uint8_t kind = 0, defined = 0, dt = 0;
+  ar >> kind >> defined;
+  if (kind != 0) throw error(errc::not_supported, "tensor payload kind " + std::to_string(kind) + " is not supported");
+  if (!defined) return tensor();
+  std::uint32_t rank = 0;
+  ar >> dt >> rank;
+  if (dt >= num_dtypes || rank > 64) throw error(errc::protocol_violation, "malformed tensor header in an rpc payload");
+  shape_t sizes(rank);
+  for (auto& s : sizes) ar >> s;
+  std::uint64_t nbytes = 0;
+  ar >> nbytes;
+  tensor t = empty(sizes, tensor_options{static_cast<troupe::dtype>(dt)});
+  if (nbytes != t.nbytes()) throw error(errc::protocol_violation, "tensor byte count does not match its shape");
+  if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
+  return t;
+}
+
+}  // namespace troupe::rpc::detail
