@@ -1,0 +1,63 @@
+// Linear and the parameter-free layers (activations, sequential).
+#include "troupe/autograd/nn/linear.hpp"
+
+#include <cmath>
+
+#include "troupe/autograd/nn/activation.hpp"
+#include "troupe/autograd/nn/sequential.hpp"
+#include "troupe/tensors/elementwise.hpp"
+#include "troupe/tensors/linalg.hpp"
+
+namespace troupe::nn {
+
+linear::linear(std::int64_t in_features, std::int64_t out_features, generator& gen, bool with_bias,
+               tensor_options opts)
+    : in_(in_features), out_(out_features) {
+  if (in_features <= 0 || out_features <= 0)
+    throw error(errc::bad_argument, "linear: feature counts must be positive, got in=" +
+                                        std::to_string(in_features) + " out=" + std::to_string(out_features));
+  if (!is_floating(opts.dtype))
+    throw error(errc::bad_argument, "linear: parameters need a floating dtype, got " +
+                                        std::string(troupe::to_string(opts.dtype)));
+  // kaiming_uniform(a=sqrt(5)): gain = sqrt(2 / (1 + 5)), bound = gain * sqrt(3 / fan_in)
+  // = 1 / sqrt(fan_in); the bias uses the same bound.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  weight = empty({out_features, in_features}, opts);
+  uniform_(weight, gen, -bound, bound);
+  register_parameter("weight", weight);
+  if (with_bias) {
+    bias = empty({out_features}, opts);
+    uniform_(bias, gen, -bound, bound);
+    register_parameter("bias", bias);
+  }
+}
+
+tensor linear::forward(const tensor& input) {
+  if (input.dim() < 1 || input.size(-1) != in_)
+    throw error(errc::shape_mismatch, "linear: input of shape " + shape_to_string(input.shape()) +
+                                          " does not end in in_features = " + std::to_string(in_) +
+                                          " (weight " + shape_to_string(weight.shape()) + ")");
+  if (input.dim() == 2 && bias.defined()) return addmm(bias, input, weight.t());
+  tensor out = matmul(input, weight.t());
+  return bias.defined() ? out + bias : out;
+}
+
+tensor sequential::forward(const tensor& input) {
+  tensor x = input;
+  for (auto& layer : layers_) x = layer->forward(x);
+  return x;
+}
+
+unary_module& sequential::operator[](std::size_t i) const {
+  if (i >= layers_.size())
+    throw error(errc::index_out_of_range, "sequential: index " + std::to_string(i) + " out of range for " +
+                                              std::to_string(layers_.size()) + " layers");
+  return *layers_[i];
+}
+
+tensor relu::forward(const tensor& input) { return troupe::relu(input); }
+tensor tanh::forward(const tensor& input) { return troupe::tanh(input); }
+tensor sigmoid::forward(const tensor& input) { return troupe::sigmoid(input); }
+tensor gelu::forward(const tensor& input) { return troupe::gelu(input); }
+
+}  // namespace troupe::nn

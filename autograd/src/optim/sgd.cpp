@@ -1,0 +1,85 @@
+// SGD and Adam/AdamW updates (PyTorch's rules; see the formulas in sgd.hpp and adam.hpp).
+#include "troupe/autograd/optim/sgd.hpp"
+
+#include <cmath>
+
+#include "troupe/autograd/optim/adam.hpp"
+#include "troupe/tensors/elementwise.hpp"
+#include "troupe/tensors/factories.hpp"
+
+namespace troupe::optim {
+
+sgd::sgd(tensor_list params, sgd_options opts) : optimizer(std::move(params)), opts_(opts) {
+  check_non_negative("sgd", "lr", opts.lr);
+  check_non_negative("sgd", "momentum", opts.momentum);
+  check_non_negative("sgd", "dampening", opts.dampening);
+  check_non_negative("sgd", "weight_decay", opts.weight_decay);
+  if (opts.nesterov && (opts.momentum <= 0 || opts.dampening != 0))
+    throw error(errc::bad_argument, "sgd: nesterov momentum requires momentum > 0 and dampening = 0");
+  lr_ = opts.lr;
+  nesterov_ = opts.nesterov ? 1.0 : 0.0;
+}
+
+std::vector<std::pair<std::string, double*>> sgd::hyperparameters() {
+  return {{"momentum", &opts_.momentum},
+          {"dampening", &opts_.dampening},
+          {"weight_decay", &opts_.weight_decay},
+          {"nesterov", &nesterov_}};
+}
+
+void sgd::update(tensor& param, const tensor& grad, param_state& st) {
+  tensor g = grad;
+  if (opts_.weight_decay != 0) g = add(g, param, opts_.weight_decay);
+  if (opts_.momentum != 0) {
+    auto it = st.buffers.find("momentum_buffer");
+    if (it == st.buffers.end()) {
+      it = st.buffers.emplace("momentum_buffer", g.clone()).first;
+    } else {
+      it->second.mul_(opts_.momentum).add_(g, 1.0 - opts_.dampening);
+    }
+    g = nesterov_ != 0 ? add(g, it->second, opts_.momentum) : it->second;
+  }
+  st.step += 1;
+  param.add_(g, -lr_);
+}
+
+adam::adam(tensor_list params, adam_options opts) : adam(std::move(params), opts, false) {}
+
+adam::adam(tensor_list params, adam_options opts, bool decoupled)
+    : optimizer(std::move(params)), opts_(opts), decoupled_(decoupled) {
+  const char* name = decoupled ? "adamw" : "adam";
+  check_non_negative(name, "lr", opts.lr);
+  check_non_negative(name, "eps", opts.eps);
+  check_non_negative(name, "weight_decay", opts.weight_decay);
+  if (!(opts.beta1 >= 0 && opts.beta1 < 1) || !(opts.beta2 >= 0 && opts.beta2 < 1))
+    throw error(errc::bad_argument, std::string(name) + ": betas must be in [0, 1), got (" +
+                                        std::to_string(opts.beta1) + ", " + std::to_string(opts.beta2) + ")");
+  lr_ = opts.lr;
+}
+
+std::vector<std::pair<std::string, double*>> adam::hyperparameters() {
+  return {{"beta1", &opts_.beta1}, {"beta2", &opts_.beta2}, {"eps", &opts_.eps},
+          {"weight_decay", &opts_.weight_decay}};
+}
+
+void adam::update(tensor& param, const tensor& grad, param_state& st) {
+  tensor g = grad;
+  if (opts_.weight_decay != 0) {
+    if (decoupled_) param.mul_(1.0 - lr_ * opts_.weight_decay);
+    else g = add(g, param, opts_.weight_decay);
+  }
+  auto& m = st.buffers["exp_avg"];
+  auto& v = st.buffers["exp_avg_sq"];
+  if (!m.defined()) m = zeros_like(param);
+  if (!v.defined()) v = zeros_like(param);
+  st.step += 1;
+  m.mul_(opts_.beta1).add_(g, 1.0 - opts_.beta1);
+  v.mul_(opts_.beta2).add_(mul(g, g), 1.0 - opts_.beta2);
+  const double bias1 = 1.0 - std::pow(opts_.beta1, st.step);
+  const double bias2 = 1.0 - std::pow(opts_.beta2, st.step);
+  tensor denom = sqrt(v);
+  denom.div_(std::sqrt(bias2)).add_(opts_.eps);
+  param.add_(div(m, denom), -lr_ / bias1);
+}
+
+}  // namespace troupe::optim
