@@ -1,0 +1,229 @@
+// The local backward engine (Note [Local backward] in troupe/autograd/engine.hpp).
+#include "troupe/autograd/engine.hpp"
+
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "troupe/autograd/autograd_meta.hpp"
+#include "troupe/tensors/elementwise.hpp"
+#include "troupe/tensors/factories.hpp"
+
+#if defined(TROUPE_WITH_CUDA)
+#include <optional>
+
+#include "troupe/tensors/cuda.hpp"
+#endif
+
+namespace troupe {
+
+namespace {
+
+// Everything one pass needs; lives on the caller's stack (no state shared between passes).
+struct pass_state {
+  const graph_task& task;
+  std::unordered_map<node*, int> deps;
+  std::unordered_map<node*, tensor_list> buffers;
+  std::unordered_map<node*, std::vector<std::uint32_t>> captured;  // node -> captured input_nrs
+  std::unordered_set<node*> skip;  // reachable nodes that must not run
+};
+
+bool is_accumulator(const node* n) { return dynamic_cast<const accumulate_grad*>(n) != nullptr; }
+
+// Counts, for every node reachable from `root`, the edges pointing at it (iteratively: graphs
+// may be deep chains). Returns the reachable nodes in discovery order.
+std::vector<node*> count_dependencies(node* root, pass_state& s) {
+  std::vector<node*> stack{root}, seen_order{root};
+  std::unordered_set<node*> seen{root};
+  while (!stack.empty()) {
+    node* n = stack.back();
+    stack.pop_back();
+    for (const auto& e : n->next_edges()) {
+      if (!e.valid()) continue;
+      ++s.deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) {
+        stack.push_back(e.fn.get());
+        seen_order.push_back(e.fn.get());
+      }
+    }
+  }
+  return seen_order;
+}
+
+// Nodes in an order where every node comes before the nodes its edges point at (Kahn).
+std::vector<node*> topological_order(node* root, const pass_state& s) {
+  auto deps = s.deps;
+  std::vector<node*> order{root};
+  for (std::size_t i = 0; i < order.size(); ++i)
+    for (const auto& e : order[i]->next_edges())
+      if (e.valid() && --deps[e.fn.get()] == 0) order.push_back(e.fn.get());
+  return order;
+}
+
+// Marks which nodes must not run: captured leaves always; when edges are captured, every node
+// without a path to a captured edge (it would only touch .grad or unrelated nodes).
+void plan_execution(node* root, const std::vector<node*>& reachable, pass_state& s) {
+  const auto& task = s.task;
+  for (const auto& e : task.captured)
+    if (e.valid()) s.captured[e.fn.get()].push_back(e.input_nr);
+  if (task.capture_leaves)
+    for (node* n : reachable)
+      if (is_accumulator(n)) {
+        s.captured[n].push_back(0);
+        s.skip.insert(n);
+      }
+  if (task.captured.empty()) return;
+  const auto order = topological_order(root, s);
+  std::unordered_set<node*> reaches;  // node is captured or leads to a captured node
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    node* n = *it;
+    bool child_reaches = false;
+    for (const auto& e : n->next_edges()) child_reaches = child_reaches || (e.valid() && reaches.count(e.fn.get()));
+    if (child_reaches || s.captured.count(n)) reaches.insert(n);
+    if (!child_reaches) s.skip.insert(n);
+  }
+}
+
+void accumulate(tensor& slot, tensor g) {
+  if (!g.defined()) return;
+  slot = slot.defined() ? add(slot, g) : std::move(g);
+}
+
+tensor_list run_node(node& n, tensor_list&& grads) {
+  std::lock_guard<std::mutex> lk(n.run_mutex());
+#if defined(TROUPE_WITH_CUDA)
+  // Note [Backward streams]: run on the stream the forward op used.
+  std::optional<cuda::stream_guard> on_stream;
+  if (n.forward_device() >= 0) on_stream.emplace(n.forward_device(), n.forward_stream());
+#endif
+  try {
+    return n.run(std::move(grads));
+  } catch (const error& e) {
+    throw error(e.code(), "backward of " + n.name() + ": " + e.message());
+  } catch (const std::exception& e) {
+    throw error(errc::autograd_error, "backward of " + n.name() + " threw: " + e.what());
+  }
+}
+
+void deliver(node& n, tensor_list&& out, pass_state& s, std::vector<node*>& ready) {
+  const auto& edges = n.next_edges();
+  if (out.size() != edges.size())
+    throw error(errc::autograd_error, "backward of " + n.name() + " returned " + std::to_string(out.size()) +
+                                          " gradients for " + std::to_string(edges.size()) + " next edges");
+  for (std::size_t i = 0; i < edges.size(); ++i) {
+    const edge& e = edges[i];
+    if (!e.valid()) continue;
+    auto& buf = s.buffers[e.fn.get()];
+    if (buf.empty()) buf.resize(e.fn->num_inputs());
+    if (e.input_nr >= buf.size())
+      throw error(errc::autograd_error, "edge from " + n.name() + " into input " + std::to_string(e.input_nr) +
+                                            " of " + e.fn->name() + ", which takes " + std::to_string(buf.size()));
+    accumulate(buf[e.input_nr], std::move(out[i]));
+    if (--s.deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
+  }
+}
+
+struct later_first {
+  bool operator()(const node* a, const node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+}  // namespace
+
+void engine::execute(const graph_task& task) const {
+  no_grad_guard ng;
+  edge_list root_edges;
+  tensor_list root_grads;
+  for (const auto& [e, g] : task.roots) {
+    root_edges.push_back(e);
+    root_grads.push_back(g);
+  }
+  auto root = std::make_shared<graph_root>(std::move(root_edges), std::move(root_grads));
+  pass_state s{task, {}, {}, {}, {}};
+  plan_execution(root.get(), count_dependencies(root.get(), s), s);
+  std::priority_queue<node*, std::vector<node*>, later_first> queue;
+  queue.push(root.get());
+  std::vector<node*> ready;
+  while (!queue.empty()) {
+    node* n = queue.top();
+    queue.pop();
+    tensor_list in;
+    if (auto it = s.buffers.find(n); it != s.buffers.end()) {
+      in = std::move(it->second);
+      s.buffers.erase(it);
+    }
+    in.resize(n->num_inputs());
+    if (auto c = s.captured.find(n); c != s.captured.end() && task.capture)
+      for (auto nr : c->second) task.capture(edge{n->shared_from_this(), nr}, in[nr]);
+    if (s.skip.count(n)) continue;
+    tensor_list out = run_node(*n, std::move(in));
+    if (!task.retain_graph) n->release_variables();
+    deliver(*n, std::move(out), s, ready);
+    for (node* r : ready) queue.push(r);
+    ready.clear();
+  }
+}
+
+namespace {
+
+std::vector<std::pair<edge, tensor>> make_roots(const tensor_list& roots, const tensor_list& grads, const char* fn) {
+  if (!grads.empty() && grads.size() != roots.size())
+    throw error(errc::bad_argument, std::string(fn) + ": " + std::to_string(grads.size()) + " gradients for " +
+                                        std::to_string(roots.size()) + " roots");
+  std::vector<std::pair<edge, tensor>> out;
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    const tensor& r = roots[i];
+    const std::string which = std::string(fn) + ": root " + std::to_string(i);
+    if (!r.defined()) throw error(errc::invalid_state, which + " is undefined");
+    if (!r.requires_grad())
+      throw error(errc::autograd_error, which + " (shape " + shape_to_string(r.shape()) +
+                                            ") does not require grad and has no grad_fn");
+    tensor g = grads.empty() ? tensor() : grads[i];
+    if (!g.defined()) {
+      if (r.numel() != 1)
+        throw error(errc::autograd_error, which + " has shape " + shape_to_string(r.shape()) +
+                                              ": a gradient can be implied only for a one-element root; pass grad_root");
+      g = ones_like(r);
+    } else if (g.shape() != r.shape()) {
+      throw error(errc::shape_mismatch, which + " has shape " + shape_to_string(r.shape()) + " but its gradient has shape " +
+                                            shape_to_string(g.shape()));
+    } else if (g.device() != r.device()) {
+      throw error(errc::device_mismatch, which + " is on " + to_string(r.device()) + " but its gradient is on " +
+                                             to_string(g.device()));
+    } else if (g.dtype() != r.dtype()) {
+      no_grad_guard ng;
+      g = g.to(r.dtype());
+    }
+    out.emplace_back(gradient_edge(r), std::move(g));
+  }
+  return out;
+}
+
+}  // namespace
+
+void engine::backward(const tensor_list& roots, const tensor_list& grad_roots, bool retain_graph) const {
+  graph_task task;
+  task.roots = make_roots(roots, grad_roots, "backward");
+  task.retain_graph = retain_graph;
+  execute(task);
+}
+
+tensor_list engine::grad(const tensor_list& outputs, const tensor_list& inputs, const tensor_list& grad_outputs,
+                         bool retain_graph) const {
+  graph_task task;
+  task.roots = make_roots(outputs, grad_outputs, "grad");
+  task.retain_graph = retain_graph;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined() || !inputs[i].requires_grad())
+      throw error(errc::autograd_error, "grad: input " + std::to_string(i) + " does not require grad");
+    task.captured.push_back(gradient_edge(inputs[i]));
+  }
+  tensor_list result(inputs.size());
+  task.capture = [&](const edge& e, const tensor& g) {
+    for (std::size_t k = 0; k < task.captured.size(); ++k)
+      if (task.captured[k] == e) result[k] = g;
+  };
+  execute(task);
+  return result;
+}
+
+}  // namespace troupe
