@@ -1,0 +1,96 @@
+// Multi-process tests of the job token (Note [job token]) and of garbage on the port.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "integration/node_harness.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/spawn.hpp"
+
+using namespace std::chrono_literals;
+using troupe::errc;
+
+namespace {
+
+// Connects to 127.0.0.1:port, writes garbage, returns whether the peer closed the connection
+// within `timeout`.
+bool garbage_gets_dropped(std::uint16_t port, std::chrono::milliseconds timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  // Text a port scanner or a misdirected HTTP client would send, then pseudo-random bytes.
+  const std::string http = "GET / HTTP/1.1\r\nHost: troupe\r\n\r\n";
+  std::vector<char> junk(http.begin(), http.end());
+  for (std::uint32_t i = 0; i < 4096; ++i) junk.push_back(static_cast<char>((i * 2654435761u) >> 13));
+  (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) != 1) continue;
+    char buf[256];
+    const auto r = ::recv(fd, buf, sizeof buf, 0);
+    closed = r <= 0;
+  }
+  ::close(fd);
+  return closed;
+}
+
+}  // namespace
+
+TEST_CASE("a node with a wrong job token is refused and the others keep being served", "[actors][security]") {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(2, [&](int i) {
+    const std::uint16_t port = pipe.read();
+    if (i == 0) {
+      try {
+        troupe::node intruder(troupe::test::test_options(1, 2, port, "wrong-token"));
+      } catch (const troupe::error& e) {
+        if (e.code() == errc::unauthorized) return;
+        throw;
+      }
+      throw std::runtime_error("a wrong token was accepted");
+    }
+    troupe::node n(troupe::test::test_options(1, 2, port));
+    n.functions().add("add", [](int a, int b) { return a + b; });
+    n.store().set("ready/1", "1");
+    n.store().get("done", 30s);
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  });
+  troupe::node n(troupe::test::test_options(0, 2, 0));
+  pipe.publish(n.port(), 2);
+  n.store().wait({"ready/1"}, 10s);
+  CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 2, 3) == 5);
+  n.store().set("done", "1");
+  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  CHECK(children.join(10s));  // the intruder exited 0 only if it got unauthorized
+}
+
+TEST_CASE("garbage bytes on the port drop that connection and the node keeps serving", "[actors][security]") {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) {
+    troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
+    n.functions().add("add", [](int a, int b) { return a + b; });
+    n.store().set("ready/1", "1");
+    n.store().get("done", 30s);
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  });
+  troupe::node n(troupe::test::test_options(0, 2, 0));
+  n.functions().add("mul", [](int a, int b) { return a * b; });
+  CHECK(garbage_gets_dropped(n.port(), 5s));
+  pipe.publish(n.port(), 1);
+  n.store().wait({"ready/1"}, 10s);
+  CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 2, 3) == 5);
+  CHECK(garbage_gets_dropped(n.port(), 5s));
+  CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 4, 3) == 7);
+  n.store().set("done", "1");
+  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  CHECK(children.join(10s));
+}
