@@ -13,7 +13,11 @@ namespace {
 using kernels::binary_op;
 
 void check_result_fits(const char* op, const tensor& self, dtype result) {
-  if (promote_types(self.dtype(), result) != self.dtype())
+  // PyTorch's canCast: floating results may not go into integer/bool tensors, nor integer
+  // results into bool tensors; narrowing within a category (float64 into float32) is fine.
+  const bool bad = (is_floating(result) && !is_floating(self.dtype())) ||
+                   (result != dtype::boolean && self.dtype() == dtype::boolean);
+  if (bad)
     throw error(errc::dtype_mismatch, std::string(op) + ": result type " + std::string(to_string(result)) +
                                           " cannot be written into " + ops::describe(self));
 }
