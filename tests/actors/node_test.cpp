@@ -1,0 +1,121 @@
+// Single-process tests of a node: local store, calls to itself, the transport hook, shutdown.
+#include <dirent.h>
+
+#include <atomic>
+
+#include <catch2/catch.hpp>
+
+#include "troupe/actors/rpc/api.hpp"
+
+using namespace std::chrono_literals;
+using troupe::errc;
+
+namespace {
+
+int thread_count() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (auto* e = ::readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+troupe::node_options solo() {
+  troupe::node_options o;
+  o.job_token = "t";
+  o.default_timeout = 5s;
+  return o;
+}
+
+// Drops the first request it sees, duplicates the second, counts everything.
+struct counting_hook : troupe::transport_hook {
+  std::atomic<int> sent{0}, received{0}, requests{0};
+  troupe::transport_decision on_send(troupe::envelope& m) override {
+    ++sent;
+    if (m.kind != troupe::message_kind::rpc_request) return {};
+    const int n = ++requests;
+    return {n == 1 ? 0 : n == 2 ? 2 : 1, 0ms};
+  }
+  troupe::transport_decision on_receive(troupe::envelope&) override {
+    ++received;
+    return {};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a single node serves its own store and calls to itself", "[actors][node]") {
+  troupe::node n(solo());
+  n.functions().add("neg", [](double x) { return -x; });
+  CHECK(n.info().name == "worker0");
+  CHECK(n.port() != 0);
+  n.store().set("a", "1");
+  CHECK(n.store().get("a", 1s) == "1");
+  CHECK(troupe::rpc_sync<double>(n, "worker0", "neg", 2.5) == -2.5);
+  n.shutdown(troupe::shutdown_mode::graceful, 2s);
+}
+
+TEST_CASE("every call passes the transport hook, which can drop and duplicate", "[actors][node][transport]") {
+  auto hook = std::make_shared<counting_hook>();
+  troupe::node n(solo(), {}, hook);
+  std::atomic<int> runs{0};
+  n.functions().add("count", [&runs](int x) {
+    ++runs;
+    return x;
+  });
+  try {
+    troupe::rpc_sync<int>(n, "worker0", "count", troupe::rpc::deadline{100ms}, 1);
+    FAIL("a dropped request completed");
+  } catch (const troupe::error& e) {
+    CHECK(e.code() == errc::timeout);
+  }
+  CHECK(troupe::rpc_sync<int>(n, "worker0", "count", 2) == 2);  // duplicated: runs twice, completes once
+  CHECK(troupe::rpc_sync<int>(n, "worker0", "count", 3) == 3);
+  n.shutdown(troupe::shutdown_mode::immediate);
+  CHECK(runs == 3);
+  CHECK(hook->requests == 3);
+  CHECK(hook->received >= 3);
+}
+
+TEST_CASE("after shutdown no thread of the node is left and calls fail with invalid_state", "[actors][node][shutdown]") {
+  const int before = thread_count();
+  {
+    troupe::node n(solo());
+    n.functions().add("slow", [](int ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // the work in flight at shutdown
+      return ms;
+    });
+    auto f = troupe::rpc_async<int>(n, "worker0", "slow", 50);
+    CHECK(thread_count() > before);
+    n.shutdown(troupe::shutdown_mode::immediate);
+    REQUIRE(f.wait(2s));
+    auto g = troupe::rpc_async<int>(n, "worker0", "slow", 1);
+    REQUIRE(g.is_ready());
+    try {
+      g.get();
+      FAIL("a call after shutdown succeeded");
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == errc::invalid_state);
+    }
+    CHECK(thread_count() == before);
+  }
+  CHECK(thread_count() == before);
+}
+
+TEST_CASE("node options take the launcher environment as defaults", "[actors][node]") {
+  ::setenv("RANK", "3", 1);
+  ::setenv("WORLD_SIZE", "8", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  ::setenv("TROUPE_JOB_TOKEN", "secret", 1);
+  auto o = troupe::node_options::from_env();
+  CHECK(o.rank == 3);
+  CHECK(o.world_size == 8);
+  CHECK(o.master_port == 29500);
+  CHECK(o.job_token == "secret");
+  CHECK(o.worker_name() == "worker3");
+  ::setenv("RANK", "three", 1);
+  CHECK_THROWS_AS(troupe::node_options::from_env(), troupe::error);
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_PORT", "TROUPE_JOB_TOKEN"}) ::unsetenv(v);
+}
