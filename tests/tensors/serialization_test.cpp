@@ -12,6 +12,8 @@
 
 #include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
+#include <boost/serialization/map.hpp>
+#include <boost/serialization/string.hpp>
 
 #include "../../tensors/src/checksum.hpp"
 #include "troupe/tensors/allocator.hpp"
@@ -336,14 +338,21 @@ TEST_CASE("tensors travel inside a bigger Boost archive beside other values", "[
     boost::archive::binary_oarchive ar(buf);
     const std::int64_t step = 77;
     const tensor undefined;
-    ar << step << w << undefined << w.t();
+    state_dict sd;
+    sd["w"] = w;
+    sd["b"] = arange_int32(3, {3});
+    ar << step << w << undefined << w.t() << sd;
   }
   boost::archive::binary_iarchive ar(buf);
   bound_tensor_loads(ar, *buf.rdbuf());
   std::int64_t step = 0;
   tensor a, u, b;
-  ar >> step >> a >> u >> b;
+  state_dict sd;
+  ar >> step >> a >> u >> b >> sd;
   CHECK(step == 77);
+  REQUIRE(sd.size() == 2);
+  require_same(sd.at("w"), w);
+  CHECK(int32_values(sd.at("b")) == std::vector<std::int32_t>{0, 1, 2});
   require_same(a, w);
   CHECK_FALSE(u.defined());
   require_same(b, w.t());
