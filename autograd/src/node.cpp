@@ -22,6 +22,23 @@ node::node(std::string name, edge_list next_edges, std::uint32_t num_inputs)
 node::node(std::string name, edge_list next_edges, std::uint32_t num_inputs, std::uint64_t sequence_nr)
     : name_(std::move(name)), next_edges_(std::move(next_edges)), num_inputs_(num_inputs), sequence_nr_(sequence_nr) {}
 
+node::~node() {
+  // Take over the next nodes we hold the last reference to, and their next nodes, and so on:
+  // each is destroyed with empty edges, so destruction never recurses.
+  std::vector<std::shared_ptr<node>> stack;
+  auto take = [&stack](edge_list& edges) {
+    for (auto& e : edges)
+      if (e.fn && e.fn.use_count() == 1) stack.push_back(std::move(e.fn));
+    edges.clear();
+  };
+  take(next_edges_);
+  while (!stack.empty()) {
+    std::shared_ptr<node> n = std::move(stack.back());
+    stack.pop_back();
+    take(n->next_edges_);
+  }
+}
+
 void node::apply_tensor_hooks(tensor_list& grads) {
   std::vector<tensor_pre_hook> hooks;
   std::vector<std::pair<std::uint32_t, std::function<void(const tensor&)>>> retains;

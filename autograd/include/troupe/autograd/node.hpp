@@ -73,7 +73,9 @@ class node : public std::enable_shared_from_this<node> {
   node(std::string name, edge_list next_edges, std::uint32_t num_inputs);
   /// As above with an explicit sequence number (accumulate_grad uses the maximum).
   node(std::string name, edge_list next_edges, std::uint32_t num_inputs, std::uint64_t sequence_nr);
-  virtual ~node() = default;
+  /// Releases the chain of nodes only this node keeps alive iteratively (a graph of a million
+  /// chained ops would overflow the stack with recursive shared_ptr destruction).
+  virtual ~node();
   node(const node&) = delete;
   node& operator=(const node&) = delete;
 
