@@ -17,10 +17,10 @@ tensor saved_variable::unpack(const std::string& op) const {
   if (!data_.defined()) return data_;
   const auto now = data_.version();
   if (now != version_)
-    throw error(errc::autograd_error, "saved tensor of " + op + " (shape " + shape_to_string(data_.shape()) +
-                                          ") was modified in place (version " + std::to_string(now) +
-                                          ", expected " + std::to_string(version_) +
-                                          "); clone() it before modifying it, or modify it out of place");
+    throw error(errc::autograd_error, "saved tensor of " + op + " was modified in place (version " +
+                                          std::to_string(now) + ", expected " + std::to_string(version_) +
+                                          "); shape " + shape_to_string(data_.shape()) +
+                                          "; clone() it before modifying it, or modify it out of place");
   return data_;
 }
 
@@ -54,8 +54,8 @@ void op_node::release_variables() {
 tensor_list op_node::apply(tensor_list&& grads) {
   if (released_)
     throw error(errc::autograd_error, "trying to backward through the graph a second time (" + name() +
-                                          "): its saved tensors were freed after the first backward; pass "
-                                          "retain_graph=true to the first backward");
+                                          "); pass retain_graph=true to the first backward (its saved tensors "
+                                          "were freed after it)");
   const bool any = std::any_of(grads.begin(), grads.end(), [](const tensor& g) { return g.defined(); });
   if (!any) return tensor_list(inputs_.size());
   tensor_list saved;
