@@ -119,8 +119,17 @@ std::int64_t load_checkpoint(const std::string& path, nn::module& model, optim::
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw error(errc::io_error, "load_checkpoint: error reading " + path);
   checkpoint_state st = decode_checkpoint(bytes, path);
+  // Both loads validate before they change anything; the model is loaded first, so keep a copy
+  // to put back if the optimizer then rejects its part.
+  troupe::state_dict backup;
+  for (const auto& [name, t] : model.state_dict()) backup.emplace(name, t.clone());
   model.load_state_dict(st.model, true);
-  opt.load_state_dict(st.optimizer);
+  try {
+    opt.load_state_dict(st.optimizer);
+  } catch (...) {
+    model.load_state_dict(backup, true);
+    throw;
+  }
   gen = st.gen;
   return st.step;
 }

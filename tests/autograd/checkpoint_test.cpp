@@ -14,6 +14,7 @@
 #include "troupe/autograd/nn/loss.hpp"
 #include "troupe/autograd/nn/sequential.hpp"
 #include "troupe/autograd/optim/adam.hpp"
+#include "troupe/autograd/optim/sgd.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/serialization.hpp"
@@ -179,4 +180,23 @@ TEST_CASE("loading a checkpoint into a different model names the offending key",
                        }));
   CHECK_THROWS_MATCHES(load_checkpoint(dir.file("none.ckpt"), other, opt, gen), error,
                        Catch::Predicate<error>([](const error& e) { return e.code() == errc::io_error; }));
+}
+
+TEST_CASE("a checkpoint whose optimizer state does not fit leaves the model untouched", "[autograd][checkpoint]") {
+  temp_dir dir;
+  const auto path = dir.file("sgd.ckpt");
+  generator gen(8);
+  nn::linear lin(2, 2, gen);
+  optim::sgd sgd_opt(lin.parameters(), {.lr = 0.1, .momentum = 0.9});
+  save_checkpoint(path, lin, sgd_opt, 1, gen);
+  generator other_gen(9);
+  nn::linear other(2, 2, other_gen);
+  optim::adam adam_opt(other.parameters());
+  const tensor before = other.weight.clone();
+  const generator gen_before = other_gen;
+  // sgd's hyperparameters (momentum, nesterov, ...) are unexpected keys for adam.
+  CHECK_THROWS_MATCHES(load_checkpoint(path, other, adam_opt, other_gen), error,
+                       Catch::Predicate<error>([](const error& e) { return e.code() == errc::bad_argument; }));
+  CHECK(equal(other.weight, before));
+  CHECK(other_gen == gen_before);
 }

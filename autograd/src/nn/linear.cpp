@@ -7,6 +7,8 @@
 #include "troupe/autograd/nn/sequential.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/linalg.hpp"
+#include "troupe/tensors/autograd_hook.hpp"
+#include "troupe/tensors/reduction.hpp"
 
 namespace troupe::nn {
 
@@ -32,14 +34,47 @@ linear::linear(std::int64_t in_features, std::int64_t out_features, generator& g
   }
 }
 
+namespace {
+
+// y = x W^T + b for a 2-d x as one recorded op, so that the weight gradient comes out as one
+// contiguous GEMM g^T x of W's shape (through the transpose view it would be a strided
+// transpose of x^T g, which makes accumulating it into .grad a slow strided add).
+tensor linear_2d(const tensor& x, const tensor& w, const tensor& b) {
+  tensor out;
+  {
+    no_grad_guard guard;
+    out = b.defined() ? addmm(b, x, w.t()) : matmul(x, w.t());
+  }
+  if (!should_record({&x, &w, &b})) return out;
+  op_record rec;
+  rec.name = "linear";
+  rec.inputs = {x, w, b};
+  rec.outputs = {out};
+  rec.saved = {x, w};
+  rec.backward = [](const backward_ctx& ctx) -> tensor_list {
+    const tensor& g = ctx.grad_outputs[0];
+    if (!g.defined()) return tensor_list(3);
+    tensor gx, gw, gb;
+    if (ctx.needs_input_grad[0]) gx = matmul(g, ctx.saved[1]);
+    if (ctx.needs_input_grad[1]) gw = matmul(g.t(), ctx.saved[0]);
+    if (ctx.needs_input_grad[2]) gb = sum(g, {0});
+    return {gx, gw, gb};
+  };
+  record_op(std::move(rec));
+  return out;
+}
+
+}  // namespace
+
 tensor linear::forward(const tensor& input) {
   if (input.dim() < 1 || input.size(-1) != in_)
     throw error(errc::shape_mismatch, "linear: input of shape " + shape_to_string(input.shape()) +
                                           " does not end in in_features = " + std::to_string(in_) +
                                           " (weight " + shape_to_string(weight.shape()) + ")");
-  if (input.dim() == 2 && bias.defined()) return addmm(bias, input, weight.t());
-  tensor out = matmul(input, weight.t());
-  return bias.defined() ? out + bias : out;
+  if (input.dim() == 2) return linear_2d(input, weight, bias);
+  shape_t out_shape = input.shape();
+  out_shape.back() = out_;
+  return linear_2d(input.reshape({-1, in_}), weight, bias).reshape(out_shape);
 }
 
 tensor sequential::forward(const tensor& input) {

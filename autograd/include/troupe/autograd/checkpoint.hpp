@@ -53,8 +53,9 @@ void save_checkpoint(const std::string& path, const nn::module& model, const opt
 
 /// Loads a checkpoint written by save_checkpoint into `model` (strict), `opt` and `gen`, and
 /// returns the saved step. Throws io_error when the file cannot be read, checkpoint_corrupt when
-/// it is damaged, and load_state_dict's errors when it does not fit the model/optimizer; in
-/// every case nothing has been modified unless the model's load succeeded.
+/// it is damaged, and load_state_dict's errors (shape_mismatch, dtype_mismatch, bad_argument)
+/// when it does not fit the model or optimizer. On any error the model, optimizer and generator
+/// are left as they were.
 std::int64_t load_checkpoint(const std::string& path, nn::module& model, optim::optimizer& opt, generator& gen);
 
 }  // namespace troupe
