@@ -284,3 +284,32 @@ TEST_CASE("activation modules apply their elementwise op", "[autograd][nn]") {
   CHECK(nn::sigmoid().forward(x).select(0, 1).item() == Approx(0.5));
   CHECK(nn::gelu().forward(x).select(0, 2).item() == Approx(2.0 * 0.5 * (1 + std::erf(2.0 / std::sqrt(2.0)))));
 }
+
+TEST_CASE("dropout with a replayed generator state passes gradcheck", "[autograd][nn]") {
+  generator gen(14);
+  nn::dropout drop(0.3, gen);
+  tensor x = randn({20}, gen, dtype::float64);
+  set_requires_grad(x);
+  const auto offset = gen.offset();
+  // Rewinding the generator before each evaluation fixes the mask, so f is a function of x.
+  CHECK(gradcheck(
+      [&](const tensor_list& in) {
+        gen.set_offset(offset);
+        return drop.forward(in[0]);
+      },
+      {x}));
+}
+
+TEST_CASE("moving a module to its own device keeps parameter identity", "[autograd][nn]") {
+  generator gen(15);
+  block b(gen);
+  const auto before = b.parameters();
+  backward(sum(b.forward(ones({1, 3}))));
+  b.to(cpu_device);
+  const auto after = b.parameters();
+  REQUIRE(after.size() == before.size());
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    CHECK(after[i].is_same(before[i]));
+    CHECK(after[i].is_cpu());
+  }
+}

@@ -208,3 +208,18 @@ TEST_CASE("a small MLP learns an XOR-like task", "[autograd][optim]") {
   const tensor pred = argmax(mlp.forward(x), 1);
   CHECK(sum(eq(pred, y).to(dtype::float64)).item() >= 0.99 * n);
 }
+
+TEST_CASE("parameters without a gradient are skipped by both step forms", "[autograd][optim]") {
+  tensor a = start(), b = start();
+  optim::sgd opt({a, b}, {.lr = 0.1, .momentum = 0.9});
+  set_grad(a, from_vector<double>({1, 1}));
+  opt.step();  // b has no .grad
+  CHECK(equal(a, from_vector<double>({0.9, -2.1})));
+  CHECK(equal(b, from_vector<double>({1.0, -2.0})));
+  CHECK(opt.state(1).buffers.empty());
+  opt.step({a, b}, {tensor(), from_vector<double>({1, 1})});
+  CHECK(equal(a, from_vector<double>({0.9, -2.1})));
+  CHECK(equal(b, from_vector<double>({0.9, -2.1})));
+  opt.zero_grad();
+  CHECK((!grad(a).defined() || amax(abs(grad(a))).item() == 0.0));
+}
