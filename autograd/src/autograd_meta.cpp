@@ -53,19 +53,22 @@ void install_retains_grad_hook(const tensor& t) {
 
 namespace {
 
-void check_in_place(const op_record& rec) {
-  if (rec.outputs.size() != 1 || rec.inputs.empty() || !rec.outputs[0].is_same(rec.inputs[0]))
-    throw error(errc::autograd_error, "in-place op " + rec.name + " must record outputs == {inputs[0]}");
-  const tensor& self = rec.outputs[0];
+void check_in_place_allowed(const tensor& self, const std::string& op) {
   if (const auto* m = meta_of(self); m && !m->grad_fn && m->requires_grad_flag)
-    throw error(errc::autograd_error, "a leaf tensor that requires grad is used in an in-place operation " + rec.name +
+    throw error(errc::autograd_error, "a leaf tensor that requires grad is used in an in-place operation " + op +
                                           " (shape " + shape_to_string(self.shape()) +
                                           "); do it under no_grad_guard, or on a clone()");
   if (self.is_view() && self.base().requires_grad())
-    throw error(errc::not_supported, "in-place operation " + rec.name + " on a view (shape " +
+    throw error(errc::not_supported, "in-place operation " + op + " on a view (shape " +
                                          shape_to_string(self.shape()) + ") of a tensor that requires grad (shape " +
                                          shape_to_string(self.base().shape()) +
                                          ") is not supported; apply the op out of place, or clone() the view first");
+}
+
+void check_in_place_record(const op_record& rec) {
+  if (rec.outputs.size() != 1 || rec.inputs.empty() || !rec.outputs[0].is_same(rec.inputs[0]))
+    throw error(errc::autograd_error, "in-place op " + rec.name + " must record outputs == {inputs[0]}");
+  check_in_place_allowed(rec.outputs[0], rec.name);
 }
 
 // Gives `out` the history (fn, nr). An in-place op rebases an existing tensor: its metadata is
@@ -81,8 +84,12 @@ void set_history(const tensor& out, const std::shared_ptr<node>& fn, std::uint32
 
 }  // namespace
 
+void autograd_meta::check_in_place(const tensor& self, const std::string& op) const {
+  check_in_place_allowed(self, op);
+}
+
 void autograd_meta::record(op_record&& rec) const {
-  if (rec.in_place) check_in_place(rec);
+  if (rec.in_place) check_in_place_record(rec);
   edge_list next;
   std::vector<input_info> infos;
   next.reserve(rec.inputs.size());

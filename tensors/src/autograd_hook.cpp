@@ -37,4 +37,16 @@ void record_op(op_record&& rec) {
   }
 }
 
+void check_in_place(const tensor& self, std::initializer_list<const tensor*> others, const char* op) {
+  if (!grad_enabled) return;
+  // Any metadata will do: the check reads only `self` (its own history and its base's).
+  const autograd_meta_interface* meta = self.autograd_meta();
+  if (!meta && self.is_view()) meta = self.base().autograd_meta();
+  for (const tensor* o : others) {
+    if (meta) break;
+    if (o && o->defined() && o->requires_grad()) meta = o->autograd_meta();
+  }
+  if (meta) meta->check_in_place(self, op);
+}
+
 }  // namespace troupe

@@ -123,7 +123,8 @@ tensor tensor::detach() const {
   impl->strides = s.strides;
   impl->offset = s.offset;
   impl->dtype = s.dtype;
-  impl->base = s.base;
+  // Not a view in the autograd sense (as PyTorch's detach()): it shares storage and the
+  // version counter, but has no history and no base.
   return tensor(std::move(impl));
 }
 
@@ -432,6 +433,7 @@ tensor& tensor::copy_(const tensor& src) {
   if (b != shape())
     throw error(errc::shape_mismatch, "copy_: source of shape " + shape_to_string(src.shape()) +
                                           " does not broadcast to destination shape " + shape_to_string(shape()));
+  check_in_place(*this, {&src}, "copy_");
   const bool rec = should_record({this, &src});
   tensor s = src.expand(shape()).detach();
   if (s.device() != device()) {

@@ -33,6 +33,7 @@ class autograd_meta final : public autograd_meta_interface {
   /// Throws autograd_error for an in-place op on a leaf that requires grad, not_supported for an
   /// in-place op on a view whose base requires grad.
   void record(op_record&& rec) const override;
+  void check_in_place(const tensor& self, const std::string& op) const override;
 
   bool requires_grad_flag = false;  ///< set by set_requires_grad (leaves only)
   tensor grad;                      ///< the accumulated gradient (.grad)

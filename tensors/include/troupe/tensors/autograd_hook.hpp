@@ -60,6 +60,10 @@ class autograd_meta_interface {
   /// Turns `rec` into a graph node and attaches metadata to its outputs.
   /// Throws troupe::error(autograd_error) for illegal cases (in-place on a leaf requiring grad).
   virtual void record(op_record&& rec) const = 0;
+  /// Throws troupe::error (autograd_error / not_supported) if the in-place op `op` on `self` is
+  /// illegal (a leaf that requires grad, a view of a tensor that requires grad). Called by
+  /// in-place ops BEFORE they write, so a refused op leaves the data untouched.
+  virtual void check_in_place(const tensor& /*self*/, const std::string& /*op*/) const {}
 };
 
 /// Thread-local switch for recording (like torch.is_grad_enabled()).
@@ -95,5 +99,9 @@ bool should_record(std::initializer_list<const tensor*> inputs);
 bool should_record(const tensor_list& inputs);
 /// Hands `rec` to the metadata of the first input that requires grad.
 void record_op(op_record&& rec);
+/// Checks, before an in-place op `op` writes into `self` (with `others` as further inputs),
+/// that autograd allows it; no-op when grad mode is off or no tensor involved has autograd
+/// metadata. Throws what autograd_meta_interface::check_in_place throws.
+void check_in_place(const tensor& self, std::initializer_list<const tensor*> others, const char* op);
 
 }  // namespace troupe

@@ -37,8 +37,8 @@ class storage {
   std::uint64_t version() const noexcept { return version_.load(std::memory_order_acquire); }
   void bump_version() noexcept { version_.fetch_add(1, std::memory_order_acq_rel); }
 
-  /// Replaces the memory (same size) — used to move a storage into shared memory in place, so
-  /// every view follows. Throws bad_argument when the size differs.
+  /// Replaces the memory — used to move a storage into shared memory in place, so every view
+  /// follows. The caller guarantees `data` holds at least nbytes() bytes with the same contents.
   void swap_data(data_ptr data, storage_kind kind);
 
   /// Opaque name of a shared segment, for shared_memory storage ("" otherwise).
