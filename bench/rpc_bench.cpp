@@ -1,0 +1,214 @@
+// rpc_bench: the RPC runtime against its limits (BENCH.md). Two processes on loopback: this one
+// (rank 0, the caller) and a forked server (rank 1); a third (rank 2) is SIGKILLed to time the
+// supervision path. The raw TCP ping-pong and memcpy limits are measured in the same run.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <malloc.h>
+
+#include <cstring>
+#include <thread>
+
+#include "bench_util.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/spawn.hpp"
+#include "troupe/tensors/factories.hpp"
+
+using namespace std::chrono_literals;
+namespace tb = troupe::bench;
+
+namespace {
+
+troupe::node_options options(int rank, std::uint16_t port) {
+  troupe::node_options o;
+  o.rank = rank;
+  o.world_size = 3;
+  o.master_port = port;
+  o.job_token = "bench";
+  o.default_timeout = 30s;
+  return o;
+}
+
+int tcp_socket_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+// Raw TCP 1-byte ping-pong on loopback with a forked echo process; returns the round trips in us.
+std::vector<double> tcp_pingpong(int iters) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0) return {};
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int c = tcp_socket_nodelay(::socket(AF_INET, SOCK_STREAM, 0));
+    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(1);
+    char b = 0;
+    while (::recv(c, &b, 1, 0) == 1)
+      if (::send(c, &b, 1, 0) != 1) break;
+    ::_exit(0);
+  }
+  const int fd = tcp_socket_nodelay(::accept(lfd, nullptr, nullptr));
+  std::vector<double> out;
+  char b = 1;
+  for (int i = 0; i < iters + iters / 10; ++i) {
+    const auto t0 = tb::clock::now();
+    if (::send(fd, &b, 1, 0) != 1 || ::recv(fd, &b, 1, MSG_WAITALL) != 1) break;
+    if (i >= iters / 10) out.push_back(tb::seconds_since(t0) * 1e6);
+  }
+  ::close(fd);
+  ::close(lfd);
+  ::waitpid(pid, nullptr, 0);
+  return out;
+}
+
+double memcpy_gbps(std::size_t bytes, int iters) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  auto runs = tb::time_runs(2, iters, [&] { std::memcpy(b.data(), a.data(), bytes); });
+  return static_cast<double>(bytes) / tb::summarize(runs).median / 1e9;
+}
+
+void serve(int rank, std::uint16_t port) {
+  troupe::node n(options(rank, port));
+  n.functions().add("noop", [](int x) { return x; });
+  n.functions().add("echo", [](troupe::tensor t) { return t; });
+  n.functions().add("block", [](int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // a call in flight when killed
+    return ms;
+  });
+  n.store().set("ready/" + std::to_string(rank), "1");
+  n.store().get("done", 600s);
+}
+
+void echo_metrics(troupe::node& n, tb::report& rep, std::size_t bytes, int iters, const std::string& name) {
+  auto t = troupe::empty({static_cast<std::int64_t>(bytes / 4)}, troupe::dtype::float32);
+  std::memset(t.data_ptr(), 7, t.nbytes());
+  troupe::tensor back;
+  auto runs = tb::time_runs(1, iters, [&] { back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t); });
+  if (back.nbytes() != t.nbytes() || std::memcmp(back.data_ptr(), t.data_ptr(), t.nbytes()) != 0)
+    throw troupe::error(troupe::errc::protocol_violation, "tensor echo returned different bytes");
+  const auto s = tb::summarize(runs);
+  const std::string p = "\"bytes\": " + std::to_string(bytes) + ", \"iters\": " + std::to_string(iters);
+  rep.add("tensor_echo_" + name + "_gbps", static_cast<double>(bytes) / s.median / 1e9, "GB/s", p);
+  rep.add("tensor_echo_" + name + "_rtt_ms", s.median * 1e3, "ms", p);
+}
+
+}  // namespace
+
+namespace {
+
+void small_rtt_metrics(troupe::node& n, tb::report& rep, int iters) {
+  int sink = 0;
+  auto runs = tb::time_runs(iters / 10, iters, [&] { sink += troupe::rpc_sync<int>(n, "worker1", "noop", 1); });
+  for (auto& r : runs) r *= 1e6;
+  const auto s = tb::summarize(runs);
+  const std::string p = "\"iters\": " + std::to_string(iters);
+  rep.add("rpc_sync_small_rtt_median_us", s.median, "us", p);
+  rep.add("rpc_sync_small_rtt_p99_us", s.p99, "us", p);
+}
+
+void async_metrics(troupe::node& n, tb::report& rep, int calls) {
+  constexpr int window = 2000;  // bounded in-flight calls (CAF never throttles sends)
+  const auto t0 = tb::clock::now();
+  for (int done = 0; done < calls; done += window) {
+    std::vector<troupe::rpc::future<int>> fs;
+    fs.reserve(window);
+    for (int i = 0; i < window; ++i) fs.push_back(troupe::rpc_async<int>(n, "worker1", "noop", i));
+    if (!troupe::rpc::wait_all(fs, 30s)) throw troupe::error(troupe::errc::timeout, "async window did not complete");
+    if (fs.back().get() != window - 1) throw troupe::error(troupe::errc::protocol_violation, "async result mismatch");
+  }
+  rep.add("rpc_async_throughput_calls_per_s", calls / tb::seconds_since(t0), "calls/s",
+          "\"calls\": " + std::to_string(calls) + ", \"window\": " + std::to_string(window));
+}
+
+void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds) {
+  auto big = troupe::empty({16 << 20}, troupe::dtype::float32);  // 64 MB
+  std::memset(big.data_ptr(), 1, big.nbytes());
+  std::vector<double> lat;
+  for (int i = 0; i < rounds; ++i) {
+    auto f = troupe::rpc_async<troupe::tensor>(n, "worker1", "echo", big);
+    const auto t0 = tb::clock::now();
+    troupe::rpc_sync<int>(n, "worker1", "noop", i);
+    lat.push_back(tb::seconds_since(t0) * 1e6);
+    f.get();
+  }
+  rep.add("small_rtt_during_64mb_us", tb::summarize(lat).median, "us", "\"rounds\": " + std::to_string(rounds));
+}
+
+void peer_loss_metric(troupe::node& n, tb::report& rep, troupe::spawn_context& children) {
+  auto f = troupe::rpc_async<int>(n, "worker2", "block", 60000);
+  troupe::rpc_sync<int>(n, "worker2", "noop", 0);  // the block call is now running remotely
+  const auto t0 = tb::clock::now();
+  children.kill(1, SIGKILL);
+  if (!f.wait(10s)) throw troupe::error(troupe::errc::timeout, "peer loss not detected in 10 s");
+  const double ms = tb::seconds_since(t0) * 1e3;
+  try {
+    f.get();
+  } catch (const troupe::error& e) {
+    if (e.code() != troupe::errc::peer_lost) throw;
+  }
+  rep.add("peer_loss_detect_ms", ms, "ms");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = tb::quick_mode(argc, argv);
+  // Keep freed 64 MB buffers in the heap instead of returning them to the kernel: otherwise each
+  // message pays ~16k page faults for fresh pages (measured: page faults were the top cost of
+  // the 64 MB echo). Applies to the forked children as well. Pass --no-mallopt to compare.
+  bool tune = true;
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;
+  if (tune) {
+    ::mallopt(M_MMAP_THRESHOLD, 512 << 20);
+    ::mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+  tb::report rep("rpc");
+  const auto tcp = tb::summarize(tcp_pingpong(quick ? 2000 : 20000));
+  rep.add("limit_tcp_pingpong_median_us", tcp.median, "us");
+  rep.add("limit_memcpy_gbps", memcpy_gbps(64u << 20, quick ? 5 : 20), "GB/s", "\"bytes\": 67108864");
+
+  // rank 0 listens on a port chosen here, before the fork (spawn must precede any actor system).
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::uint16_t port = ntohs(addr.sin_port);
+  ::close(probe);
+  auto children = troupe::spawn(2, [port](int i) { serve(i + 1, port); });
+  try {
+    troupe::node n(options(0, port));
+    n.store().wait({"ready/1", "ready/2"}, 30s);
+    small_rtt_metrics(n, rep, quick ? 2000 : 20000);
+    async_metrics(n, rep, quick ? 20000 : 200000);
+    echo_metrics(n, rep, 1u << 20, quick ? 20 : 200, "1mb");
+    echo_metrics(n, rep, 64u << 20, quick ? 3 : 10, "64mb");
+    during_transfer_metrics(n, rep, quick ? 3 : 10);
+    peer_loss_metric(n, rep, children);
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::immediate);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rpc_bench failed: %s\n", e.what());
+    return 1;
+  }
+  rep.print_table();
+  try {
+    children.join(10s);
+  } catch (const troupe::error&) {
+    // rank 2 was SIGKILLed on purpose
+  }
+  return 0;
+}
