@@ -8,6 +8,8 @@
 using troupe::errc;
 
 namespace {
+std::string shout(std::string s) { return s + "!"; }
+
 troupe::errc code_of(const std::function<void()>& f) {
   try {
     f();
@@ -71,6 +73,9 @@ TEST_CASE("a registry entry separates decode errors from the user function's exc
   CHECK_FALSE(started);
   CHECK_THROWS_AS(reg.find("throws")->invoke(troupe::rpc::encode_args(1), [] {}), std::logic_error);
   CHECK(reg.find("missing") == nullptr);
+  TROUPE_RPC_FUNCTION(reg, shout);
+  REQUIRE(reg.find("shout"));
+  CHECK(reg.find("shout")->signature == "string(string)");
 }
 
 TEST_CASE("troupe errors survive the conversion to caf::error and back", "[actors][codec]") {

@@ -167,7 +167,15 @@ void serve_request(agent_actor* self, rpc_request& req) {
 void on_response(agent_actor* self, rpc_response& r) {
   auto& s = self->state;
   auto it = s.pending.find(r.id);
-  const std::string peer = it == s.pending.end() ? std::string() : it->second.peer_name;
+  if (it == s.pending.end()) return;  // late (timed out), duplicated, or never ours
+  // Only the peer the call went to may answer it: a response from anyone else is forged.
+  const auto& sender = self->current_sender();
+  if (!sender || sender->address() != it->second.peer) {
+    std::fprintf(stderr, "[troupe] %s: ignored a response to call %llu from an actor other than %s\n", s.cfg.me.name.c_str(),
+                 static_cast<unsigned long long>(r.id), it->second.peer_name.c_str());
+    return;
+  }
+  const std::string peer = it->second.peer_name;
   envelope env{message_kind::rpc_response, peer, s.cfg.me.name, r.id, {}, std::move(r.payload)};
   const auto d = s.cfg.hook ? s.cfg.hook->on_receive(env) : transport_decision{};
   if (d.copies == 0) return;

@@ -103,3 +103,6 @@ class registry {
 };
 
 }  // namespace troupe::rpc
+
+/// Registers the free function `fn` in `reg` under its own name: TROUPE_RPC_FUNCTION(reg, add).
+#define TROUPE_RPC_FUNCTION(reg, fn) (reg).add(#fn, &fn)
