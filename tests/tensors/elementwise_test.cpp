@@ -195,3 +195,16 @@ TEST_CASE("zero-size tensors flow through elementwise ops", "[tensors][elementwi
   CHECK(exp(a).numel() == 0);
   CHECK(lt(a, 1.0).shape() == shape_t{0, 3});
 }
+
+TEST_CASE("large transposed operands take the tiled walk and stay correct", "[tensors][elementwise]") {
+  const auto shape = GENERATE(shape_t{40, 50}, shape_t{3, 33, 129}, shape_t{130, 32});
+  const auto t = GENERATE(dtype::float32, dtype::float64, dtype::float16);
+  const tensor a = make_input(shape, t, layout::transposed, 1);
+  const tensor b = make_input(shape, t, layout::contiguous, 2);
+  check_all(add(a, b), [&](const shape_t& i) { return round_to(read_at(a, i) + read_at(b, i), t); });
+  check_all(relu(a), [&](const shape_t& i) { return std::max(read_at(a, i), 0.0); });
+  check_all(a.contiguous(), [&](const shape_t& i) { return read_at(a, i); });
+  tensor c = b.clone();
+  c.mul_(a);
+  check_all(c, [&](const shape_t& i) { return round_to(read_at(a, i) * read_at(b, i), t); });
+}

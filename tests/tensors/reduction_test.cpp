@@ -178,3 +178,17 @@ TEST_CASE("max and min propagate NaN", "[tensors][reduction]") {
   CHECK(std::isnan(amin(a).item()));
   CHECK(argmax(a).item() == 1);
 }
+
+TEST_CASE("reductions over large transposed inputs match the reference", "[tensors][reduction]") {
+  const tensor a = make_input({64, 48}, dtype::float64, layout::transposed, 3);
+  check_all(sum(a, {1}), [&](const shape_t& i) {
+    double s = 0;
+    for (std::int64_t j = 0; j < 48; ++j) s += read_at(a, {i[0], j});
+    return s;
+  });
+  check_all(amax(a, {0}), [&](const shape_t& i) {
+    double m = -INFINITY;
+    for (std::int64_t j = 0; j < 64; ++j) m = std::max(m, read_at(a, {j, i[0]}));
+    return m;
+  });
+}

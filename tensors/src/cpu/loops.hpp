@@ -14,6 +14,7 @@
 //      sizes [2,3,4] strides {12,4,1}  ->  sizes [24] strides {1}      (one row of 24)
 //      sizes [2,3,4] out {12,4,1} b {0,4,1} -> sizes [2,12] out {12,1} b {0,1}
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -75,8 +76,37 @@ loop_plan<N> make_plan(const shape_t& sizes, const std::array<const shape_t*, N>
   return p;
 }
 
+// Advances an N-d counter over dims [0, upto) of the plan, moving the operand pointers; returns
+// false after the last position.
+template <std::size_t N>
+bool advance(const loop_plan<N>& p, std::int64_t* counter, std::size_t upto, std::array<char*, N>& ptr,
+             const std::array<std::int64_t, N>& elsize) {
+  for (std::size_t d = upto; d-- > 0;) {
+    if (++counter[d] < p.sizes[d]) {
+      for (std::size_t k = 0; k < N; ++k) ptr[k] += p.strides[k][d] * elsize[k];
+      return true;
+    }
+    counter[d] = 0;
+    for (std::size_t k = 0; k < N; ++k) ptr[k] -= (p.sizes[d] - 1) * p.strides[k][d] * elsize[k];
+  }
+  return false;
+}
+
+// True when some operand is unit-stride along the second-to-last dim but not along the last
+// (a transposed operand): rows are then walked in tiles so its cache lines are reused.
+template <std::size_t N>
+bool wants_tiles(const loop_plan<N>& p) {
+  const std::size_t nd = p.sizes.size();
+  if (nd < 2 || p.sizes[nd - 1] < 32 || p.sizes[nd - 2] < 32) return false;
+  for (std::size_t k = 0; k < N; ++k)
+    if (p.strides[k][nd - 2] == 1 && p.strides[k][nd - 1] != 1) return true;
+  return false;
+}
+
 /// Calls `row(ptrs, n, inner_strides)` for every innermost row of the plan; ptrs are char* to
 /// the row's first element, inner strides are in elements. `elsize[k]` is operand k's size.
+/// Rows may be handed over in pieces (tiles of 16 rows x 128 columns when an operand is
+/// transposed), in an order that visits every element exactly once.
 template <std::size_t N, class Row>
 void for_each_row(const loop_plan<N>& p, std::array<char*, N> base, const std::array<std::int64_t, N>& elsize,
                   Row&& row) {
@@ -85,24 +115,27 @@ void for_each_row(const loop_plan<N>& p, std::array<char*, N> base, const std::a
   const std::int64_t n = p.sizes[nd - 1];
   std::array<std::int64_t, N> inner{};
   for (std::size_t k = 0; k < N; ++k) inner[k] = p.strides[k][nd - 1];
-  std::int64_t outer = p.numel / n;
   std::array<std::int64_t, 8> idx{};  // outer counter; tensors have at most a few dims
   shape_t idx_big;
   std::int64_t* counter = idx.data();
   if (nd > idx.size()) { idx_big.assign(nd, 0); counter = idx_big.data(); }
   std::array<char*, N> ptr = base;
-  while (outer-- > 0) {
-    row(ptr, n, inner);
-    // advance the outer counter (dims nd-2 .. 0), carrying
-    for (std::size_t d = nd - 1; d-- > 0;) {
-      if (++counter[d] < p.sizes[d]) {
-        for (std::size_t k = 0; k < N; ++k) ptr[k] += p.strides[k][d] * elsize[k];
-        break;
-      }
-      counter[d] = 0;
-      for (std::size_t k = 0; k < N; ++k) ptr[k] -= (p.sizes[d] - 1) * p.strides[k][d] * elsize[k];
-    }
+  if (!wants_tiles(p)) {
+    do row(ptr, n, inner);
+    while (advance(p, counter, nd - 1, ptr, elsize));
+    return;
   }
+  constexpr std::int64_t tile_rows = 16, tile_cols = 128;
+  const std::int64_t rows = p.sizes[nd - 2];
+  do {
+    for (std::int64_t r0 = 0; r0 < rows; r0 += tile_rows)
+      for (std::int64_t c0 = 0; c0 < n; c0 += tile_cols)
+        for (std::int64_t r = r0; r < std::min(rows, r0 + tile_rows); ++r) {
+          std::array<char*, N> at = ptr;
+          for (std::size_t k = 0; k < N; ++k) at[k] += (r * p.strides[k][nd - 2] + c0 * inner[k]) * elsize[k];
+          row(at, std::min(tile_cols, n - c0), inner);
+        }
+  } while (advance(p, counter, nd - 2, ptr, elsize));
 }
 
 /// Convenience: plan + walk over tensors of one shape.
