@@ -180,7 +180,14 @@ TEST_CASE("cuda reductions match the cpu over dims, layouts and dtypes", "[tenso
       require_match(argmax(ag), argmax(a), "argmax flat");
     }
   const tensor big = sample({1 << 20}, dtype::float32, 10, 0.0, 1.0);
-  require_match(sum(big.to(gpu)), sum(big), "sum of 2^20 elements");
+  // 2^20 elements into few outputs: the two-stage (partials, then finish) path.
+  const tensor big_gpu = big.to(gpu);
+  require_match(sum(big_gpu), sum(big), "sum of 2^20 elements");
+  require_match(mean(big_gpu), mean(big), "mean of 2^20 elements");
+  require_match(amax(big_gpu), amax(big), "amax of 2^20 elements");
+  require_match(amin(big_gpu.view({4, 1 << 18}), {1}), amin(big.view({4, 1 << 18}), {1}), "amin of 4 long rows");
+  require_match(sum(big_gpu.view({1 << 10, 1 << 10}).t(), {1}), sum(big.view({1 << 10, 1 << 10}).t(), {1}),
+                "sum along a strided dim");
   const tensor empty_rows = sample({0, 4}, dtype::float32, 11);
   require_match(sum(empty_rows.to(gpu), {0}), sum(empty_rows, {0}), "sum over an empty dim");
 }

@@ -1,6 +1,7 @@
 // Reductions over a set of dims (sum, mean, max, min), arg_reduce and var. One block (or one
 // thread, for short reductions) per output element; the reduced elements are addressed through
 // an `inner` geometry and the output through an `outer` one (both over a's strides).
+#include <cstdint>
 #include <limits>
 
 #include "../kernels.hpp"
@@ -83,6 +84,67 @@ __global__ void reduce_thread_kernel(reduce_op op, T* out, const T* a, reduce_ge
     for (std::int64_t j = 0; j < g.n_in; ++j) v = combine(op, v, load_acc(a[off[1] + inner_offset(g.inner, j)]));
     out[off[0]] = finish<T>(op, v, g.n_in);
   }
+}
+
+// ---- two-stage reduction (few outputs, many elements each) ----------------------------------
+// Stage 1: block (c, o) reduces chunk c of output o's elements into partial[o * chunks + c]
+// (acc_t<T>); stage 2: one block per output combines its partials and finishes (mean divides
+// by the full count).
+constexpr std::int64_t chunk_elems = 16384;
+
+template <class T>
+__global__ void reduce_partial_kernel(reduce_op op, acc_t<T>* partial, const T* a, reduce_geometry g, std::int64_t chunks) {
+  using A = acc_t<T>;
+  __shared__ A shared[32];
+  const std::int64_t c = blockIdx.x, o = blockIdx.y;
+  std::int64_t off[2];
+  offsets_of(g.outer, o, off);
+  const std::int64_t begin = c * chunk_elems, end = begin + chunk_elems < g.n_in ? begin + chunk_elems : g.n_in;
+  A v = identity_of<A>(op);
+  for (std::int64_t j = begin + threadIdx.x; j < end; j += blockDim.x)
+    v = combine(op, v, load_acc(a[off[1] + inner_offset(g.inner, j)]));
+  if (op == reduce_op::max) v = block_reduce(v, max_op{}, identity_of<A>(op), shared);
+  else if (op == reduce_op::min) v = block_reduce(v, min_op{}, identity_of<A>(op), shared);
+  else v = block_reduce(v, sum_op{}, A(0), shared);
+  if (threadIdx.x == 0) partial[o * chunks + c] = v;
+}
+
+template <class T>
+__global__ void reduce_finish_kernel(reduce_op op, T* out, const acc_t<T>* partial, reduce_geometry g, std::int64_t chunks) {
+  using A = acc_t<T>;
+  __shared__ A shared[32];
+  const std::int64_t o = blockIdx.x;
+  std::int64_t off[2];
+  offsets_of(g.outer, o, off);
+  A v = identity_of<A>(op);
+  for (std::int64_t c = threadIdx.x; c < chunks; c += blockDim.x) v = combine(op, v, partial[o * chunks + c]);
+  if (op == reduce_op::max) v = block_reduce(v, max_op{}, identity_of<A>(op), shared);
+  else if (op == reduce_op::min) v = block_reduce(v, min_op{}, identity_of<A>(op), shared);
+  else v = block_reduce(v, sum_op{}, A(0), shared);
+  if (threadIdx.x == 0) out[off[0]] = finish<T>(op, v, g.n_in);
+}
+
+template <class A> constexpr dtype dtype_of_acc() {
+  if constexpr (std::is_same_v<A, float>) return dtype::float32;
+  else if constexpr (std::is_same_v<A, double>) return dtype::float64;
+  else return dtype::int64;
+}
+
+template <class T>
+void reduce_two_stage(reduce_op op, const tensor& out, const tensor& a, const reduce_geometry& g, int dev, cudaStream_t s) {
+  using A = acc_t<T>;
+  const std::int64_t chunks = (g.n_in + chunk_elems - 1) / chunk_elems;
+  const tensor partial = scratch({g.n_out, chunks}, dtype_of_acc<A>(), out);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(g.n_out));
+  reduce_partial_kernel<T><<<grid, reduce_threads, 0, s>>>(op, ptr<A>(partial), ptr<T>(a), g, chunks);
+  TROUPE_CUDA_CHECK_LAUNCH();
+  reduce_finish_kernel<T><<<static_cast<unsigned>(g.n_out), reduce_threads, 0, s>>>(op, ptr<T>(out), ptr<A>(partial), g, chunks);
+  TROUPE_CUDA_CHECK_LAUNCH();
+}
+
+bool wants_two_stage(const reduce_geometry& g) {
+  // Few outputs (one block each would leave the GPU idle), many elements, grid limits respected.
+  return g.n_out <= 64 && g.n_in >= 4 * chunk_elems && (g.n_in + chunk_elems - 1) / chunk_elems <= INT32_MAX;
 }
 
 int blocks_for(std::int64_t n_out) {
@@ -169,7 +231,9 @@ void reduce(reduce_op op, const tensor& out, const tensor& a, const shape_t& dim
   const cudaStream_t s = stream_of(dev);
   visit_device_dtype(a.dtype(), [&](auto t) {
     using T = typename decltype(t)::type;
-    if (g.n_in <= 32 && g.n_out >= 1024)
+    if (wants_two_stage(g))
+      reduce_two_stage<T>(op, out, a, g, dev, s);
+    else if (g.n_in <= 32 && g.n_out >= 1024)
       reduce_thread_kernel<T><<<grid_for(g.n_out, dev), block_threads, 0, s>>>(op, ptr<T>(out), ptr<T>(a), g);
     else
       reduce_block_kernel<T><<<blocks_for(g.n_out), reduce_threads, 0, s>>>(op, ptr<T>(out), ptr<T>(a), g);
