@@ -11,6 +11,7 @@
 
 #include "executor.hpp"
 #include "rpc/agent.hpp"
+#include "rpc/bulk.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -25,6 +26,7 @@ struct node::impl {
   std::shared_ptr<detail::auth_set> auth = std::make_shared<detail::auth_set>();
   std::shared_ptr<rpc::registry> functions;
   std::shared_ptr<detail::executor> exec;
+  std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
   caf::actor agent;
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
@@ -88,7 +90,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   auth->add(sys->node());
   exec = std::make_shared<detail::executor>(opts.executor_threads);
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
-  detail::agent_config ac{me, opts.job_token, auth, functions, exec, std::move(hook), store_actor, nullptr};
+  detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, std::move(hook), store_actor, nullptr};
   ac.on_peer_down = [this](const std::string& name) {
     std::lock_guard<std::mutex> lock(peers_mutex);
     peers.erase(name);
@@ -143,6 +145,7 @@ void node::impl::teardown() {
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
   exec->stop();
+  bulk->unlink_all();  // Note [tensor over shared memory]: segments nobody decoded
   {
     std::lock_guard<std::mutex> lock(calls_mutex);
     for (auto& w : calls)
@@ -187,8 +190,8 @@ store_client& node::store() {
 }
 std::chrono::milliseconds node::default_timeout() const { return impl_->opts.default_timeout; }
 
-std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function, std::vector<char> payload,
-                                                    std::chrono::milliseconds timeout) {
+std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function,
+                                                    const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
   auto& im = *impl_;
   const auto what = "call to '" + function + "' on " + to + " from " + im.me.name;
   auto exec = im.exec;
@@ -204,6 +207,14 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
   } catch (const error& e) {
     const errc code = e.code() == errc::timeout ? errc::peer_lost : e.code();
     st->complete(code, what + ": cannot reach worker " + to + ": " + e.message(), {});
+    return st;
+  }
+  std::vector<char> payload;
+  try {
+    detail::bulk_scope scope(detail::same_host(peer.node(), im.sys->node()), im.bulk.get());
+    payload = encode();
+  } catch (const std::exception& e) {
+    st->complete(errc::bad_argument, what + ": cannot encode the arguments: " + e.what(), {});
     return st;
   }
   im.track(st);

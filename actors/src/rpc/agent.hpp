@@ -30,6 +30,7 @@
 
 #include "auth_set.hpp"
 #include "executor.hpp"
+#include "rpc/bulk.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/transport.hpp"
@@ -53,6 +54,7 @@ struct agent_config {
   std::shared_ptr<auth_set> auth;
   std::shared_ptr<rpc::registry> functions;
   std::shared_ptr<executor> exec;
+  std::shared_ptr<bulk_names> bulk;  ///< Note [tensor over shared memory]
   std::shared_ptr<transport_hook> hook;
   caf::actor store;  ///< rank 0 only
   /// Called on the agent's thread when a peer agent goes down (must not block).

@@ -9,6 +9,10 @@
 
 namespace troupe::rpc::detail {
 
+// Note [tensor over shared memory] (rpc/bulk.cpp).
+bool write_tensor_bulk(oarchive& ar, const tensor& h);
+void read_tensor_bulk(iarchive& ar, tensor& t);
+
 std::string demangle(const char* mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> p(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
@@ -16,11 +20,15 @@ std::string demangle(const char* mangled) {
 }
 
 void write_tensor(oarchive& ar, const tensor& t) {
-  const std::uint8_t kind = 0;  // inline bytes; 1 = shared-memory handle (reserved)
-  const std::uint8_t defined = t.defined() ? 1 : 0;
-  ar << kind << defined;
-  if (!t.defined()) return;
+  if (!t.defined()) {
+    const std::uint8_t kind = 0, defined = 0;
+    ar << kind << defined;
+    return;
+  }
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
+  if (write_tensor_bulk(ar, h)) return;  // kind 1: a shared-memory segment's name
+  const std::uint8_t kind = 0, defined = 1;  // kind 0: inline bytes
+  ar << kind << defined;
   const auto dt = static_cast<std::uint8_t>(h.dtype());
   const auto rank = static_cast<std::uint32_t>(h.dim());
   ar << dt << rank;
@@ -33,7 +41,7 @@ void write_tensor(oarchive& ar, const tensor& t) {
 tensor read_tensor(iarchive& ar) {
   std::uint8_t kind = 0, defined = 0, dt = 0;
   ar >> kind >> defined;
-  if (kind != 0) throw error(errc::not_supported, "tensor payload kind " + std::to_string(kind) + " is not supported");
+  if (kind > 1) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
   if (!defined) return tensor();
   std::uint32_t rank = 0;
   ar >> dt >> rank;
@@ -44,7 +52,8 @@ tensor read_tensor(iarchive& ar) {
   ar >> nbytes;
   tensor t = empty(sizes, tensor_options{static_cast<troupe::dtype>(dt)});
   if (nbytes != t.nbytes()) throw error(errc::protocol_violation, "tensor byte count does not match its shape");
-  if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
+  if (kind == 1) read_tensor_bulk(ar, t);
+  else if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
   return t;
 }
 

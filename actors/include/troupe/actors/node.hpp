@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,11 +66,13 @@ class node {
   /// The default call deadline (node_options::default_timeout).
   std::chrono::milliseconds default_timeout() const;
 
-  /// Sends an encoded call to worker `to` (by name); the future completes by `timeout` at the
-  /// latest. Blocks only to resolve a peer the first time (store lookup + connect + hello).
-  /// Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
+  /// Sends a call to worker `to` (by name); `encode` produces the payload once the peer is known
+  /// (so large tensors to a same-host peer go through shared memory). The future completes by
+  /// `timeout` at the latest. Blocks only to resolve a peer the first time (store lookup +
+  /// connect + hello). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
   std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
-                                                std::vector<char> payload, std::chrono::milliseconds timeout);
+                                                const std::function<std::vector<char>()>& encode,
+                                                std::chrono::milliseconds timeout);
 
   /// Ends the node (see shutdown_mode). Blocks up to `timeout` (graceful). Idempotent. Throws
   /// errc::timeout naming the missing ranks when a graceful barrier times out (after tearing

@@ -39,8 +39,8 @@ using wire_t = std::conditional_t<std::is_convertible_v<T, const char*>, std::st
 /// comment for the argument conventions.
 template <class R, class... Args>
 rpc::future<R> rpc_async(node& n, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  auto payload = rpc::encode_args<rpc::detail::wire_t<Args>...>(rpc::detail::wire_t<Args>(args)...);
-  return rpc::future<R>(n.call(to, function, std::move(payload), d.value));
+  auto encode = [&] { return rpc::encode_args<rpc::detail::wire_t<Args>...>(rpc::detail::wire_t<Args>(args)...); };
+  return rpc::future<R>(n.call(to, function, encode, d.value));
 }
 
 template <class R, class... Args>

@@ -10,7 +10,8 @@
 /// reported as bad_argument naming the argument index, the expected and the received type.
 /// Values: arithmetic types and strings as Boost writes them (raw bytes); vectors of arithmetic
 /// types as one binary blob; vectors, maps, pairs and tuples element-wise; tensors as
-/// kind (0 = inline bytes; 1 is reserved for a shared-memory handle), dtype, rank, sizes, bytes of
+/// kind (0 = inline bytes; 1 = the name of a shared-memory segment, between processes of one host,
+/// see Note [tensor over shared memory] in src/rpc/bulk.hpp), dtype, rank, sizes, bytes of
 /// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
 /// inside a user struct uses troupe/tensors/boost_tensor.hpp).
 
