@@ -84,8 +84,9 @@ void sweep(agent_actor* self) {
 template <class Msg>
 void deliver(agent_actor* self, const caf::actor& to, Msg msg, const transport_decision& d) {
   for (int i = 0; i < d.copies; ++i) {
-    if (d.delay.count() > 0) self->delayed_send(to, d.delay, msg);
-    else self->send(to, msg);
+    Msg m = i + 1 == d.copies ? std::move(msg) : msg;  // the last copy takes the payload
+    if (d.delay.count() > 0) self->delayed_send(to, d.delay, std::move(m));
+    else self->send(to, std::move(m));
   }
 }
 
@@ -99,9 +100,13 @@ void start_call(agent_actor* self, local_call& c) {
   const auto dl = s.deadlines.emplace(c.state->deadline(), id);
   s.pending.emplace(id, pending_call{c.state, c.peer.address(), c.peer_name, c.function, dl});
   watch_peer(self, c.peer, c.peer_name);
-  envelope env{message_kind::rpc_request, s.cfg.me.name, c.peer_name, id, c.function, std::move(c.payload)};
-  const auto d = s.cfg.hook ? s.cfg.hook->on_send(env) : transport_decision{};
-  deliver(self, c.peer, rpc_request{id, std::move(env.function), s.cfg.me.name, std::move(env.payload)}, d);
+  if (!s.cfg.hook) {  // the pass-through transport: no envelope, no copies
+    self->send(c.peer, rpc_request{id, std::move(c.function), s.cfg.me.name, std::move(c.payload)});
+  } else {
+    envelope env{message_kind::rpc_request, s.cfg.me.name, c.peer_name, id, c.function, std::move(c.payload)};
+    const auto d = s.cfg.hook->on_send(env);
+    deliver(self, c.peer, rpc_request{id, std::move(env.function), s.cfg.me.name, std::move(env.payload)}, d);
+  }
   schedule_sweep(self);
 }
 
@@ -143,10 +148,13 @@ void serve_request(agent_actor* self, rpc_request& req) {
                                         "worker " + s.cfg.me.name + " refused the call: the caller never presented the job token", {}});
     return;
   }
-  envelope env{message_kind::rpc_request, req.caller, s.cfg.me.name, req.id, req.function, std::move(req.payload)};
-  const auto d = s.cfg.hook ? s.cfg.hook->on_receive(env) : transport_decision{};
-  if (d.copies == 0) return;
-  req.payload = std::move(env.payload);
+  transport_decision d;
+  if (s.cfg.hook) {
+    envelope env{message_kind::rpc_request, req.caller, s.cfg.me.name, req.id, req.function, std::move(req.payload)};
+    d = s.cfg.hook->on_receive(env);
+    if (d.copies == 0) return;
+    req.payload = std::move(env.payload);
+  }
   auto fn = s.cfg.functions->find(req.function);
   if (!fn) {
     self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
@@ -177,10 +185,12 @@ void on_response(agent_actor* self, rpc_response& r) {
     return;
   }
   const std::string peer = it->second.peer_name;
-  envelope env{message_kind::rpc_response, peer, s.cfg.me.name, r.id, {}, std::move(r.payload)};
-  const auto d = s.cfg.hook ? s.cfg.hook->on_receive(env) : transport_decision{};
-  if (d.copies == 0) return;
-  complete(self, r.id, static_cast<errc>(r.code), std::move(r.message), std::move(env.payload));
+  if (s.cfg.hook) {
+    envelope env{message_kind::rpc_response, peer, s.cfg.me.name, r.id, {}, std::move(r.payload)};
+    if (s.cfg.hook->on_receive(env).copies == 0) return;
+    r.payload = std::move(env.payload);
+  }
+  complete(self, r.id, static_cast<errc>(r.code), std::move(r.message), std::move(r.payload));
 }
 
 void on_peer_down(agent_actor* self, const caf::down_msg& dm) {
@@ -222,9 +232,12 @@ caf::behavior agent(agent_actor* self, agent_config cfg) {
       [=](rpc_request& r) { serve_request(self, r); },
       [=](rpc_response& r) { on_response(self, r); },
       [=](outgoing_response& o) {
-        envelope env{message_kind::rpc_response, self->state.cfg.me.name, o.peer, o.response.id, {}, std::move(o.response.payload)};
-        const auto d = self->state.cfg.hook ? self->state.cfg.hook->on_send(env) : transport_decision{};
-        o.response.payload = std::move(env.payload);
+        transport_decision d;
+        if (self->state.cfg.hook) {
+          envelope env{message_kind::rpc_response, self->state.cfg.me.name, o.peer, o.response.id, {}, std::move(o.response.payload)};
+          d = self->state.cfg.hook->on_send(env);
+          o.response.payload = std::move(env.payload);
+        }
         if (o.to) deliver(self, o.to, std::move(o.response), d);
       },
       [=](sweep_atom) { sweep(self); },
