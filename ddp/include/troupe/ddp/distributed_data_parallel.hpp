@@ -1,0 +1,127 @@
+#pragma once
+/// \file distributed_data_parallel.hpp
+/// DistributedDataParallel: wraps a module so that backward averages the gradients over the
+/// ranks of a process group, overlapping communication with backward. Design: Note [DDP
+/// reducer] in reducer.hpp (buckets in reverse parameter order, one bucket actor per bucket,
+/// allreduce launched strictly in bucket-index order, rebuild after the first iteration).
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/autograd/nn/module.hpp"
+#include "troupe/ddp/process_group.hpp"
+
+namespace troupe::ddp {
+
+/// One bucket as a communication hook sees it.
+struct grad_bucket {
+  /// The bucket's index (launch order).
+  int index = 0;
+  /// The flat, contiguous gradients of the bucket (one dtype). The hook must leave the averaged
+  /// gradients here once its work and `then` step completed.
+  tensor buffer;
+  /// The parameters whose gradients the buffer holds, and where each starts (elements).
+  std::vector<tensor> parameters;
+  std::vector<std::int64_t> offsets;
+};
+
+/// What a communication hook started: the work to wait for, and an optional step run after it
+/// completed (on the thread finishing backward) that leaves the averaged values in the buffer.
+struct comm_result {
+  work pending;
+  std::function<void()> then;
+};
+
+/// A communication hook: starts the reduction of one bucket. Runs on the bucket's actor (never
+/// block in it); must issue the same collectives on every rank.
+using comm_hook = std::function<comm_result(process_group&, grad_bucket&)>;
+
+/// The default hook: allreduce(avg) of the buffer in place.
+comm_hook allreduce_hook();
+/// Divides by the world size, casts to float16, allreduces (sum) and casts back.
+comm_hook fp16_compress_hook();
+/// As fp16_compress_hook with bfloat16.
+comm_hook bf16_compress_hook();
+
+/// Options of distributed_data_parallel (PyTorch's names and defaults).
+struct ddp_options {
+  /// Bucket size limit in MiB.
+  double bucket_cap_mb = 25.0;
+  /// Size limit of the first bucket (the gradients ready first), in MiB.
+  double first_bucket_cap_mb = 1.0;
+  /// Traverse the graph from the forward's outputs and mark parameters it does not reach as
+  /// ready, so a branch not taken does not stall the reduction.
+  bool find_unused_parameters = false;
+  /// Broadcast rank 0's buffers before every forward.
+  bool broadcast_buffers = true;
+  /// Make every .grad a view into its bucket (saves the copy back).
+  bool gradient_as_bucket_view = false;
+  /// Bound of every wait of the reducer (bucket launch, collective completion).
+  std::chrono::milliseconds timeout{60000};
+};
+
+/// Data-parallel wrapper of a module. Not copyable, not movable (hooks refer to it); use from one
+/// thread. The module and the process group must outlive it.
+class distributed_data_parallel {
+ public:
+  /// Checks that every rank has the same parameter names, shapes and dtypes (throws on every
+  /// rank: bad_argument for names or counts, shape_mismatch, dtype_mismatch, naming the first
+  /// difference and both ranks), broadcasts rank 0's parameters and buffers, builds the buckets
+  /// and registers one post-accumulate-grad hook per parameter. Blocks (collectives).
+  distributed_data_parallel(std::shared_ptr<nn::unary_module> module, process_group& group, ddp_options opts = {});
+  ~distributed_data_parallel();
+  distributed_data_parallel(const distributed_data_parallel&) = delete;
+  distributed_data_parallel& operator=(const distributed_data_parallel&) = delete;
+
+  /// Runs the module. Before it: checks that the previous backward reduced every parameter
+  /// (errc::autograd_error naming the parameters that got no gradient and telling to pass
+  /// find_unused_parameters=true), rebuilds the buckets once after the first iteration, and
+  /// broadcasts buffers. After it: prepare_for_backward on the output. Blocks (collectives).
+  tensor forward(const tensor& input);
+  tensor operator()(const tensor& input) { return forward(input); }
+  /// Arms the reducer for the backward of `outputs` (forward() calls it; call it yourself after
+  /// running the module in another way). With find_unused_parameters, marks the parameters not
+  /// reachable from `outputs` ready.
+  void prepare_for_backward(const tensor_list& outputs);
+
+  /// The wrapped module.
+  nn::unary_module& module() const;
+  /// module().parameters()
+  tensor_list parameters() const;
+  /// Replaces the communication hook (the default is allreduce_hook()).
+  void register_comm_hook(comm_hook hook);
+
+  /// RAII guard: while alive, forward/backward accumulate gradients locally without reducing;
+  /// the first synchronised backward after it reduces the accumulated sums.
+  class no_sync_guard {
+   public:
+    explicit no_sync_guard(distributed_data_parallel& d);
+    ~no_sync_guard();
+    no_sync_guard(const no_sync_guard&) = delete;
+    no_sync_guard& operator=(const no_sync_guard&) = delete;
+
+   private:
+    distributed_data_parallel& ddp_;
+    bool previous_;
+  };
+  /// A no_sync_guard for this wrapper.
+  [[nodiscard]] no_sync_guard no_sync() { return no_sync_guard(*this); }
+
+  /// The buckets: indices into parameters(), bucket by bucket.
+  std::vector<std::vector<std::size_t>> bucket_assignment() const;
+  /// Parameter indices in the order they became ready during the last synchronised backward.
+  std::vector<std::size_t> last_ready_order() const;
+  /// Bucket indices in the order their reductions were launched during the last backward.
+  std::vector<int> last_launch_order() const;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe::ddp

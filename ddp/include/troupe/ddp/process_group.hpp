@@ -1,0 +1,128 @@
+#pragma once
+/// \file process_group.hpp
+/// Process groups: collectives (allreduce, broadcast, allgather, reduce_scatter, barrier,
+/// send/recv) over a fixed set of ranks, created from the rendezvous store. The CPU backend moves
+/// every byte through shared memory on one host (Note [shm collectives] in shm_transport.hpp);
+/// the store and the CAF connection carry only the rendezvous.
+///
+/// Every collective is asynchronous: it returns a `work` at once and a per-group worker thread
+/// runs the collectives in issue order (several in flight complete in that order). The tensors
+/// passed in must stay untouched until the work completed (the work keeps them alive).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/tensors/error.hpp"
+#include "troupe/tensors/tensor.hpp"
+
+namespace troupe {
+class store_client;
+}
+
+namespace troupe::ddp {
+
+class file_store;
+
+/// Reduction applied by allreduce and reduce_scatter. `avg` divides the sum by the world size
+/// (integer dtypes: truncating division). For bool, sum/max are "or", product/min are "and".
+enum class reduce_op : std::uint8_t { sum = 0, avg = 1, min = 2, max = 3, product = 4 };
+
+/// "sum", "avg", ...
+const char* to_string(reduce_op op) noexcept;
+
+/// The handle of one asynchronous collective. Copyable (copies share the state); thread-safe.
+class work {
+ public:
+  struct state;
+  work() = default;
+  explicit work(std::shared_ptr<state> s) : state_(std::move(s)) {}
+
+  /// Blocks the calling thread until the collective finished or `timeout` passed. Throws the
+  /// collective's error (peer_lost, collective_mismatch, timeout, bad_argument, ...), or
+  /// errc::timeout naming the collective when it is still running at the deadline (it keeps
+  /// running). Throws invalid_state for a default-constructed work.
+  void wait(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  /// True once the collective finished (successfully or not). Never blocks.
+  bool is_completed() const;
+  /// The error the collective failed with; nullopt while running or after success.
+  std::optional<troupe::error> error() const;
+  /// False for a default-constructed work.
+  bool valid() const noexcept { return state_ != nullptr; }
+  /// What the collective was ("allreduce(sum) #12 float32[1024]"), for messages.
+  std::string description() const;
+
+ private:
+  std::shared_ptr<state> state_;
+};
+
+/// Options of a process group.
+struct process_group_options {
+  /// Deadline of one collective once the worker started it (also bounds the rendezvous).
+  std::chrono::milliseconds timeout{60000};
+  /// Bytes of one pipeline chunk slot per rank (two slots per rank are mapped).
+  std::size_t slot_bytes = std::size_t{4} << 20;
+  /// Bytes of the send/recv mailbox per destination.
+  std::size_t p2p_bytes = std::size_t{1} << 20;
+};
+
+/// A group of `world_size` processes on one host, identified by `name` in the store. Move-only.
+/// Collectives must be issued in the same order on every rank (the fingerprint check turns a
+/// different op, dtype or size into errc::collective_mismatch on every rank, not a hang).
+class process_group {
+ public:
+  /// Rendezvous through `store` (blocks up to opts.timeout): each rank maps one shared segment
+  /// and publishes its name and pid under "troupe/pg/<name>/<rank>"; every rank maps every
+  /// peer's segment, then the names are unlinked (nothing leaks if a process dies later).
+  /// Throws bad_argument (rank outside [0, world_size), bad name), timeout (a rank never came),
+  /// io_error (a segment cannot be made or mapped).
+  process_group(store_client& store, int rank, int world_size, std::string name, process_group_options opts = {});
+  /// The same rendezvous through a file_store (ranks on one host without a runtime node).
+  process_group(const file_store& store, int rank, int world_size, std::string name, process_group_options opts = {});
+  ~process_group();
+  process_group(process_group&&) noexcept;
+  process_group& operator=(process_group&&) noexcept;
+  process_group(const process_group&) = delete;
+  process_group& operator=(const process_group&) = delete;
+
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  const std::string& name() const noexcept;
+
+  /// In place: every rank's `t` becomes op(t over all ranks). `t`: contiguous CPU tensor, any
+  /// dtype. Every collective validates its arguments on the calling thread and throws at once
+  /// (bad_argument: undefined, non-contiguous, bad rank; device_mismatch: CUDA; shape_mismatch:
+  /// sizes that do not fit), consuming no sequence number. Errors of the run come through the
+  /// work: collective_mismatch (ranks disagree; the group stays usable), peer_lost (a rank died
+  /// or failed), timeout (the group is broken afterwards: later works fail at once).
+  work allreduce(tensor t, reduce_op op = reduce_op::sum);
+  /// In place: every rank's `t` becomes `root`'s `t`.
+  work broadcast(tensor t, int root);
+  /// `output` (world_size * input.numel() elements, same dtype) receives every rank's `input`
+  /// in rank order.
+  work allgather(tensor output, tensor input);
+  /// `output` receives block `rank` of op over every rank's `input` (world_size * output.numel()
+  /// elements, same dtype).
+  work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum);
+  /// Completes when every rank issued its barrier.
+  work barrier();
+  /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
+  /// names the ranks that did not arrive. Blocks the calling thread.
+  void monitored_barrier(std::chrono::milliseconds timeout);
+  /// Sends `t` to rank `dst`; messages between a pair with the same tag arrive in order. A send
+  /// larger than the mailbox completes only when `dst` runs the matching recv.
+  work send(tensor t, int dst, int tag = 0);
+  /// Receives into `t` from rank `src`; errc::collective_mismatch when the sender's dtype,
+  /// element count or tag differ.
+  work recv(tensor t, int src, int tag = 0);
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe::ddp

@@ -1,0 +1,309 @@
+// The process group: argument checks on the calling thread, a worker thread running the
+// collectives in issue order over the shared-memory transport, and the work handles.
+#include "troupe/ddp/process_group.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "collectives.hpp"
+#include "shm_transport.hpp"
+#include "troupe/actors/store.hpp"
+#include "troupe/ddp/file_store.hpp"
+
+namespace troupe::ddp {
+
+const char* to_string(reduce_op op) noexcept {
+  switch (op) {
+    case reduce_op::sum: return "sum";
+    case reduce_op::avg: return "avg";
+    case reduce_op::min: return "min";
+    case reduce_op::max: return "max";
+    case reduce_op::product: return "product";
+  }
+  return "unknown";
+}
+
+struct work::state {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::optional<troupe::error> err;
+  std::string description;
+  std::function<void()> body;
+  bool breaks_group = true;
+
+  void finish(std::optional<troupe::error> e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      err = std::move(e);
+      body = nullptr;  // releases the tensors
+    }
+    cv.notify_all();
+  }
+};
+
+void work::wait(std::chrono::milliseconds timeout) const {
+  if (!state_) throw troupe::error(errc::invalid_state, "work::wait on an empty work handle");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
+    throw troupe::error(errc::timeout, state_->description + " did not complete within " +
+                                           std::to_string(timeout.count()) + " ms");
+  if (state_->err) throw *state_->err;
+}
+
+bool work::is_completed() const {
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+std::optional<troupe::error> work::error() const {
+  if (!state_) return std::nullopt;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->err;
+}
+
+std::string work::description() const { return state_ ? state_->description : std::string("(empty work)"); }
+
+struct process_group::impl {
+  detail::shm_transport tp;
+  std::string name;
+  detail::p2p_counters p2p;
+  /// One worker thread with its queue. Collectives, sends and receives each get their own, so
+  /// a large send waiting for its receiver never blocks the receive that would unblock a peer.
+  struct lane {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<work::state>> queue;
+    bool stopping = false;
+    std::thread thread;
+  };
+  enum lane_id { collectives = 0, sends = 1, recvs = 2 };
+  lane lanes[3];
+  std::mutex broken_mu;
+  std::optional<troupe::error> broken;
+  std::mutex issue_mu;      // a sequence number and its queue position go together
+  std::uint32_t issued = 0;  // sequence numbers of group collectives
+
+  impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
+      : tp(store, rank, world, n, opts), name(std::move(n)) {
+    p2p.sent.assign(static_cast<std::size_t>(world), 0);
+    p2p.received.assign(static_cast<std::size_t>(world), 0);
+    for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
+  }
+
+  ~impl() {
+    for (auto& l : lanes) {
+      {
+        std::lock_guard<std::mutex> lock(l.mu);
+        l.stopping = true;
+      }
+      l.cv.notify_all();
+      l.thread.join();
+      for (auto& s : l.queue)
+        s->finish(troupe::error(errc::invalid_state, s->description + ": the process group was destroyed"));
+    }
+  }
+
+  work submit(std::string description, std::function<void()> body, lane_id id = collectives, bool breaks = true) {
+    auto s = std::make_shared<work::state>();
+    s->description = "process_group '" + name + "' rank " + std::to_string(tp.rank()) + ": " + description;
+    s->body = std::move(body);
+    s->breaks_group = breaks;
+    lane& l = lanes[id];
+    {
+      std::lock_guard<std::mutex> lock(l.mu);
+      l.queue.push_back(s);
+    }
+    l.cv.notify_one();
+    return work(s);
+  }
+
+  void loop(lane& l) {
+    for (;;) {
+      std::shared_ptr<work::state> s;
+      {
+        std::unique_lock<std::mutex> lock(l.mu);
+        l.cv.wait(lock, [&] { return l.stopping || !l.queue.empty(); });
+        if (l.stopping) return;
+        s = l.queue.front();
+        l.queue.pop_front();
+      }
+      s->finish(run_one(*s));
+    }
+  }
+
+  std::optional<troupe::error> run_one(work::state& s) {
+    {
+      std::lock_guard<std::mutex> lock(broken_mu);
+      if (broken)
+        return troupe::error(broken->code(), s.description + ": the group failed earlier: " + broken->message());
+    }
+    try {
+      tp.begin(s.description);
+      s.body();
+      return std::nullopt;
+    } catch (const troupe::error& e) {
+      // A mismatch was seen by every rank alike, a monitored barrier names the late ranks: the
+      // group stays usable after both.
+      if (e.code() == errc::collective_mismatch || !s.breaks_group) return e;
+      return fail(e);
+    } catch (const std::exception& e) {
+      return fail(troupe::error(errc::invalid_state, e.what()));
+    }
+  }
+
+  troupe::error fail(const troupe::error& e) {
+    std::lock_guard<std::mutex> lock(broken_mu);
+    if (!broken) {
+      broken = e;
+      tp.abort(e.message());
+    }
+    return e;
+  }
+};
+
+namespace {
+
+void check_tensor(const char* op, const tensor& t) {
+  if (!t.defined()) throw error(errc::bad_argument, std::string("process_group::") + op + ": undefined tensor");
+  if (!t.is_cpu())
+    throw error(errc::device_mismatch, std::string("process_group::") + op +
+                                           ": the CPU backend needs CPU tensors, got one on " + troupe::to_string(t.device()));
+  if (!t.is_contiguous())
+    throw error(errc::bad_argument, std::string("process_group::") + op + ": tensor of shape " +
+                                        shape_to_string(t.shape()) + " is not contiguous");
+}
+
+std::string what(const char* op, std::uint32_t seq, const tensor& t) {
+  return std::string(op) + " #" + std::to_string(seq) + " " + std::string(troupe::to_string(t.dtype())) +
+         shape_to_string(t.shape());
+}
+
+void check_rank(const char* op, int r, int world) {
+  if (r < 0 || r >= world)
+    throw error(errc::bad_argument, std::string("process_group::") + op + ": rank " + std::to_string(r) +
+                                        " outside [0, " + std::to_string(world) + ")");
+}
+
+}  // namespace
+
+process_group::process_group(store_client& store, int rank, int world_size, std::string name,
+                             process_group_options opts) {
+  detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
+                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+  impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
+}
+
+process_group::process_group(const file_store& store, int rank, int world_size, std::string name,
+                             process_group_options opts) {
+  detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
+                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+  impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
+}
+process_group::~process_group() = default;
+process_group::process_group(process_group&&) noexcept = default;
+process_group& process_group::operator=(process_group&&) noexcept = default;
+
+int process_group::rank() const noexcept { return impl_->tp.rank(); }
+int process_group::world_size() const noexcept { return impl_->tp.world(); }
+const std::string& process_group::name() const noexcept { return impl_->name; }
+
+work process_group::allreduce(tensor t, reduce_op op) {
+  check_tensor("allreduce", t);
+  std::lock_guard<std::mutex> issue(impl_->issue_mu);
+  const std::uint32_t seq = ++impl_->issued;
+  auto& tp = impl_->tp;
+  return impl_->submit(what("allreduce", seq, t) + " " + to_string(op),
+                       [&tp, seq, t, op] { detail::run_allreduce(tp, seq, t, op); });
+}
+
+work process_group::broadcast(tensor t, int root) {
+  check_tensor("broadcast", t);
+  check_rank("broadcast", root, world_size());
+  std::lock_guard<std::mutex> issue(impl_->issue_mu);
+  const std::uint32_t seq = ++impl_->issued;
+  auto& tp = impl_->tp;
+  return impl_->submit(what("broadcast", seq, t) + " from " + std::to_string(root),
+                       [&tp, seq, t, root] { detail::run_broadcast(tp, seq, t, root); });
+}
+
+work process_group::allgather(tensor output, tensor input) {
+  check_tensor("allgather", output);
+  check_tensor("allgather", input);
+  if (output.dtype() != input.dtype() || output.numel() != input.numel() * world_size())
+    throw error(errc::shape_mismatch, "process_group::allgather: output " + std::string(troupe::to_string(output.dtype())) +
+                                          shape_to_string(output.shape()) + " must hold world_size (" +
+                                          std::to_string(world_size()) + ") x input " +
+                                          std::string(troupe::to_string(input.dtype())) + shape_to_string(input.shape()));
+  std::lock_guard<std::mutex> issue(impl_->issue_mu);
+  const std::uint32_t seq = ++impl_->issued;
+  auto& tp = impl_->tp;
+  return impl_->submit(what("allgather", seq, input),
+                       [&tp, seq, output, input] { detail::run_allgather(tp, seq, output, input); });
+}
+
+work process_group::reduce_scatter(tensor output, tensor input, reduce_op op) {
+  check_tensor("reduce_scatter", output);
+  check_tensor("reduce_scatter", input);
+  if (output.dtype() != input.dtype() || input.numel() != output.numel() * world_size())
+    throw error(errc::shape_mismatch, "process_group::reduce_scatter: input " + std::string(troupe::to_string(input.dtype())) +
+                                          shape_to_string(input.shape()) + " must hold world_size (" +
+                                          std::to_string(world_size()) + ") x output " +
+                                          std::string(troupe::to_string(output.dtype())) + shape_to_string(output.shape()));
+  std::lock_guard<std::mutex> issue(impl_->issue_mu);
+  const std::uint32_t seq = ++impl_->issued;
+  auto& tp = impl_->tp;
+  return impl_->submit(what("reduce_scatter", seq, output) + " " + to_string(op),
+                       [&tp, seq, output, input, op] { detail::run_reduce_scatter(tp, seq, output, input, op); });
+}
+
+work process_group::barrier() {
+  std::lock_guard<std::mutex> issue(impl_->issue_mu);
+  const std::uint32_t seq = ++impl_->issued;
+  auto& tp = impl_->tp;
+  return impl_->submit("barrier #" + std::to_string(seq), [&tp, seq] { detail::run_barrier(tp, seq); });
+}
+
+void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
+  work w;
+  {
+    std::lock_guard<std::mutex> issue(impl_->issue_mu);
+    const std::uint32_t seq = ++impl_->issued;
+    auto& tp = impl_->tp;
+    detail::fingerprint f;
+    f.seq = seq;
+    f.kind = static_cast<std::uint8_t>(detail::collective_kind::barrier);
+    w = impl_->submit("monitored_barrier #" + std::to_string(seq), [&tp, f, timeout] { tp.enter_monitored(f, timeout); },
+                      impl::collectives, false);
+  }
+  w.wait(timeout + std::chrono::seconds(5));
+}
+
+work process_group::send(tensor t, int dst, int tag) {
+  check_tensor("send", t);
+  check_rank("send", dst, world_size());
+  if (dst == rank()) throw error(errc::bad_argument, "process_group::send: a rank cannot send to itself");
+  auto* im = impl_.get();
+  return impl_->submit("send " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " to " +
+                           std::to_string(dst),
+                       [im, t, dst, tag] { detail::run_send(im->tp, im->p2p, t, dst, tag); }, impl::sends);
+}
+
+work process_group::recv(tensor t, int src, int tag) {
+  check_tensor("recv", t);
+  check_rank("recv", src, world_size());
+  if (src == rank()) throw error(errc::bad_argument, "process_group::recv: a rank cannot receive from itself");
+  auto* im = impl_.get();
+  return impl_->submit("recv " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " from " +
+                           std::to_string(src),
+                       [im, t, src, tag] { detail::run_recv(im->tp, im->p2p, t, src, tag); }, impl::recvs);
+}
+
+}  // namespace troupe::ddp

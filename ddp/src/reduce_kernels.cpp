@@ -1,0 +1,76 @@
+// Reduction kernels of the CPU process group (blocked so outputs may alias inputs).
+#include "reduce_kernels.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace troupe::ddp::detail {
+
+namespace {
+
+constexpr std::size_t block = 2048;
+
+template <class T> struct acc_of { using type = T; };
+template <> struct acc_of<half> { using type = float; };
+template <> struct acc_of<bfloat16> { using type = float; };
+template <> struct acc_of<bool> { using type = std::uint8_t; };
+
+template <class T, class A>
+A load(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return v ? 1 : 0;
+  else return static_cast<A>(v);
+}
+
+template <class T, class A>
+T store(A v) {
+  if constexpr (std::is_same_v<T, bool>) return v != 0;
+  else return T(v);
+}
+
+template <class A, class F>
+void fold(A* acc, const A* tmp, std::size_t m, F f) {
+  for (std::size_t i = 0; i < m; ++i) acc[i] = f(acc[i], tmp[i]);
+}
+
+template <class T>
+void reduce_typed(reduce_op op, int divisor, const std::byte* const* srcs, int nsrc, std::byte* out, std::byte* out2,
+                  std::size_t n) {
+  using A = typename acc_of<T>::type;
+  if constexpr (std::is_same_v<T, bool>) {
+    if (op == reduce_op::sum || op == reduce_op::avg) op = reduce_op::max;
+    if (op == reduce_op::product) op = reduce_op::min;
+  }
+  A acc[block];
+  A tmp[block];
+  for (std::size_t b = 0; b < n; b += block) {
+    const std::size_t m = std::min(block, n - b);
+    const T* s0 = reinterpret_cast<const T*>(srcs[0]) + b;
+    for (std::size_t i = 0; i < m; ++i) acc[i] = load<T, A>(s0[i]);
+    for (int k = 1; k < nsrc; ++k) {
+      const T* sk = reinterpret_cast<const T*>(srcs[k]) + b;
+      for (std::size_t i = 0; i < m; ++i) tmp[i] = load<T, A>(sk[i]);
+      switch (op) {
+        case reduce_op::sum: case reduce_op::avg: fold(acc, tmp, m, [](A x, A y) { return static_cast<A>(x + y); }); break;
+        case reduce_op::product: fold(acc, tmp, m, [](A x, A y) { return static_cast<A>(x * y); }); break;
+        case reduce_op::min: fold(acc, tmp, m, [](A x, A y) { return y < x ? y : x; }); break;
+        case reduce_op::max: fold(acc, tmp, m, [](A x, A y) { return x < y ? y : x; }); break;
+      }
+    }
+    if (op == reduce_op::avg && divisor > 1)
+      for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<A>(acc[i] / static_cast<A>(divisor));
+    T* o = reinterpret_cast<T*>(out) + b;
+    for (std::size_t i = 0; i < m; ++i) o[i] = store<T, A>(acc[i]);
+    if (out2 != nullptr) std::memcpy(reinterpret_cast<T*>(out2) + b, o, m * sizeof(T));
+  }
+}
+
+}  // namespace
+
+void reduce_arrays(troupe::dtype dt, reduce_op op, int divisor, const std::byte* const* srcs, int nsrc,
+                   std::byte* out, std::byte* out2, std::size_t n) {
+  visit_dtype(dt, [&](auto tag) { reduce_typed<decltype(tag)>(op, divisor, srcs, nsrc, out, out2, n); });
+}
+
+}  // namespace troupe::ddp::detail

@@ -1,0 +1,269 @@
+// The DDP reducer (Note [DDP reducer]).
+#include "reducer.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bucket_actor.hpp"
+#include "troupe/autograd/grad_node.hpp"
+#include "troupe/autograd/variable.hpp"
+#include "troupe/tensors/autograd_hook.hpp"
+#include "troupe/tensors/factories.hpp"
+
+namespace troupe::ddp::detail {
+
+std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, const std::vector<std::size_t>& order,
+                                                     double first_cap_mb, double cap_mb) {
+  std::vector<std::vector<std::size_t>> out;
+  std::vector<std::size_t> current;
+  std::size_t bytes = 0;
+  auto cap = [&] { return static_cast<std::size_t>((out.empty() ? first_cap_mb : cap_mb) * 1024.0 * 1024.0); };
+  for (std::size_t i : order) {
+    if (!current.empty() && params[i].dtype() != params[current.front()].dtype()) {
+      out.push_back(std::move(current));
+      current.clear();
+      bytes = 0;
+    }
+    current.push_back(i);
+    bytes += params[i].nbytes();
+    if (bytes >= cap()) {
+      out.push_back(std::move(current));
+      current.clear();
+      bytes = 0;
+    }
+  }
+  if (!current.empty()) out.push_back(std::move(current));
+  return out;
+}
+
+reducer::reducer(tensor_list params, std::vector<std::string> names, process_group& group, const ddp_options& opts)
+    : params_(std::move(params)), names_(std::move(names)), group_(group), opts_(opts), hook_(allreduce_hook()) {
+  cfg_.set("scheduler.policy", caf::atom("sharing"));
+  cfg_.set("scheduler.max-threads", std::size_t{1});
+  cfg_.set("logger.console", caf::atom("none"));
+  system_ = std::make_unique<caf::actor_system>(cfg_);
+  ready_.assign(params_.size(), false);
+}
+
+reducer::~reducer() {
+  drain();
+  for (auto& a : actors_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  actors_.clear();
+  system_.reset();
+}
+
+void reducer::build(const std::vector<std::vector<std::size_t>>& assignment) {
+  for (auto& a : actors_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  actors_.clear();
+  buckets_.clear();
+  hook_views_.clear();
+  slot_of_.assign(params_.size(), {0, 0});
+  for (std::size_t b = 0; b < assignment.size(); ++b) {
+    bucket bk;
+    bk.dtype = params_[assignment[b].front()].dtype();
+    std::int64_t n = 0;
+    for (std::size_t i : assignment[b]) {
+      slot_of_[i] = {b, bk.params.size()};
+      bk.params.push_back(i);
+      bk.offsets.push_back(n);
+      n += params_[i].numel();
+    }
+    bk.buffer = zeros({n}, {bk.dtype});
+    grad_bucket gb;
+    gb.index = static_cast<int>(b);
+    gb.buffer = bk.buffer;
+    for (std::size_t k = 0; k < bk.params.size(); ++k) {
+      const tensor& p = params_[bk.params[k]];
+      bk.views.push_back(bk.buffer.narrow(0, bk.offsets[k], p.numel()).view(p.shape()));
+      gb.parameters.push_back(p);
+      gb.offsets.push_back(bk.offsets[k]);
+    }
+    buckets_.push_back(std::move(bk));
+    hook_views_.push_back(std::move(gb));
+  }
+  caf::actor next;
+  actors_.resize(buckets_.size());
+  for (std::size_t b = buckets_.size(); b-- > 0;) {
+    actors_[b] = spawn_bucket_actor(*system_, *this, static_cast<int>(b), buckets_[b].params.size(), next);
+    next = actors_[b];
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  launched_.assign(buckets_.size(), std::nullopt);
+  launched_count_ = 0;
+}
+
+std::vector<bool> reducer::reachable(const tensor_list& outputs) const {
+  std::unordered_map<const tensor_impl*, std::size_t> index;
+  for (std::size_t i = 0; i < params_.size(); ++i) index.emplace(params_[i].impl().get(), i);
+  std::vector<bool> used(params_.size(), false);
+  std::unordered_set<const grad_node*> seen;
+  std::vector<std::shared_ptr<grad_node>> stack;
+  for (const auto& o : outputs) {
+    if (!o.defined()) continue;
+    if (auto it = index.find(o.impl().get()); it != index.end()) used[it->second] = true;
+    if (auto fn = grad_fn(o)) stack.push_back(std::move(fn));
+  }
+  while (!stack.empty()) {
+    auto n = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(n.get()).second) continue;
+    if (auto* acc = dynamic_cast<const accumulate_grad*>(n.get())) {
+      if (auto it = index.find(acc->variable().impl().get()); it != index.end()) used[it->second] = true;
+    }
+    for (const auto& e : n->next_edges())
+      if (e.fn) stack.push_back(e.fn);
+  }
+  return used;
+}
+
+void reducer::prepare(bool sync, const tensor_list& outputs) {
+  armed_ = sync;
+  if (!sync) return;
+  std::fill(ready_.begin(), ready_.end(), false);
+  ready_count_ = 0;
+  ready_order_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    launched_.assign(buckets_.size(), std::nullopt);
+    launched_count_ = 0;
+    launch_order_.clear();
+  }
+  if (!opts_.find_unused_parameters) return;
+  const std::vector<bool> used = reachable(outputs);
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (!used[i]) mark_ready(i, false);
+}
+
+void reducer::on_grad_ready(std::size_t i) {
+  if (!armed_) return;  // no_sync, or a backward without a DDP forward
+  if (ready_[i])
+    throw error(errc::autograd_error, "distributed_data_parallel: parameter '" + names_[i] +
+                                          "' was marked ready twice in one iteration (was it marked unused by "
+                                          "find_unused_parameters but still got a gradient, or used by two backward passes?)");
+  mark_ready(i, true);
+}
+
+void reducer::mark_ready(std::size_t i, bool used) {
+  no_grad_guard guard;
+  const auto [b, k] = slot_of_[i];
+  tensor& view = buckets_[b].views[k];
+  if (used) {
+    const tensor g = grad(params_[i]);
+    if (!g.defined()) view.zero_();
+    else if (g.data_ptr() != view.data_ptr()) view.copy_(g);
+  } else {
+    view.zero_();
+  }
+  ready_[i] = true;
+  ++ready_count_;
+  ready_order_.push_back(i);
+  caf::anon_send(actors_[b], grad_ready_atom::value, i);
+  if (ready_count_ == params_.size()) finalize();
+}
+
+void reducer::launch(int b) {
+  comm_result r;
+  try {
+    r = hook_(group_, hook_views_[static_cast<std::size_t>(b)]);
+  } catch (const std::exception& e) {
+    // The failure surfaces in the final wait, as the error of backward.
+    const error err = dynamic_cast<const error*>(&e) != nullptr
+                          ? *dynamic_cast<const error*>(&e)
+                          : error(errc::invalid_state, std::string("communication hook of bucket ") + std::to_string(b) +
+                                                           " threw: " + e.what());
+    r.pending = work();
+    r.then = [err] { throw err; };
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    launched_[static_cast<std::size_t>(b)] = std::move(r);
+    launch_order_.push_back(b);
+    ++launched_count_;
+  }
+  cv_.notify_all();
+}
+
+void reducer::finalize() {
+  armed_ = false;
+  ++iterations_;
+  std::vector<std::optional<comm_result>> results;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, opts_.timeout, [&] { return launched_count_ == buckets_.size(); }))
+      throw error(errc::timeout, "distributed_data_parallel: only " + std::to_string(launched_count_) + " of " +
+                                     std::to_string(buckets_.size()) + " buckets launched their reduction within " +
+                                     std::to_string(opts_.timeout.count()) + " ms");
+    results = launched_;
+  }
+  no_grad_guard guard;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& r = *results[b];
+    if (r.pending.valid()) r.pending.wait(opts_.timeout);
+    if (r.then) r.then();
+  }
+  for (auto& bk : buckets_) {
+    for (std::size_t k = 0; k < bk.params.size(); ++k) {
+      const tensor& p = params_[bk.params[k]];
+      const tensor g = grad(p);
+      if (opts_.gradient_as_bucket_view) {
+        if (!g.defined() || g.data_ptr() != bk.views[k].data_ptr()) set_grad(p, bk.views[k]);
+      } else if (g.defined()) {
+        tensor(g).copy_(bk.views[k]);
+      } else {
+        set_grad(p, bk.views[k].clone());
+      }
+    }
+  }
+}
+
+void reducer::drain() noexcept {
+  // Buckets whose reductions were launched: the leading complete ones (launch is in order).
+  std::size_t expected = 0;
+  for (; expected < buckets_.size(); ++expected) {
+    const auto& ps = buckets_[expected].params;
+    if (!std::all_of(ps.begin(), ps.end(), [&](std::size_t i) { return ready_[i]; })) break;
+  }
+  std::vector<std::optional<comm_result>> results;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, opts_.timeout, [&] { return launched_count_ >= expected; });
+    results = launched_;
+  }
+  for (auto& r : results)
+    if (r && r->pending.valid()) {
+      try {
+        r->pending.wait(opts_.timeout);
+      } catch (...) {  // the caller reports the unfinished iteration, not this
+      }
+    }
+  for (auto& a : actors_) caf::anon_send(a, reset_atom::value);
+}
+
+void reducer::check_previous_finished() {
+  if (!armed_ || ready_count_ == 0) return;
+  std::string missing;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) missing += (missing.empty() ? "'" : ", '") + names_[i] + "'";
+  drain();
+  armed_ = false;
+  throw error(errc::autograd_error,
+              "distributed_data_parallel: expected to have finished reduction in the prior iteration before starting "
+              "a new one: parameter(s) " + missing + " received no gradient in the last backward on rank " +
+                  std::to_string(group_.rank()) + ". If your forward does not use every parameter, pass "
+                  "find_unused_parameters=true to distributed_data_parallel (ddp_options); also make sure every "
+                  "forward output takes part in computing the loss.");
+}
+
+std::vector<std::vector<std::size_t>> reducer::assignment() const {
+  std::vector<std::vector<std::size_t>> out;
+  for (const auto& b : buckets_) out.push_back(b.params);
+  return out;
+}
+
+std::vector<int> reducer::launch_order() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return launch_order_;
+}
+
+}  // namespace troupe::ddp::detail

@@ -1,0 +1,115 @@
+#pragma once
+// The DDP reducer: buckets, their actors, readiness, launch order and the final wait.
+//
+// Note [DDP reducer]
+// ------------------
+// Buckets: parameters are taken in reverse order of parameters() (after the first iteration: in
+// the order their gradients became ready on rank 0, broadcast to every rank) and packed into
+// buckets of one dtype; a bucket is closed once it holds >= its cap (first bucket:
+// first_bucket_cap_mb, later ones bucket_cap_mb). Every bucket owns a flat buffer.
+//
+// One bucket actor per bucket (CAF event-based, on a private actor system with one scheduler
+// thread — the node does not expose its system, and a private one keeps the gradient path off
+// the RPC scheduler). States of a bucket actor:
+//
+//   waiting(pending = n, turn = index == 0)
+//      --ready(param)--> pending - 1        --turn--> turn = true
+//   pending == 0 && turn:  launch(index) -> comm hook -> process_group work (async, issue order)
+//                          send turn to bucket index + 1; back to waiting(n, index == 0)
+//
+// So the reductions are launched in bucket-index order on every rank, whatever order the
+// gradients become ready in, and the group's worker runs them in that order.
+//
+//   backward thread                       bucket actors (1 thread)        pg worker
+//   hook(p): copy grad -> bucket slice
+//            ready(p) ------------------> pending--, maybe launch ------> allreduce b
+//   last hook: wait until all launched <- launched[b] = work (cv)
+//              wait works, then-steps, write averaged grads to .grad
+//
+// The last post-accumulate-grad hook of the pass (every parameter ready or marked unused)
+// blocks the backward thread until every bucket launched and every work completed, so backward
+// returns with averaged gradients. Failures (peer_lost, timeout) surface there, as the error of
+// backward. A backward that left parameters unready is detected at the next forward
+// (autograd_error naming them); the launched works are drained and the actors reset first.
+// Assumes: every rank runs the same number of forward/backward pairs with the same buckets.
+
+#include <caf/all.hpp>
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/ddp/distributed_data_parallel.hpp"
+
+namespace troupe::ddp::detail {
+
+struct bucket {
+  troupe::dtype dtype = troupe::dtype::float32;
+  tensor buffer;
+  std::vector<std::size_t> params;     // indices into parameters()
+  std::vector<std::int64_t> offsets;   // element offset of each in buffer
+  std::vector<tensor> views;           // buffer slices shaped like each parameter
+};
+
+/// Packs `order` (parameter indices) into buckets (Note [DDP reducer]).
+std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, const std::vector<std::size_t>& order,
+                                                     double first_cap_mb, double cap_mb);
+
+class reducer {
+ public:
+  reducer(tensor_list params, std::vector<std::string> names, process_group& group, const ddp_options& opts);
+  ~reducer();
+
+  /// Rebuilds buckets and actors for `assignment`.
+  void build(const std::vector<std::vector<std::size_t>>& assignment);
+  /// Arms the next backward (sync: reduce; else let grads accumulate locally).
+  void prepare(bool sync, const tensor_list& outputs);
+  /// Post-accumulate-grad hook of parameter `i` (backward thread).
+  void on_grad_ready(std::size_t i);
+  /// Throws autograd_error when the previous backward left parameters unready (after draining).
+  void check_previous_finished();
+  /// Called by bucket actor `b` when it is complete and its turn came.
+  void launch(int b);
+
+  bool needs_rebuild() const { return !rebuilt_ && iterations_ > 0; }
+  void mark_rebuilt() { rebuilt_ = true; }
+  const std::vector<std::size_t>& ready_order() const { return ready_order_; }
+  std::vector<std::vector<std::size_t>> assignment() const;
+  std::vector<int> launch_order() const;
+  void set_hook(comm_hook h) { hook_ = std::move(h); }
+
+ private:
+  void mark_ready(std::size_t i, bool used);
+  void finalize();
+  void drain() noexcept;
+  std::vector<bool> reachable(const tensor_list& outputs) const;
+
+  tensor_list params_;
+  std::vector<std::string> names_;
+  process_group& group_;
+  ddp_options opts_;
+  comm_hook hook_;
+  std::vector<bucket> buckets_;
+  std::vector<std::pair<std::size_t, std::size_t>> slot_of_;  // param -> (bucket, position)
+  std::vector<bool> ready_;
+  std::size_t ready_count_ = 0;
+  bool armed_ = false;
+  bool rebuilt_ = false;
+  int iterations_ = 0;
+  std::vector<std::size_t> ready_order_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<comm_result>> launched_;
+  std::vector<grad_bucket> hook_views_;
+  std::vector<int> launch_order_;
+  std::size_t launched_count_ = 0;
+
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::vector<caf::actor> actors_;
+};
+
+}  // namespace troupe::ddp::detail

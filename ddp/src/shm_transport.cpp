@@ -1,0 +1,245 @@
+// The shared-memory transport of the CPU process group. See Note [shm collectives].
+#include "shm_transport.hpp"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "troupe/tensors/dtype.hpp"
+
+namespace troupe::ddp::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+bool reached(std::uint32_t value, std::uint32_t target) noexcept {
+  return static_cast<std::int32_t>(value - target) >= 0;
+}
+
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, long nanos) noexcept {
+  timespec ts{0, nanos};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+std::string sanitize(const std::string& name) {
+  if (name.empty() || name.size() > 64)
+    throw error(errc::bad_argument, "process_group: the group name must be 1-64 characters, got '" + name + "'");
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'))
+      throw error(errc::bad_argument, "process_group: the group name '" + name + "' may hold only letters, digits, '-' and '_'");
+  return name;
+}
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+thread_local std::string shm_transport::what_;
+thread_local std::chrono::steady_clock::time_point shm_transport::deadline_;
+thread_local std::chrono::steady_clock::time_point shm_transport::next_check_;
+
+const char* to_string(collective_kind k) noexcept {
+  switch (k) {
+    case collective_kind::allreduce: return "allreduce";
+    case collective_kind::broadcast: return "broadcast";
+    case collective_kind::allgather: return "allgather";
+    case collective_kind::reduce_scatter: return "reduce_scatter";
+    case collective_kind::barrier: return "barrier";
+  }
+  return "unknown";
+}
+
+std::string describe(const fingerprint& f) {
+  std::ostringstream os;
+  os << to_string(static_cast<collective_kind>(f.kind));
+  const auto kind = static_cast<collective_kind>(f.kind);
+  if (kind == collective_kind::allreduce || kind == collective_kind::reduce_scatter)
+    os << "(" << to_string(static_cast<reduce_op>(f.op)) << ")";
+  if (kind == collective_kind::broadcast) os << "(root " << f.root << ")";
+  if (kind != collective_kind::barrier)
+    os << " " << troupe::to_string(static_cast<troupe::dtype>(f.dtype)) << " numel " << f.numel;
+  os << " #" << f.seq;
+  return os.str();
+}
+
+shm_transport::shm_transport(const rendezvous& store, int rank, int world, const std::string& name,
+                             const process_group_options& opts)
+    : rank_(rank), world_(world), name_(sanitize(name)), slot_bytes_(opts.slot_bytes), p2p_bytes_(opts.p2p_bytes),
+      timeout_(opts.timeout) {
+  if (world < 1 || world > max_ranks || rank < 0 || rank >= world)
+    throw error(errc::bad_argument, "process_group '" + name + "': rank " + std::to_string(rank) +
+                                        " / world size " + std::to_string(world) + " out of range (world 1.." +
+                                        std::to_string(max_ranks) + ")");
+  if (slot_bytes_ < 4096 || slot_bytes_ % 64 != 0 || p2p_bytes_ < 4096 || p2p_bytes_ % 64 != 0)
+    throw error(errc::bad_argument, "process_group: slot_bytes and p2p_bytes must be multiples of 64, >= 4096");
+  const std::size_t total = control_bytes + 2 * slot_bytes_ + static_cast<std::size_t>(world) * p2p_bytes_;
+  std::random_device rd;
+  const std::string own = "/troupe_pg_" + name_ + "_" + std::to_string(rank) + "_" + std::to_string(::getpid()) +
+                          "_" + std::to_string(rd());
+  segments_.resize(static_cast<std::size_t>(world));
+  segments_[rank] = shm_segment::create_named(total, own);
+  auto* cb = new (segments_[rank].data()) control_block();
+  cb->pid = ::getpid();
+  const std::string prefix = "troupe/pg/" + name_ + "/";
+  store.set(prefix + std::to_string(rank), own + " " + std::to_string(cb->pid));
+  pids_.assign(static_cast<std::size_t>(world), 0);
+  pidfds_.assign(static_cast<std::size_t>(world), -1);
+  for (int r = 0; r < world; ++r) {
+    std::istringstream in(store.get(prefix + std::to_string(r), timeout_));
+    std::string seg;
+    in >> seg >> pids_[r];
+    if (r != rank) segments_[r] = shm_segment::open_named(seg, total);
+    pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids_[r], 0));
+  }
+  store.barrier(prefix + "mapped", rank, world, timeout_);
+  ::shm_unlink(own.c_str());  // every rank mapped it: nothing is left behind if we die
+}
+
+shm_transport::~shm_transport() {
+  for (int fd : pidfds_)
+    if (fd >= 0) ::close(fd);
+}
+
+std::byte* shm_transport::slot(int r, std::uint32_t chunk) const noexcept {
+  return static_cast<std::byte*>(segments_[r].data()) + control_bytes + (chunk % 2) * slot_bytes_;
+}
+
+std::byte* shm_transport::mailbox(int owner, int dst) const noexcept {
+  return static_cast<std::byte*>(segments_[owner].data()) + control_bytes + 2 * slot_bytes_ +
+         static_cast<std::size_t>(dst) * p2p_bytes_;
+}
+
+void shm_transport::begin(std::string what) {
+  what_ = std::move(what);
+  deadline_ = clock::now() + timeout_;
+  next_check_ = clock::now();
+}
+
+void shm_transport::publish(std::atomic<std::uint32_t>& c, std::uint32_t value) {
+  c.store(value, std::memory_order_release);
+  futex_wake(c);
+}
+
+void shm_transport::check_peers() {
+  // A dead rank that did not abort is a root cause; a rank that aborted (and maybe exited
+  // since) only passes on what it saw, so it is named second.
+  std::string dead, aborted;
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    bool gone = false;
+    if (pidfds_[r] >= 0) {
+      pollfd p{pidfds_[r], POLLIN, 0};
+      gone = ::poll(&p, 1, 0) == 1;
+    } else {
+      gone = ::kill(pids_[r], 0) != 0 && errno == ESRCH;
+    }
+    const auto& cb = ctl(r);
+    if (cb.aborted.load(std::memory_order_acquire) != 0) {
+      if (aborted.empty()) aborted = "rank " + std::to_string(r) + " aborted: " + std::string(cb.reason);
+    } else if (gone) {
+      dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r) + " (pid " + std::to_string(pids_[r]) + ")";
+    }
+  }
+  if (!dead.empty())
+    throw error(errc::peer_lost, "process_group '" + name_ + "': " + dead + " died during " + what_);
+  if (!aborted.empty()) throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", " + aborted);
+}
+
+void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target) {
+  for (int i = 0; i < 4000; ++i) {
+    if (reached(c.load(std::memory_order_acquire), target)) return;
+    cpu_relax();
+  }
+  for (;;) {
+    const std::uint32_t seen = c.load(std::memory_order_acquire);
+    if (reached(seen, target)) return;
+    const auto now = clock::now();
+    if (now >= next_check_) {
+      check_peers();
+      if (now >= deadline_) fail_timeout({r});
+      next_check_ = now + std::chrono::milliseconds(5);
+    }
+    futex_wait(c, seen, 1'000'000);
+  }
+}
+
+void shm_transport::wait_all(counter c, std::uint32_t target) {
+  for (int r = 0; r < world_; ++r)
+    if (r != rank_) wait_ge(r, ctl(r).counters[c].v, target);
+}
+
+void shm_transport::fail_timeout(const std::vector<int>& missing) {
+  throw error(errc::timeout, "process_group '" + name_ + "': " + what_ + " timed out after " +
+                                 std::to_string(timeout_.count()) + " ms waiting for rank(s) " + join_ranks(missing));
+}
+
+void shm_transport::enter(fingerprint f) {
+  auto& mine = ctl(rank_);
+  mine.fp[f.seq % 2] = f;
+  publish(fp_seq, f.seq);
+  wait_all(fp_seq, f.seq);
+  std::vector<fingerprint> all(static_cast<std::size_t>(world_));
+  for (int r = 0; r < world_; ++r) all[r] = ctl(r).fp[f.seq % 2];
+  for (int r = 1; r < world_; ++r) {
+    const auto& a = all[0];
+    const auto& b = all[r];
+    if (a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.numel == b.numel && a.root == b.root) continue;
+    throw error(errc::collective_mismatch, "process_group '" + name_ + "': collective #" + std::to_string(f.seq) +
+                                               " differs across ranks: rank 0 called " + describe(a) + ", rank " +
+                                               std::to_string(r) + " called " + describe(b));
+  }
+}
+
+void shm_transport::enter_monitored(fingerprint f, std::chrono::milliseconds timeout) {
+  ctl(rank_).fp[f.seq % 2] = f;
+  publish(fp_seq, f.seq);
+  const auto deadline = clock::now() + timeout;
+  for (;;) {
+    std::vector<int> missing;
+    for (int r = 0; r < world_; ++r)
+      if (!reached(ctl(r).counters[fp_seq].v.load(std::memory_order_acquire), f.seq)) missing.push_back(r);
+    if (missing.empty()) return;
+    check_peers();
+    if (clock::now() >= deadline)
+      throw error(errc::timeout, "process_group '" + name_ + "': monitored barrier #" + std::to_string(f.seq) +
+                                     ": rank(s) " + join_ranks(missing) + " did not arrive within " +
+                                     std::to_string(timeout.count()) + " ms");
+    futex_wait(ctl(missing.front()).counters[fp_seq].v, ctl(missing.front()).counters[fp_seq].v.load(), 1'000'000);
+  }
+}
+
+void shm_transport::abort(const std::string& reason) noexcept {
+  auto& cb = ctl(rank_);
+  std::strncpy(cb.reason, reason.c_str(), sizeof(cb.reason) - 1);
+  cb.aborted.store(1, std::memory_order_release);
+  for (auto& c : cb.counters) futex_wake(c.v);
+}
+
+}  // namespace troupe::ddp::detail

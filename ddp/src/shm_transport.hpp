@@ -1,0 +1,150 @@
+#pragma once
+// The shared-memory transport of the CPU process group: one segment per rank, mapped by every
+// rank, with monotonically increasing counters that pace a chunked pipeline.
+//
+// Note [shm collectives]
+// ----------------------
+// Segment of rank r:  | control (64 KiB) | slot 0 | slot 1 | p2p mailbox per destination |
+// control holds r's pid, an abort flag + reason, two fingerprint slots, and counters that only r
+// writes and everyone reads (each on its own cache line, each a futex word):
+//   fp_seq   collectives r has entered            in_cnt  chunks r has staged into its slot
+//   red_cnt  chunks whose shard r has reduced     out_cnt chunks r has finished consuming
+// A collective #s first writes its fingerprint (kind, op, dtype, numel, root) into fp[s % 2],
+// then sets fp_seq = s, and waits until every rank's fp_seq >= s; then it compares all
+// fingerprints (every rank sees the same set, so every rank raises the same collective_mismatch
+// — nobody waits for a partner that took another path). A rank cannot overwrite fp[s % 2]
+// (collective s+2) before every rank has passed collective s+1's entry, which it reaches only
+// after reading s's fingerprints.
+// Data moves in chunks; chunk g (counted over the group's life, identical on every rank since the
+// sizes were checked) uses slot g % 2:
+//
+//   rank r:  wait all out_cnt >= g-1 (slot free) -> stage the bytes peers need -> in_cnt = g+1
+//            wait all in_cnt >= g+1 -> reduce shard r from every slot -> red_cnt = g+1
+//            wait all red_cnt >= g+1 -> copy the other shards out -> out_cnt = g+1
+//
+// Every shard is reduced by exactly one rank in rank order, so every rank ends with the same
+// bits. Waiting: spin briefly, then FUTEX_WAIT (1 ms slices) on the peer's counter; every few
+// ms the waiter checks each peer's pidfd (readable once the process died, zombie or not) and
+// abort flag, and the deadline. A dead peer -> peer_lost naming it; a peer that aborted ->
+// peer_lost with its reason; the deadline -> timeout naming the ranks not yet there. Any of these
+// marks this rank aborted too (the group is broken: later collectives fail at once).
+// Assumes: one host, the same binary layout on every rank, collectives issued in the same order.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/shared_memory.hpp"
+#include "troupe/ddp/process_group.hpp"
+
+#include <functional>
+
+namespace troupe::ddp::detail {
+
+/// The three store operations the rendezvous needs (store_client or file_store).
+struct rendezvous {
+  std::function<void(const std::string&, const std::string&)> set;
+  std::function<std::string(const std::string&, std::chrono::milliseconds)> get;
+  std::function<void(const std::string&, int, int, std::chrono::milliseconds)> barrier;
+};
+
+inline constexpr int max_ranks = 64;
+inline constexpr std::size_t control_bytes = std::size_t{64} << 10;
+
+enum counter : int { fp_seq = 0, in_cnt = 1, red_cnt = 2, out_cnt = 3, num_counters = 4 };
+
+/// What a collective is, compared across ranks before any byte moves.
+struct fingerprint {
+  std::uint32_t seq = 0;
+  std::uint8_t kind = 0;  // collective_kind
+  std::uint8_t op = 0;
+  std::uint8_t dtype = 0;
+  std::uint8_t pad = 0;
+  std::int32_t root = -1;
+  std::int64_t numel = 0;
+};
+
+enum class collective_kind : std::uint8_t { allreduce = 1, broadcast, allgather, reduce_scatter, barrier };
+const char* to_string(collective_kind k) noexcept;
+std::string describe(const fingerprint& f);
+
+struct alignas(64) padded_counter {
+  std::atomic<std::uint32_t> v{0};
+};
+
+/// The control block at the start of each rank's segment.
+struct control_block {
+  padded_counter counters[num_counters];
+  padded_counter p2p_sent[max_ranks];  // bytes chunks sent to each destination
+  padded_counter p2p_ack[max_ranks];   // chunks consumed from each source
+  fingerprint p2p_meta[max_ranks];     // per destination: dtype, numel, tag (in root) of the send
+  fingerprint fp[2];
+  std::atomic<std::uint32_t> aborted{0};
+  std::int32_t pid = 0;
+  char reason[512] = {};
+};
+static_assert(sizeof(control_block) <= control_bytes);
+
+/// One rank's view of every rank's segment. Used by the group's worker threads: collectives on
+/// one, sends on another, receives on a third (they touch disjoint counters).
+class shm_transport {
+ public:
+  shm_transport(const rendezvous& store, int rank, int world, const std::string& name, const process_group_options& opts);
+  ~shm_transport();
+  shm_transport(const shm_transport&) = delete;
+  shm_transport& operator=(const shm_transport&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int world() const noexcept { return world_; }
+  std::size_t slot_bytes() const noexcept { return slot_bytes_; }
+  std::size_t p2p_bytes() const noexcept { return p2p_bytes_; }
+  control_block& ctl(int r) const noexcept { return *static_cast<control_block*>(segments_[r].data()); }
+  std::byte* slot(int r, std::uint32_t chunk) const noexcept;
+  std::byte* mailbox(int owner, int dst) const noexcept;
+
+  /// Sets the deadline of the collective that starts now and names it for messages.
+  void begin(std::string what);
+  /// Stores `value` into this rank's counter and wakes its waiters.
+  void publish(std::atomic<std::uint32_t>& c, std::uint32_t value);
+  void publish(counter c, std::uint32_t value) { publish(ctl(rank_).counters[c].v, value); }
+  /// Blocks until peer `r`'s counter reaches `target` (wrap-safe). Throws as in the note.
+  void wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target);
+  /// wait_ge on counter `c` of every rank.
+  void wait_all(counter c, std::uint32_t target);
+  /// The fingerprint exchange of Note [shm collectives]; throws collective_mismatch.
+  void enter(fingerprint f);
+  /// Barrier entry that, past `timeout`, throws errc::timeout naming the ranks missing.
+  void enter_monitored(fingerprint f, std::chrono::milliseconds timeout);
+  /// Marks this rank aborted with `reason` (peers waiting on it fail with peer_lost at once).
+  void abort(const std::string& reason) noexcept;
+  /// The next chunk number; the caller advances it by the chunks it used.
+  std::uint32_t& chunk_counter() noexcept { return chunk_; }
+  std::uint32_t next_seq() noexcept { return ++seq_; }
+
+ private:
+  void check_peers();
+  [[noreturn]] void fail_timeout(const std::vector<int>& missing);
+
+  int rank_;
+  int world_;
+  std::string name_;
+  std::size_t slot_bytes_;
+  std::size_t p2p_bytes_;
+  std::chrono::milliseconds timeout_;
+  std::vector<shm_segment> segments_;
+  std::vector<int> pidfds_;
+  std::vector<pid_t> pids_;
+  // Per worker thread (collectives, sends and receives run on different threads).
+  static thread_local std::string what_;
+  static thread_local std::chrono::steady_clock::time_point deadline_;
+  static thread_local std::chrono::steady_clock::time_point next_check_;
+  std::uint32_t chunk_ = 0;
+  std::uint32_t seq_ = 0;
+};
+
+}  // namespace troupe::ddp::detail

@@ -1,0 +1,84 @@
+#pragma once
+// Helpers of the ddp tests: run a function on N spawned ranks, each with its own process group
+// (rendezvous through a file_store: see /tmp/troupe-notes/h7.md — a runtime node cannot be linked
+// beside autograd while both define troupe::node); a pipe that carries small results from the
+// children to the parent. Children report failures by throwing (spawn's join rethrows the text).
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "troupe/actors/spawn.hpp"
+#include "troupe/ddp/file_store.hpp"
+#include "troupe/ddp/process_group.hpp"
+
+namespace troupe::test {
+
+/// Throws bad_argument with `what` unless `cond` (assertions inside children).
+inline void expect(bool cond, const std::string& what) {
+  if (!cond) throw error(errc::bad_argument, "check failed: " + what);
+}
+
+using group_fn = std::function<void(int, const ddp::file_store&, ddp::process_group&)>;
+
+/// A fresh store directory, removed at scope exit.
+struct temp_store {
+  ddp::file_store store = ddp::file_store::make_temp();
+  temp_store() = default;
+  temp_store(const temp_store&) = delete;
+  temp_store& operator=(const temp_store&) = delete;
+  ~temp_store() { store.remove_dir(); }
+};
+
+/// Runs fn(rank, store, group) on `world` spawned ranks; returns the spawn context (not joined).
+inline spawn_context spawn_group(const temp_store& dir, int world, group_fn fn, ddp::process_group_options opts = {}) {
+  const ddp::file_store store = dir.store;
+  return spawn(world, [store, world, fn, opts](int rank) {
+    ddp::process_group pg(store, rank, world, "test", opts);
+    fn(rank, store, pg);
+  });
+}
+
+/// spawn_group + join: throws the first child's failure; false when it ran past `timeout`.
+inline bool run_group(int world, group_fn fn, ddp::process_group_options opts = {},
+                      std::chrono::milliseconds timeout = std::chrono::seconds(90)) {
+  temp_store dir;
+  auto ctx = spawn_group(dir, world, std::move(fn), opts);
+  return ctx.join(timeout);
+}
+
+/// A pipe made before spawn: children write fixed-size records, the parent reads them with a
+/// timeout.
+template <class Record>
+class result_pipe {
+ public:
+  result_pipe() {
+    if (::pipe(fds_) != 0) throw error(errc::io_error, "pipe() failed");
+  }
+  ~result_pipe() {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  result_pipe(const result_pipe&) = delete;
+  result_pipe& operator=(const result_pipe&) = delete;
+
+  void write(const Record& r) {
+    if (::write(fds_[1], &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r))) throw error(errc::io_error, "result pipe write");
+  }
+  Record read(std::chrono::milliseconds timeout) {
+    pollfd p{fds_[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) throw error(errc::timeout, "no result from a child");
+    Record r{};
+    if (::read(fds_[0], &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r))) throw error(errc::io_error, "result pipe read");
+    return r;
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+}  // namespace troupe::test

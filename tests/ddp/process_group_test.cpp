@@ -1,0 +1,247 @@
+// The CPU process group against float64 references, on 1-4 spawned ranks.
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "ddp/ddp_harness.hpp"
+#include "troupe/tensors/factories.hpp"
+
+using namespace troupe;
+using namespace std::chrono_literals;
+using ddp::reduce_op;
+
+namespace {
+
+// Small integers: exact in every dtype and under every reduction for up to 4 ranks.
+double value_of(int rank, std::int64_t i, dtype dt) {
+  if (dt == dtype::boolean) return static_cast<double>((i + rank) % 3 == 0);
+  if (dt == dtype::uint8) return static_cast<double>((i * 7 + rank * 5) % 3 + 1);
+  return static_cast<double>((i * 7 + rank * 13) % 9 - 4 + (i % 5 == 0 ? 0 : 1));
+}
+
+tensor make_input(int rank, std::int64_t n, dtype dt) {
+  tensor d = empty({n}, {dtype::float64});
+  auto* p = d.data<double>();
+  for (std::int64_t i = 0; i < n; ++i) p[i] = value_of(rank, i, dt);
+  return d.to(dt);
+}
+
+double reduce_ref(reduce_op op, int world, std::int64_t i, dtype dt) {
+  double acc = value_of(0, i, dt);
+  for (int k = 1; k < world; ++k) {
+    const double v = value_of(k, i, dt);
+    switch (op) {
+      case reduce_op::sum: case reduce_op::avg: acc += v; break;
+      case reduce_op::product: acc *= v; break;
+      case reduce_op::min: acc = std::min(acc, v); break;
+      case reduce_op::max: acc = std::max(acc, v); break;
+    }
+  }
+  if (dt == dtype::boolean) return acc != 0 ? 1 : 0;
+  if (op == reduce_op::avg) acc = is_floating(dt) ? acc / world : std::trunc(acc / world);
+  return acc;
+}
+
+double tolerance(dtype dt) {
+  switch (dt) {
+    case dtype::float16: return 1e-3;
+    case dtype::bfloat16: return 1e-2;
+    case dtype::float32: return 1e-6;
+    default: return 1e-12;
+  }
+}
+
+void expect_close(const tensor& got, const std::function<double(std::int64_t)>& ref, const std::string& what) {
+  const tensor d = got.to(dtype::float64);
+  const double* p = d.data<double>();
+  for (std::int64_t i = 0; i < d.numel(); ++i) {
+    const double r = ref(i);
+    if (std::abs(p[i] - r) > tolerance(got.dtype()) * std::max(1.0, std::abs(r)))
+      test::expect(false, what + ": element " + std::to_string(i) + " is " + std::to_string(p[i]) + ", expected " +
+                              std::to_string(r));
+  }
+}
+
+void check_all_collectives(int rank, ddp::process_group& pg, std::int64_t n, dtype dt) {
+  const int w = pg.world_size();
+  const std::string tag = std::string(to_string(dt)) + " n=" + std::to_string(n) + " w=" + std::to_string(w);
+  for (reduce_op op : {reduce_op::sum, reduce_op::avg, reduce_op::min, reduce_op::max, reduce_op::product}) {
+    tensor t = make_input(rank, n, dt);
+    pg.allreduce(t, op).wait(20s);
+    expect_close(t, [&](std::int64_t i) { return reduce_ref(op, w, i, dt); }, "allreduce " + std::string(ddp::to_string(op)) + " " + tag);
+  }
+  const int root = w - 1;
+  tensor b = make_input(rank, n, dt);
+  pg.broadcast(b, root).wait(20s);
+  expect_close(b, [&](std::int64_t i) { return value_of(root, i, dt); }, "broadcast " + tag);
+  tensor in = make_input(rank, n, dt);
+  tensor out = zeros({n * w}, {dt});
+  pg.allgather(out, in).wait(20s);
+  expect_close(out, [&](std::int64_t i) { return value_of(static_cast<int>(i / n), i % n, dt); }, "allgather " + tag);
+  tensor rs_in = make_input(rank, n * w, dt);
+  tensor rs_out = zeros({n}, {dt});
+  pg.reduce_scatter(rs_out, rs_in, reduce_op::sum).wait(20s);
+  expect_close(rs_out, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, w, rank * n + i, dt); }, "reduce_scatter " + tag);
+  pg.barrier().wait(20s);
+}
+
+}  // namespace
+
+TEST_CASE("every CPU collective matches its reference for every dtype on 1 to 4 ranks", "[ddp][process_group]") {
+  const int world = GENERATE(1, 2, 3, 4);
+  ddp::process_group_options opts;
+  opts.slot_bytes = 64 << 10;  // small slots: several pipelined chunks even for small tensors
+  REQUIRE(test::run_group(world, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    for (dtype dt : {dtype::float32, dtype::float64, dtype::float16, dtype::bfloat16, dtype::int32, dtype::int64,
+                     dtype::uint8, dtype::boolean})
+      for (std::int64_t n : {0, 1, 7, 1000})
+        check_all_collectives(rank, pg, n, dt);
+    for (std::int64_t n : {std::int64_t{40'000}, std::int64_t{100'003}})  // several chunks, odd shards
+      check_all_collectives(rank, pg, n, dtype::float32);
+  }, opts));
+}
+
+TEST_CASE("an allreduce of 64 MB matches the reference on 2 ranks", "[ddp][process_group]") {
+  REQUIRE(test::run_group(2, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    const std::int64_t n = 16 << 20;  // float32: 64 MB
+    tensor t = make_input(rank, n, dtype::float32);
+    pg.allreduce(t, reduce_op::sum).wait(30s);
+    expect_close(t, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, 2, i, dtype::float32); }, "allreduce 64MB");
+  }));
+}
+
+TEST_CASE("collectives issued back to back complete in issue order", "[ddp][process_group]") {
+  REQUIRE(test::run_group(3, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    std::vector<ddp::work> works;
+    std::vector<tensor> ts;
+    for (int i = 0; i < 12; ++i) {
+      ts.push_back(full({1000 + i * 100}, static_cast<double>(rank + i)));
+      works.push_back(pg.allreduce(ts.back(), reduce_op::sum));
+    }
+    works.back().wait(20s);
+    for (int i = 0; i < 12; ++i) {
+      test::expect(works[i].is_completed() && !works[i].error(), "work " + std::to_string(i) + " completed before the last");
+      test::expect(ts[i].data<float>()[0] == static_cast<float>(3 * i + 3), "value of allreduce " + std::to_string(i));
+    }
+  }));
+}
+
+TEST_CASE("a collective whose size differs on one rank fails with collective_mismatch on every rank", "[ddp][process_group]") {
+  REQUIRE(test::run_group(3, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    tensor t = ones({rank == 1 ? 20 : 10});
+    ddp::work w = pg.allreduce(t);
+    bool failed = false;
+    try {
+      w.wait(10s);
+    } catch (const error& e) {
+      failed = true;
+      test::expect(e.code() == errc::collective_mismatch, "code is collective_mismatch, got " + std::string(e.what()));
+      const std::string m = e.message();
+      test::expect(m.find("rank 1") != std::string::npos && m.find("numel 20") != std::string::npos &&
+                       m.find("numel 10") != std::string::npos, "message names the rank and both sizes: " + m);
+    }
+    test::expect(failed, "the mismatched allreduce failed");
+    tensor ok = ones({5});  // the group stays usable
+    pg.allreduce(ok).wait(10s);
+    test::expect(ok.data<float>()[0] == 3.0f, "next allreduce sums");
+  }));
+}
+
+TEST_CASE("send and recv pass tensors around a ring, also larger than the mailbox", "[ddp][process_group]") {
+  ddp::process_group_options opts;
+  opts.p2p_bytes = 8192;
+  REQUIRE(test::run_group(3, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    const int w = pg.world_size();
+    tensor out = make_input(rank, 5000, dtype::float64);
+    tensor in = zeros({5000}, {dtype::float64});
+    const int src = (rank + w - 1) % w;
+    ddp::work s = pg.send(out, (rank + 1) % w, 7);
+    // Ranks receive before their send completes: large sends wait for the matching recv.
+    ddp::work r = pg.recv(in, src, 7);
+    r.wait(20s);
+    s.wait(20s);
+    expect_close(in, [&](std::int64_t i) { return value_of(src, i, dtype::float64); }, "recv");
+  }, opts));
+}
+
+TEST_CASE("bad collective arguments are rejected at once", "[ddp][process_group]") {
+  REQUIRE(test::run_group(1, [](int, const ddp::file_store&, ddp::process_group& pg) {
+    tensor m = ones({4, 4});
+    auto expect_code = [](errc code, const std::function<void()>& f) {
+      try {
+        f();
+      } catch (const error& e) {
+        test::expect(e.code() == code, "code " + std::string(to_string(code)) + ", got " + e.what());
+        return;
+      }
+      test::expect(false, "no error thrown");
+    };
+    expect_code(errc::bad_argument, [&] { pg.allreduce(m.t()); });
+    expect_code(errc::bad_argument, [&] { pg.broadcast(m, 3); });
+    expect_code(errc::shape_mismatch, [&] { pg.allgather(ones({3}), ones({2})); });
+    pg.allreduce(m).wait(5s);  // the sequence was not consumed
+  }));
+}
+
+TEST_CASE("a monitored barrier names the rank that did not arrive", "[ddp][process_group]") {
+  REQUIRE(test::run_group(3, [](int rank, const ddp::file_store& st, ddp::process_group& pg) {
+    if (rank == 2) {
+      st.get("late/done", 20s);  // arrives only after the others gave up
+      return;
+    }
+    try {
+      pg.monitored_barrier(300ms);
+      test::expect(false, "the barrier should time out");
+    } catch (const error& e) {
+      test::expect(e.code() == errc::timeout, "timeout, got " + std::string(e.what()));
+      test::expect(e.message().find("rank(s) 2 did not arrive") != std::string::npos, "names rank 2: " + e.message());
+    }
+    if (rank == 0) st.set("late/done", "1");
+  }));
+}
+
+TEST_CASE("a rank killed during an allreduce makes the others fail with peer_lost within 2 s", "[ddp][process_group][fault]") {
+  struct record {
+    int rank;
+    int code;
+    double ms;
+    char text[200];
+  };
+  auto* kill_time = static_cast<std::atomic<std::int64_t>*>(
+      ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(kill_time != MAP_FAILED);
+  auto results = std::make_shared<test::result_pipe<record>>();
+  test::temp_store dir;
+  auto ctx = test::spawn_group(dir, 3, [kill_time, results](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    pg.barrier().wait(10s);
+    tensor t = ones({4 << 20});
+    ddp::work w = pg.allreduce(t);
+    if (rank == 2) {
+      kill_time->store(std::chrono::steady_clock::now().time_since_epoch().count());
+      ::raise(SIGKILL);
+    }
+    record r{rank, 0, -1, {}};
+    try {
+      w.wait(10s);
+    } catch (const error& e) {
+      const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+      r.code = static_cast<int>(e.code());
+      r.ms = static_cast<double>(now - kill_time->load()) / 1e6;
+      std::strncpy(r.text, e.message().c_str(), sizeof(r.text) - 1);
+    }
+    results->write(r);
+  });
+  for (int i = 0; i < 2; ++i) {
+    const record r = results->read(20s);
+    INFO("rank " << r.rank << ": " << r.text);
+    CHECK(r.code == static_cast<int>(errc::peer_lost));
+    CHECK(std::string(r.text).find("rank 2") != std::string::npos);
+    CHECK(r.ms < 2000.0);
+    WARN("peer_lost detected after " << r.ms << " ms on rank " << r.rank);
+  }
+  REQUIRE_THROWS_AS(ctx.join(20s), error);
+  ::munmap(kill_time, sizeof(std::int64_t));
+}
