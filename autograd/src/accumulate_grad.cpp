@@ -2,7 +2,7 @@
 #include <limits>
 
 #include "troupe/autograd/autograd_meta.hpp"
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 #include "troupe/tensors/elementwise.hpp"
 
 namespace troupe {
@@ -10,7 +10,7 @@ namespace troupe {
 // The maximal sequence number makes a ready accumulate_grad run before other ready nodes, so
 // a leaf's .grad (and DDP's hooks) are updated as early as possible, as PyTorch does.
 accumulate_grad::accumulate_grad(tensor leaf)
-    : node("accumulate_grad", {}, 1, std::numeric_limits<std::uint64_t>::max()), variable_(std::move(leaf)) {}
+    : grad_node("accumulate_grad", {}, 1, std::numeric_limits<std::uint64_t>::max()), variable_(std::move(leaf)) {}
 
 namespace {
 template <class Hook>

@@ -20,7 +20,7 @@ autograd_meta& materialize_meta(const tensor& t) {
   return *raw;
 }
 
-std::shared_ptr<node> grad_accumulator(const tensor& t) {
+std::shared_ptr<grad_node> grad_accumulator(const tensor& t) {
   auto* m = meta_of(t);
   if (!m || m->grad_fn || !m->requires_grad_flag) return nullptr;
   std::lock_guard<std::mutex> lk(m->mutex);
@@ -73,7 +73,7 @@ void check_in_place_record(const op_record& rec) {
 
 // Gives `out` the history (fn, nr). An in-place op rebases an existing tensor: its metadata is
 // kept (hooks already registered stay on the old node, as in PyTorch) and retain_grad moves on.
-void set_history(const tensor& out, const std::shared_ptr<node>& fn, std::uint32_t nr) {
+void set_history(const tensor& out, const std::shared_ptr<grad_node>& fn, std::uint32_t nr) {
   auto& m = materialize_meta(out);
   m.grad_fn = fn;
   m.output_nr = nr;

@@ -22,21 +22,21 @@ namespace {
 // Everything one pass needs; lives on the caller's stack (no state shared between passes).
 struct pass_state {
   const graph_task& task;
-  std::unordered_map<node*, int> deps;
-  std::unordered_map<node*, tensor_list> buffers;
-  std::unordered_map<node*, std::vector<std::uint32_t>> captured;  // node -> captured input_nrs
-  std::unordered_set<node*> skip;  // reachable nodes that must not run
+  std::unordered_map<grad_node*, int> deps;
+  std::unordered_map<grad_node*, tensor_list> buffers;
+  std::unordered_map<grad_node*, std::vector<std::uint32_t>> captured;  // node -> captured input_nrs
+  std::unordered_set<grad_node*> skip;  // reachable nodes that must not run
 };
 
-bool is_accumulator(const node* n) { return dynamic_cast<const accumulate_grad*>(n) != nullptr; }
+bool is_accumulator(const grad_node* n) { return dynamic_cast<const accumulate_grad*>(n) != nullptr; }
 
 // Counts, for every node reachable from `root`, the edges pointing at it (iteratively: graphs
 // may be deep chains). Returns the reachable nodes in discovery order.
-std::vector<node*> count_dependencies(node* root, pass_state& s) {
-  std::vector<node*> stack{root}, seen_order{root};
-  std::unordered_set<node*> seen{root};
+std::vector<grad_node*> count_dependencies(grad_node* root, pass_state& s) {
+  std::vector<grad_node*> stack{root}, seen_order{root};
+  std::unordered_set<grad_node*> seen{root};
   while (!stack.empty()) {
-    node* n = stack.back();
+    grad_node* n = stack.back();
     stack.pop_back();
     for (const auto& e : n->next_edges()) {
       if (!e.valid()) continue;
@@ -51,9 +51,9 @@ std::vector<node*> count_dependencies(node* root, pass_state& s) {
 }
 
 // Nodes in an order where every node comes before the nodes its edges point at (Kahn).
-std::vector<node*> topological_order(node* root, const pass_state& s) {
+std::vector<grad_node*> topological_order(grad_node* root, const pass_state& s) {
   auto deps = s.deps;
-  std::vector<node*> order{root};
+  std::vector<grad_node*> order{root};
   for (std::size_t i = 0; i < order.size(); ++i)
     for (const auto& e : order[i]->next_edges())
       if (e.valid() && --deps[e.fn.get()] == 0) order.push_back(e.fn.get());
@@ -62,21 +62,21 @@ std::vector<node*> topological_order(node* root, const pass_state& s) {
 
 // Marks which nodes must not run: captured leaves always; when edges are captured, every node
 // without a path to a captured edge (it would only touch .grad or unrelated nodes).
-void plan_execution(node* root, const std::vector<node*>& reachable, pass_state& s) {
+void plan_execution(grad_node* root, const std::vector<grad_node*>& reachable, pass_state& s) {
   const auto& task = s.task;
   for (const auto& e : task.captured)
     if (e.valid()) s.captured[e.fn.get()].push_back(e.input_nr);
   if (task.capture_leaves)
-    for (node* n : reachable)
+    for (grad_node* n : reachable)
       if (is_accumulator(n)) {
         s.captured[n].push_back(0);
         s.skip.insert(n);
       }
   if (task.captured.empty()) return;
   const auto order = topological_order(root, s);
-  std::unordered_set<node*> reaches;  // node is captured or leads to a captured node
+  std::unordered_set<grad_node*> reaches;  // node is captured or leads to a captured node
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    node* n = *it;
+    grad_node* n = *it;
     bool child_reaches = false;
     for (const auto& e : n->next_edges()) child_reaches = child_reaches || (e.valid() && reaches.count(e.fn.get()));
     if (child_reaches || s.captured.count(n)) reaches.insert(n);
@@ -89,7 +89,7 @@ void accumulate(tensor& slot, tensor g) {
   slot = slot.defined() ? add(slot, g) : std::move(g);
 }
 
-tensor_list run_node(node& n, tensor_list&& grads) {
+tensor_list run_node(grad_node& n, tensor_list&& grads) {
   std::lock_guard<std::mutex> lk(n.run_mutex());
 #if defined(TROUPE_WITH_CUDA)
   // Note [Backward streams]: run on the stream the forward op used.
@@ -105,7 +105,7 @@ tensor_list run_node(node& n, tensor_list&& grads) {
   }
 }
 
-void deliver(node& n, tensor_list&& out, pass_state& s, std::vector<node*>& ready) {
+void deliver(grad_node& n, tensor_list&& out, pass_state& s, std::vector<grad_node*>& ready) {
   const auto& edges = n.next_edges();
   if (out.size() != edges.size())
     throw error(errc::autograd_error, "backward of " + n.name() + " returned " + std::to_string(out.size()) +
@@ -124,7 +124,7 @@ void deliver(node& n, tensor_list&& out, pass_state& s, std::vector<node*>& read
 }
 
 struct later_first {
-  bool operator()(const node* a, const node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+  bool operator()(const grad_node* a, const grad_node* b) const { return a->sequence_nr() < b->sequence_nr(); }
 };
 
 }  // namespace
@@ -140,11 +140,11 @@ void engine::execute(const graph_task& task) const {
   auto root = std::make_shared<graph_root>(std::move(root_edges), std::move(root_grads));
   pass_state s{task, {}, {}, {}, {}};
   plan_execution(root.get(), count_dependencies(root.get(), s), s);
-  std::priority_queue<node*, std::vector<node*>, later_first> queue;
+  std::priority_queue<grad_node*, std::vector<grad_node*>, later_first> queue;
   queue.push(root.get());
-  std::vector<node*> ready;
+  std::vector<grad_node*> ready;
   while (!queue.empty()) {
-    node* n = queue.top();
+    grad_node* n = queue.top();
     queue.pop();
     tensor_list in;
     if (auto it = s.buffers.find(n); it != s.buffers.end()) {
@@ -158,7 +158,7 @@ void engine::execute(const graph_task& task) const {
     tensor_list out = run_node(*n, std::move(in));
     if (!task.retain_graph) n->release_variables();
     deliver(*n, std::move(out), s, ready);
-    for (node* r : ready) queue.push(r);
+    for (grad_node* r : ready) queue.push(r);
     ready.clear();
   }
 }

@@ -2,7 +2,7 @@
 // validation of the gradients it returns.
 #include <algorithm>
 
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 #include "troupe/autograd/saved_variable.hpp"
 
 namespace troupe {
@@ -34,7 +34,7 @@ edge_list checked_edges(edge_list e, std::size_t n_inputs, const std::string& na
 }  // namespace
 
 op_node::op_node(op_record&& rec, edge_list edges, std::vector<input_info> inputs)
-    : node(rec.name, checked_edges(std::move(edges), inputs.size(), rec.name),
+    : grad_node(rec.name, checked_edges(std::move(edges), inputs.size(), rec.name),
            static_cast<std::uint32_t>(rec.outputs.size())),
       backward_(std::move(rec.backward)),
       inputs_(std::move(inputs)) {

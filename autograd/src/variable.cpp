@@ -74,7 +74,7 @@ bool is_leaf(const tensor& t) {
   return !m || !m->grad_fn;
 }
 
-std::shared_ptr<node> grad_fn(const tensor& t) {
+std::shared_ptr<grad_node> grad_fn(const tensor& t) {
   auto* m = meta_of(t);
   return m ? m->grad_fn : nullptr;
 }

@@ -8,7 +8,7 @@
 
 #include "troupe/autograd/autograd_meta.hpp"
 #include "troupe/autograd/gradcheck.hpp"
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/tensors/factories.hpp"
 
@@ -45,10 +45,10 @@ inline std::vector<double> values(const tensor& t) {
 }
 
 /// A node whose backward is a lambda (custom nodes, as distributed autograd writes them).
-class lambda_node final : public node {
+class lambda_node final : public grad_node {
  public:
   lambda_node(std::string name, edge_list next, std::uint32_t n_in, std::function<tensor_list(tensor_list&&)> fn)
-      : node(std::move(name), std::move(next), n_in), fn_(std::move(fn)) {}
+      : grad_node(std::move(name), std::move(next), n_in), fn_(std::move(fn)) {}
   tensor_list apply(tensor_list&& grads) override { return fn_(std::move(grads)); }
 
  private:
@@ -56,7 +56,7 @@ class lambda_node final : public node {
 };
 
 /// Makes `out` the `nr`-th output of `fn` (what autograd_meta::record does for op nodes).
-inline void attach(const tensor& out, std::shared_ptr<node> fn, std::uint32_t nr = 0) {
+inline void attach(const tensor& out, std::shared_ptr<grad_node> fn, std::uint32_t nr = 0) {
   auto& m = materialize_meta(out);
   m.grad_fn = std::move(fn);
   m.output_nr = nr;

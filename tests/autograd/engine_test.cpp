@@ -201,7 +201,7 @@ TEST_CASE("two threads run backward on separate graphs concurrently with correct
 
 TEST_CASE("backward frees saved tensors and the graph dies with its tensors", "[autograd][engine]") {
   tensor x = leaf_of({1.0, 2.0}, {2});
-  std::weak_ptr<node> fn;
+  std::weak_ptr<grad_node> fn;
   std::weak_ptr<storage> saved_storage;
   {
     tensor a = x * 3.0;

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/tensor.hpp"
 
@@ -37,7 +37,7 @@ class autograd_meta final : public autograd_meta_interface {
 
   bool requires_grad_flag = false;  ///< set by set_requires_grad (leaves only)
   tensor grad;                      ///< the accumulated gradient (.grad)
-  std::shared_ptr<node> grad_fn;    ///< the node that produced this tensor (null for a leaf)
+  std::shared_ptr<grad_node> grad_fn;    ///< the node that produced this tensor (null for a leaf)
   std::uint32_t output_nr = 0;      ///< which output of grad_fn this tensor is
   bool retains_grad = false;        ///< retain_grad() was called on this non-leaf
   /// Tensor hooks of a leaf (a non-leaf's hooks live on its grad_fn), by id.
@@ -45,7 +45,7 @@ class autograd_meta final : public autograd_meta_interface {
   /// Hooks run after the leaf's .grad was updated, by id.
   std::vector<std::pair<std::uint64_t, post_accumulate_hook>> post_accumulate_hooks;
   /// The leaf's accumulate_grad, cached weakly: shared by all live graphs using the leaf.
-  std::weak_ptr<node> grad_accumulator;
+  std::weak_ptr<grad_node> grad_accumulator;
   std::uint64_t next_hook_id = 0;
   mutable std::mutex mutex;
 };
@@ -58,7 +58,7 @@ autograd_meta& materialize_meta(const tensor& t);
 /// an invalid edge if `t` does not require grad.
 edge gradient_edge(const tensor& t);
 /// The leaf's accumulate_grad, created on first use (null if `t` is not a leaf requiring grad).
-std::shared_ptr<node> grad_accumulator(const tensor& t);
+std::shared_ptr<grad_node> grad_accumulator(const tensor& t);
 /// Makes grad_fn(t) store the gradient of `t` into its .grad during backward (retain_grad);
 /// does nothing for a leaf.
 void install_retains_grad_hook(const tensor& t);

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 #include "troupe/tensors/tensor.hpp"
 
 namespace troupe {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "troupe/autograd/hook_handle.hpp"
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/tensor.hpp"
 
@@ -26,7 +26,7 @@ void set_grad(const tensor& t, tensor g);
 /// True if `t` has no grad_fn (every tensor that does not require grad is a leaf).
 bool is_leaf(const tensor& t);
 /// The node that produced `t` (null for a leaf).
-std::shared_ptr<node> grad_fn(const tensor& t);
+std::shared_ptr<grad_node> grad_fn(const tensor& t);
 /// Which output of grad_fn(t) `t` is (0 for a leaf).
 std::uint32_t output_nr(const tensor& t);
 /// Makes a non-leaf keep its gradient in .grad during backward (no-op on a leaf).

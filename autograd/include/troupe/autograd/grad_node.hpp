@@ -1,5 +1,5 @@
 #pragma once
-/// \file node.hpp
+/// \file grad_node.hpp
 /// Nodes of the backward graph. A node takes the gradients of its forward op's outputs and
 /// returns the gradients of the forward op's inputs; `next_edges()[i]` says where gradient i
 /// flows. Kinds: `op_node` (an op recorded by the tensors layer), `accumulate_grad` (the sink of
@@ -33,12 +33,12 @@
 
 namespace troupe {
 
-class node;
+class grad_node;
 
 /// One gradient flow: into the `input_nr`-th gradient input of `fn`. Invalid when fn is null
 /// (the forward input did not require grad).
 struct edge {
-  std::shared_ptr<node> fn;
+  std::shared_ptr<grad_node> fn;
   std::uint32_t input_nr = 0;
   bool valid() const noexcept { return fn != nullptr; }
   friend bool operator==(const edge& a, const edge& b) noexcept {
@@ -65,19 +65,19 @@ struct input_info {
 /// A backward-graph node. Created and owned through std::shared_ptr (hook handles and edges
 /// refer to it). The engine runs a node on the thread that called backward, holding
 /// `run_mutex()`, so a node never runs concurrently with itself.
-class node : public std::enable_shared_from_this<node> {
+class grad_node : public std::enable_shared_from_this<grad_node> {
  public:
   /// `num_inputs`: how many gradients the node takes (its forward op's outputs).
   /// The sequence number comes from a per-thread counter (as PyTorch's): later nodes get higher
   /// numbers and run first among ready nodes.
-  node(std::string name, edge_list next_edges, std::uint32_t num_inputs);
+  grad_node(std::string name, edge_list next_edges, std::uint32_t num_inputs);
   /// As above with an explicit sequence number (accumulate_grad uses the maximum).
-  node(std::string name, edge_list next_edges, std::uint32_t num_inputs, std::uint64_t sequence_nr);
+  grad_node(std::string name, edge_list next_edges, std::uint32_t num_inputs, std::uint64_t sequence_nr);
   /// Releases the chain of nodes only this node keeps alive iteratively (a graph of a million
   /// chained ops would overflow the stack with recursive shared_ptr destruction).
-  virtual ~node();
-  node(const node&) = delete;
-  node& operator=(const node&) = delete;
+  virtual ~grad_node();
+  grad_node(const grad_node&) = delete;
+  grad_node& operator=(const grad_node&) = delete;
 
   /// The op's name ("mul", "accumulate_grad"), used in every error message.
   const std::string& name() const noexcept { return name_; }
@@ -151,7 +151,7 @@ class node : public std::enable_shared_from_this<node> {
 };
 
 /// The node of one recorded op (an `op_record` of the tensors layer).
-class op_node final : public node {
+class op_node final : public grad_node {
  public:
   /// `inputs` describe the forward inputs (one per next edge); `num_outputs` the op's outputs.
   op_node(op_record&& rec, edge_list next_edges, std::vector<input_info> inputs);
@@ -176,7 +176,7 @@ class op_node final : public node {
 /// The sink of a leaf that requires grad: runs the leaf's tensor hooks, accumulates into its
 /// .grad (first gradient: a detached clone; later ones: added in place under no_grad), then runs
 /// its post-accumulate-grad hooks. All uses of a leaf in live graphs share one accumulate_grad.
-class accumulate_grad final : public node {
+class accumulate_grad final : public grad_node {
  public:
   explicit accumulate_grad(tensor leaf);
   tensor_list apply(tensor_list&& grads) override;
@@ -188,7 +188,7 @@ class accumulate_grad final : public node {
 };
 
 /// The engine's start node: returns the root gradients, one per root edge.
-class graph_root final : public node {
+class graph_root final : public grad_node {
  public:
   graph_root(edge_list roots, tensor_list grads);
   tensor_list apply(tensor_list&& grads) override;

@@ -1,5 +1,5 @@
 // Node basics: sequence numbers, hooks around apply, the graph root.
-#include "troupe/autograd/node.hpp"
+#include "troupe/autograd/grad_node.hpp"
 
 #include <algorithm>
 
@@ -16,16 +16,16 @@ void erase_id(Vec& v, std::uint64_t id) {
 }
 }  // namespace
 
-node::node(std::string name, edge_list next_edges, std::uint32_t num_inputs)
-    : node(std::move(name), std::move(next_edges), num_inputs, next_sequence_nr++) {}
+grad_node::grad_node(std::string name, edge_list next_edges, std::uint32_t num_inputs)
+    : grad_node(std::move(name), std::move(next_edges), num_inputs, next_sequence_nr++) {}
 
-node::node(std::string name, edge_list next_edges, std::uint32_t num_inputs, std::uint64_t sequence_nr)
+grad_node::grad_node(std::string name, edge_list next_edges, std::uint32_t num_inputs, std::uint64_t sequence_nr)
     : name_(std::move(name)), next_edges_(std::move(next_edges)), num_inputs_(num_inputs), sequence_nr_(sequence_nr) {}
 
-node::~node() {
+grad_node::~grad_node() {
   // Take over the next nodes we hold the last reference to, and their next nodes, and so on:
   // each is destroyed with empty edges, so destruction never recurses.
-  std::vector<std::shared_ptr<node>> stack;
+  std::vector<std::shared_ptr<grad_node>> stack;
   auto take = [&stack](edge_list& edges) {
     for (auto& e : edges)
       if (e.fn && e.fn.use_count() == 1) stack.push_back(std::move(e.fn));
@@ -33,13 +33,13 @@ node::~node() {
   };
   take(next_edges_);
   while (!stack.empty()) {
-    std::shared_ptr<node> n = std::move(stack.back());
+    std::shared_ptr<grad_node> n = std::move(stack.back());
     stack.pop_back();
     take(n->next_edges_);
   }
 }
 
-void node::apply_tensor_hooks(tensor_list& grads) {
+void grad_node::apply_tensor_hooks(tensor_list& grads) {
   std::vector<tensor_pre_hook> hooks;
   std::vector<std::pair<std::uint32_t, std::function<void(const tensor&)>>> retains;
   {
@@ -56,7 +56,7 @@ void node::apply_tensor_hooks(tensor_list& grads) {
     if (nr < grads.size() && grads[nr].defined()) fn(grads[nr]);
 }
 
-tensor_list node::run(tensor_list&& grads) {
+tensor_list grad_node::run(tensor_list&& grads) {
   apply_tensor_hooks(grads);
   std::vector<keyed<node_pre_hook>> pre;
   std::vector<keyed<node_post_hook>> post;
@@ -73,7 +73,7 @@ tensor_list node::run(tensor_list&& grads) {
   return grad_inputs;
 }
 
-hook_handle node::register_pre_hook(node_pre_hook fn) {
+hook_handle grad_node::register_pre_hook(node_pre_hook fn) {
   std::lock_guard<std::mutex> lk(hooks_mutex_);
   const auto id = next_hook_id_++;
   pre_hooks_.push_back({id, std::move(fn)});
@@ -85,7 +85,7 @@ hook_handle node::register_pre_hook(node_pre_hook fn) {
   });
 }
 
-hook_handle node::register_post_hook(node_post_hook fn) {
+hook_handle grad_node::register_post_hook(node_post_hook fn) {
   std::lock_guard<std::mutex> lk(hooks_mutex_);
   const auto id = next_hook_id_++;
   post_hooks_.push_back({id, std::move(fn)});
@@ -97,7 +97,7 @@ hook_handle node::register_post_hook(node_post_hook fn) {
   });
 }
 
-hook_handle node::register_tensor_pre_hook(std::uint32_t input_nr, tensor_hook fn) {
+hook_handle grad_node::register_tensor_pre_hook(std::uint32_t input_nr, tensor_hook fn) {
   std::lock_guard<std::mutex> lk(hooks_mutex_);
   const auto id = next_hook_id_++;
   tensor_pre_hooks_.push_back({id, input_nr, std::move(fn)});
@@ -109,7 +109,7 @@ hook_handle node::register_tensor_pre_hook(std::uint32_t input_nr, tensor_hook f
   });
 }
 
-void node::set_retains_grad_hook(std::uint32_t input_nr, std::function<void(const tensor&)> fn) {
+void grad_node::set_retains_grad_hook(std::uint32_t input_nr, std::function<void(const tensor&)> fn) {
   std::lock_guard<std::mutex> lk(hooks_mutex_);
   for (auto& [nr, f] : retains_grad_hooks_) {
     if (nr == input_nr) {
@@ -123,7 +123,7 @@ void node::set_retains_grad_hook(std::uint32_t input_nr, std::function<void(cons
 // ---- graph_root ---------------------------------------------------------------------------
 
 graph_root::graph_root(edge_list roots, tensor_list grads)
-    : node("graph_root", std::move(roots), 0), grads_(std::move(grads)) {}
+    : grad_node("graph_root", std::move(roots), 0), grads_(std::move(grads)) {}
 
 tensor_list graph_root::apply(tensor_list&&) { return grads_; }
 
