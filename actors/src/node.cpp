@@ -1,6 +1,7 @@
 // The node (Note [job token] in troupe/actors/node.hpp).
 #include "troupe/actors/node.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -36,7 +37,7 @@ struct node::impl {
   std::mutex calls_mutex;
   std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
   std::size_t calls_prune_at = 1024;
-  bool down = false;
+  std::atomic<bool> down{false};
 
   void configure();
   void start(std::shared_ptr<transport_hook> hook);
