@@ -141,8 +141,7 @@ void node::impl::track(const std::shared_ptr<rpc::detail::call_state>& st) {
 }
 
 void node::impl::teardown() {
-  if (down) return;
-  down = true;
+  if (down.exchange(true)) return;
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
   exec->stop();
