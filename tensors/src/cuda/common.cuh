@@ -38,6 +38,17 @@ decltype(auto) visit_device_dtype(dtype t, F&& f) {
   return f(tag<float>{});
 }
 
+/// Calls f(tag<U>{}) with the unsigned integer type of an element size (1, 2, 4 or 8 bytes), for
+/// kernels that only move bits (copy, fill, where, gather): one instantiation serves all dtypes.
+template <class F> void visit_size(std::size_t n, F&& f) {
+  switch (n) {
+    case 1: f(tag<std::uint8_t>{}); return;
+    case 2: f(tag<std::uint16_t>{}); return;
+    case 4: f(tag<std::uint32_t>{}); return;
+    default: f(tag<std::uint64_t>{}); return;
+  }
+}
+
 template <class T> constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
 
 /// The type arithmetic is done in: float for 16-bit floats and float, double for double,

@@ -41,15 +41,6 @@ template <class U> struct where_fn {
   __device__ void operator()(const std::int64_t (&o)[4]) const { out[o[0]] = cond[o[1]] ? a[o[2]] : b[o[3]]; }
 };
 
-template <class F> void visit_size(std::size_t n, F&& f) {
-  switch (n) {
-    case 1: f(tag<std::uint8_t>{}); return;
-    case 2: f(tag<std::uint16_t>{}); return;
-    case 4: f(tag<std::uint32_t>{}); return;
-    default: f(tag<std::uint64_t>{}); return;
-  }
-}
-
 }  // namespace
 
 void compare(compare_op op, const tensor& out, const tensor& a, const tensor& b) {

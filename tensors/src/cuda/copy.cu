@@ -49,15 +49,6 @@ template <class U> struct fill_fn {
   __device__ void operator()(const std::int64_t (&o)[1]) const { out[o[0]] = value; }
 };
 
-template <class F> void visit_size(std::size_t n, F&& f) {
-  switch (n) {
-    case 1: f(tag<std::uint8_t>{}); return;
-    case 2: f(tag<std::uint16_t>{}); return;
-    case 4: f(tag<std::uint32_t>{}); return;
-    default: f(tag<std::uint64_t>{}); return;
-  }
-}
-
 // The bit pattern of `value` converted to dtype t with the host rules (troupe::from_double).
 std::uint64_t host_bits(dtype t, double value) {
   std::uint64_t bits = 0;

@@ -65,15 +65,6 @@ __global__ void scatter_kernel(Y* y, const X* x, const std::int64_t* index, inde
   }
 }
 
-template <class F> void visit_size(std::size_t n, F&& f) {
-  switch (n) {
-    case 1: f(tag<std::uint8_t>{}); return;
-    case 2: f(tag<std::uint16_t>{}); return;
-    case 4: f(tag<std::uint32_t>{}); return;
-    default: f(tag<std::uint64_t>{}); return;
-  }
-}
-
 void run_gather(const tensor& out, const tensor& a, const tensor& index, const index_geometry& ig) {
   if (ig.n == 0) return;
   const int dev = device_of(out);
