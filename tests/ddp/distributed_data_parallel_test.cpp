@@ -1,4 +1,7 @@
 // DistributedDataParallel against single-process training, and the reducer's protocol.
+#include <signal.h>
+#include <sys/mman.h>
+
 #include <catch2/catch.hpp>
 #include <cstring>
 
@@ -239,4 +242,54 @@ TEST_CASE("models that differ across ranks are rejected at construction on every
                  msg.find("rank 0 has 'weight float32[4, 6]'") != std::string::npos, "names both: " + msg);
     }
   }));
+}
+
+TEST_CASE("a rank killed mid-backward makes the others' backward fail with peer_lost within 2 s", "[ddp][fault]") {
+  struct record {
+    int rank;
+    int code;
+    double ms;
+    char text[300];
+  };
+  auto* kill_time = static_cast<std::atomic<std::int64_t>*>(
+      ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(kill_time != MAP_FAILED);
+  auto results = std::make_shared<test::result_pipe<record>>();
+  test::temp_store dir;
+  auto ctx = test::spawn_group(dir, 3, [kill_time, results](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    auto m = test::make_mlp(1);
+    ddp::ddp_options opts;
+    opts.bucket_cap_mb = opts.first_bucket_cap_mb = 1e-9;
+    ddp::distributed_data_parallel d(m, pg, opts);
+    auto [x, y] = test::batch(0, rank);
+    backward(nn::mse_loss(d(x), y));  // one healthy iteration
+    if (rank == 2) {
+      // Dies when the first layer's gradient arrives: later buckets were already launched.
+      register_hook(m->parameters()[0], [kill_time](const tensor&) -> tensor {
+        kill_time->store(std::chrono::steady_clock::now().time_since_epoch().count());
+        ::raise(SIGKILL);
+        return {};
+      });
+    }
+    record r{rank, 0, -1, {}};
+    try {
+      backward(nn::mse_loss(d(x), y));
+    } catch (const error& e) {
+      r.code = static_cast<int>(e.code());
+      r.ms = static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - kill_time->load()) / 1e6;
+      std::strncpy(r.text, e.message().c_str(), sizeof(r.text) - 1);
+    }
+    results->write(r);
+  });
+  for (int i = 0; i < 2; ++i) {
+    const record r = results->read(20s);
+    INFO("rank " << r.rank << ": " << r.text);
+    CHECK(r.code == static_cast<int>(errc::peer_lost));
+    CHECK(std::string(r.text).find("rank 2") != std::string::npos);
+    CHECK(r.ms >= 0.0);
+    CHECK(r.ms < 2000.0);
+    WARN("DDP backward failed with peer_lost " << r.ms << " ms after the SIGKILL on rank " << r.rank);
+  }
+  REQUIRE_THROWS_AS(ctx.join(20s), error);
+  ::munmap(kill_time, sizeof(std::int64_t));
 }

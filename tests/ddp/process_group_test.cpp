@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "ddp/ddp_harness.hpp"
+#include "integration/node_harness.hpp"
+#include "troupe/actors/node.hpp"
 #include "troupe/tensors/factories.hpp"
 
 using namespace troupe;
@@ -244,4 +246,25 @@ TEST_CASE("a rank killed during an allreduce makes the others fail with peer_los
   }
   REQUIRE_THROWS_AS(ctx.join(20s), error);
   ::munmap(kill_time, sizeof(std::int64_t));
+}
+
+TEST_CASE("a process group meets through the runtime node's store", "[ddp][process_group]") {
+  auto pipe = std::make_shared<test::port_pipe>();
+  auto ctx = spawn(2, [pipe](int rank) {
+    std::unique_ptr<node> n;
+    if (rank == 0) {
+      n = std::make_unique<node>(test::test_options(0, 2, 0));
+      pipe->publish(n->port(), 1);
+    } else {
+      n = std::make_unique<node>(test::test_options(1, 2, pipe->read()));
+    }
+    {
+      ddp::process_group pg(n->store(), rank, 2, "via_node");
+      tensor t = full({1000}, static_cast<double>(rank + 1));
+      pg.allreduce(t).wait(10s);
+      test::expect(t.data<float>()[999] == 3.0f, "allreduce through a node-made group");
+    }
+    n->shutdown(shutdown_mode::graceful);
+  });
+  REQUIRE(ctx.join(60s));
 }
