@@ -66,10 +66,33 @@ void reduce_typed(reduce_op op, int divisor, const std::byte* const* srcs, int n
   }
 }
 
+/// Fast path for float/double sum/avg: vectorisable, writes `out2` (never a source) first.
+template <class T>
+bool reduce_fast(reduce_op op, int divisor, const std::byte* const* srcs, int nsrc, std::byte* out, std::byte* out2,
+                 std::size_t n) {
+  if (out2 == nullptr || nsrc < 2 || nsrc > 4 || (op != reduce_op::sum && op != reduce_op::avg)) return false;
+  T* __restrict o = reinterpret_cast<T*>(out2);
+  const T* __restrict a = reinterpret_cast<const T*>(srcs[0]);
+  const T* __restrict b = reinterpret_cast<const T*>(srcs[1]);
+  const T* __restrict c = nsrc > 2 ? reinterpret_cast<const T*>(srcs[2]) : nullptr;
+  const T* __restrict d = nsrc > 3 ? reinterpret_cast<const T*>(srcs[3]) : nullptr;
+  if (nsrc == 2) for (std::size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+  else if (nsrc == 3) for (std::size_t i = 0; i < n; ++i) o[i] = (a[i] + b[i]) + c[i];
+  else for (std::size_t i = 0; i < n; ++i) o[i] = ((a[i] + b[i]) + c[i]) + d[i];
+  if (op == reduce_op::avg && divisor > 1) {
+    const T div = static_cast<T>(divisor);
+    for (std::size_t i = 0; i < n; ++i) o[i] = o[i] / div;
+  }
+  std::memcpy(out, out2, n * sizeof(T));
+  return true;
+}
+
 }  // namespace
 
 void reduce_arrays(troupe::dtype dt, reduce_op op, int divisor, const std::byte* const* srcs, int nsrc,
                    std::byte* out, std::byte* out2, std::size_t n) {
+  if (dt == troupe::dtype::float32 && reduce_fast<float>(op, divisor, srcs, nsrc, out, out2, n)) return;
+  if (dt == troupe::dtype::float64 && reduce_fast<double>(op, divisor, srcs, nsrc, out, out2, n)) return;
   visit_dtype(dt, [&](auto tag) { reduce_typed<decltype(tag)>(op, divisor, srcs, nsrc, out, out2, n); });
 }
 
