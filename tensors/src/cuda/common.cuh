@@ -96,7 +96,7 @@ template <int N> struct strided {
 
 /// Offsets (elements) of the element with linear index i (row-major over sizes) in each operand.
 template <int N>
-__device__ inline void offsets_of(const strided<N>& g, std::int64_t i, std::int64_t (&off)[N]) {
+__host__ __device__ inline void offsets_of(const strided<N>& g, std::int64_t i, std::int64_t (&off)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) off[k] = 0;
   for (int d = g.ndim - 1; d >= 0; --d) {
