@@ -147,29 +147,23 @@ void shm_transport::publish(std::atomic<std::uint32_t>& c, std::uint32_t value) 
   futex_wake(c);
 }
 
-void shm_transport::check_peers() {
-  // A dead rank that did not abort is a root cause; a rank that aborted (and maybe exited
-  // since) only passes on what it saw, so it is named second.
-  std::string dead, aborted;
-  for (int r = 0; r < world_; ++r) {
-    if (r == rank_) continue;
-    bool gone = false;
-    if (pidfds_[r] >= 0) {
-      pollfd p{pidfds_[r], POLLIN, 0};
-      gone = ::poll(&p, 1, 0) == 1;
-    } else {
-      gone = ::kill(pids_[r], 0) != 0 && errno == ESRCH;
-    }
-    const auto& cb = ctl(r);
-    if (cb.aborted.load(std::memory_order_acquire) != 0) {
-      if (aborted.empty()) aborted = "rank " + std::to_string(r) + " aborted: " + std::string(cb.reason);
-    } else if (gone) {
-      dead += (dead.empty() ? "rank " : ", rank ") + std::to_string(r) + " (pid " + std::to_string(pids_[r]) + ")";
-    }
+void shm_transport::check_peer(int r) {
+  // Only the peer being waited on matters: a rank that finished its part and exited is fine.
+  // A peer that aborted passes on what it saw (its reason names the rank that died first).
+  const auto& cb = ctl(r);
+  if (cb.aborted.load(std::memory_order_acquire) != 0)
+    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", rank " + std::to_string(r) +
+                                     " aborted: " + std::string(cb.reason));
+  bool gone = false;
+  if (pidfds_[r] >= 0) {
+    pollfd p{pidfds_[r], POLLIN, 0};
+    gone = ::poll(&p, 1, 0) == 1;
+  } else {
+    gone = ::kill(pids_[r], 0) != 0 && errno == ESRCH;
   }
-  if (!dead.empty())
-    throw error(errc::peer_lost, "process_group '" + name_ + "': " + dead + " died during " + what_);
-  if (!aborted.empty()) throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", " + aborted);
+  if (gone)
+    throw error(errc::peer_lost, "process_group '" + name_ + "': rank " + std::to_string(r) + " (pid " +
+                                     std::to_string(pids_[r]) + ") died during " + what_);
 }
 
 void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target) {
@@ -182,7 +176,7 @@ void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t 
     if (reached(seen, target)) return;
     const auto now = clock::now();
     if (now >= next_check_) {
-      check_peers();
+      check_peer(r);
       if (now >= deadline_) fail_timeout({r});
       next_check_ = now + std::chrono::milliseconds(5);
     }
@@ -226,7 +220,7 @@ void shm_transport::enter_monitored(fingerprint f, std::chrono::milliseconds tim
     for (int r = 0; r < world_; ++r)
       if (!reached(ctl(r).counters[fp_seq].v.load(std::memory_order_acquire), f.seq)) missing.push_back(r);
     if (missing.empty()) return;
-    check_peers();
+    for (int r : missing) check_peer(r);
     if (clock::now() >= deadline)
       throw error(errc::timeout, "process_group '" + name_ + "': monitored barrier #" + std::to_string(f.seq) +
                                      ": rank(s) " + join_ranks(missing) + " did not arrive within " +

@@ -24,8 +24,9 @@
 //
 // Every shard is reduced by exactly one rank in rank order, so every rank ends with the same
 // bits. Waiting: spin briefly, then FUTEX_WAIT (1 ms slices) on the peer's counter; every few
-// ms the waiter checks each peer's pidfd (readable once the process died, zombie or not) and
-// abort flag, and the deadline. A dead peer -> peer_lost naming it; a peer that aborted ->
+// ms the waiter checks that peer's pidfd (readable once the process died, zombie or not) and
+// abort flag, and the deadline. Only the awaited peer is checked: a rank that finished its part
+// and exited (its segment stays mapped here) is no failure. A dead peer -> peer_lost naming it; a peer that aborted ->
 // peer_lost with its reason; the deadline -> timeout naming the ranks not yet there. Any of these
 // marks this rank aborted too (the group is broken: later collectives fail at once).
 // Assumes: one host, the same binary layout on every rank, collectives issued in the same order.
@@ -127,7 +128,7 @@ class shm_transport {
   std::uint32_t next_seq() noexcept { return ++seq_; }
 
  private:
-  void check_peers();
+  void check_peer(int r);
   [[noreturn]] void fail_timeout(const std::vector<int>& missing);
 
   int rank_;
