@@ -65,10 +65,12 @@ result measure(ddp::process_group& pg, int mb, int iters) {
   return r;
 }
 
-void run_world(int world, bool quick, int out_fd) {
+void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes) {
   auto store = ddp::file_store::make_temp();
   auto ctx = spawn(world, [&](int rank) {
-    ddp::process_group pg(store, rank, world, "bench");
+    ddp::process_group_options opts;
+    opts.slot_bytes = slot_bytes;
+    ddp::process_group pg(store, rank, world, "bench", opts);
     for (int mb : {1, 25, 100}) {
       const int iters = quick ? (mb == 1 ? 50 : 3) : (mb == 1 ? 400 : mb == 25 ? 30 : 12);
       const result r = measure(pg, mb, iters);
@@ -86,6 +88,9 @@ void run_world(int world, bool quick, int out_fd) {
 
 int main(int argc, char** argv) {
   const bool quick = tb::quick_mode(argc, argv);
+  std::size_t slot_bytes = std::size_t{4} << 20;  // --slot-kb N: the pipeline chunk per rank
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--slot-kb") slot_bytes = std::stoul(argv[i + 1]) << 10;
   tb::report rep("allreduce");
   try {
     const std::size_t bytes = std::size_t{100} << 20;
@@ -97,7 +102,7 @@ int main(int argc, char** argv) {
     result_pipe pipe;
     std::vector<int> worlds = quick ? std::vector<int>{2} : std::vector<int>{2, 3, 4};
     for (int w : worlds) {
-      run_world(w, quick, pipe.fds[1]);
+      run_world(w, quick, pipe.fds[1], slot_bytes);
       for (int k = 0; k < 3; ++k) {
         result r;
         pollfd p{pipe.fds[0], POLLIN, 0};
