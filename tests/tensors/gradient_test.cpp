@@ -28,6 +28,13 @@ class capture_meta final : public autograd_meta_interface {
   std::shared_ptr<std::vector<op_record>> log_;
 };
 
+// The records hold the tracked inputs, whose metadata holds the log: clear it on every exit
+// to break that cycle.
+struct clear_on_exit {
+  std::shared_ptr<std::vector<op_record>> log;
+  ~clear_on_exit() { log->clear(); }
+};
+
 using op_fn = std::function<tensor(const tensor_list&)>;
 
 double loss(const op_fn& f, const tensor_list& in, const tensor& g) {
@@ -42,6 +49,7 @@ double loss(const op_fn& f, const tensor_list& in, const tensor& g) {
 void check_gradients(const std::string& name, const op_fn& f, const tensor_list& inputs) {
   INFO(name);
   auto log = std::make_shared<std::vector<op_record>>();
+  const clear_on_exit guard{log};
   tensor_list tracked;
   for (const auto& x : inputs) {
     tensor t = x.detach();
@@ -144,6 +152,7 @@ TEST_CASE("reduction gradients match finite differences", "[tensors][grad]") {
 
 TEST_CASE("amax sends the whole gradient to the first maximal element", "[tensors][grad]") {
   auto log = std::make_shared<std::vector<op_record>>();
+  const clear_on_exit guard{log};
   tensor x = from_vector<double>({3, 1, 3, 2}, {2, 2});
   x.set_autograd_meta(std::make_shared<capture_meta>(log));
   amax(x);

@@ -60,12 +60,10 @@ tensor matmul(const tensor& a, const tensor& b) {
     const tensor &x = c.saved[0], &y = c.saved[1];
     const tensor x2 = x.dim() == 1 ? x.unsqueeze(0) : x;
     const tensor y2 = y.dim() == 1 ? y.unsqueeze(1) : y;
-    shape_t gshape(std::max(x2.dim(), y2.dim()), 1);  // g with the 1-d dims put back
-    {
-      const shape_t ab(x2.shape().begin(), x2.shape().end() - 2), bb(y2.shape().begin(), y2.shape().end() - 2);
-      gshape = broadcast_shapes(ab, bb, "matmul backward");
-      gshape.insert(gshape.end(), {x2.size(-2), y2.size(-1)});
-    }
+    // g with the dims a 1-d operand did not have put back: batch + [n, m]
+    const shape_t ab(x2.shape().begin(), x2.shape().end() - 2), bb(y2.shape().begin(), y2.shape().end() - 2);
+    shape_t gshape = broadcast_shapes(ab, bb, "matmul backward");
+    gshape.insert(gshape.end(), {x2.size(-2), y2.size(-1)});
     const tensor g2 = g.reshape(gshape);
     tensor gx, gy;
     if (c.needs_input_grad[0]) gx = ops::reduce_grad(matmul(g2, y2.transpose(-1, -2)), x2.shape(), x.dtype()).reshape(x.shape());
