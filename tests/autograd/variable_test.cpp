@@ -135,6 +135,10 @@ TEST_CASE("an in-place op on a leaf that requires grad is an error naming the op
   tensor x = leaf_of({1.0, 2.0}, {2});
   CHECK(has_code([&] { x.mul_(2.0); }, errc::autograd_error, "leaf tensor that requires grad"));
   CHECK(has_code([&] { x.add_(ones({2}, dtype::float64)); }, errc::autograd_error, "in-place operation add"));
+  CHECK(has_code([&] { x.fill_(7.0); }, errc::autograd_error, "in-place operation fill_"));
+  CHECK(has_code([&] { x.copy_(zeros({2}, dtype::float64)); }, errc::autograd_error, "in-place operation copy_"));
+  CHECK(values(x) == std::vector<double>{1.0, 2.0});  // refused before writing: data untouched
+  CHECK(x.version() == 0);
   tensor p = leaf_of({1.0, 2.0}, {2});
   {
     no_grad_guard ng;  // allowed without recording, as optimizers do

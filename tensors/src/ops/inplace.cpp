@@ -39,6 +39,7 @@ tensor prepare_other(const char* op, const tensor& self, const tensor& other, bi
 
 void inplace_binary(const char* op, tensor& self, const tensor& other, binary_op bop, double alpha) {
   ops::check_defined(op, self);
+  check_in_place(self, {&other}, op);  // before any write: a refused op leaves self untouched
   const tensor o = prepare_other(op, self, other, bop);
   // mul_/div_ backward needs self's value from before the write.
   const bool keep_old = (bop == binary_op::mul || bop == binary_op::div) && should_record({&other});
@@ -66,6 +67,7 @@ void inplace_binary(const char* op, tensor& self, const tensor& other, binary_op
 
 void inplace_scalar(const char* op, tensor& self, binary_op bop, double value) {
   ops::check_defined(op, self);
+  check_in_place(self, {}, op);
   const bool integral = std::isfinite(value) && value == std::floor(value);
   if (!is_floating(self.dtype()) && (bop == binary_op::div || !integral))
     throw error(errc::dtype_mismatch, std::string(op) + ": a floating result cannot be written into " + ops::describe(self));
@@ -82,6 +84,7 @@ void inplace_scalar(const char* op, tensor& self, binary_op bop, double value) {
 }  // namespace
 
 tensor& tensor::fill_(double value) {
+  check_in_place(*this, {}, "fill_");
   TROUPE_DISPATCH(device(), fill, *this, value);
   bump_version();
   // The old value no longer matters: no gradient flows to it.
