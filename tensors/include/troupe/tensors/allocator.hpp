@@ -51,8 +51,13 @@ class allocator {
 };
 
 /// The host allocator: 64-byte aligned, so vector loads never straddle a cache line.
-/// Stateless and thread-safe; returns the same object every call.
+/// Thread-safe; returns the same object every call. Freed blocks of 1 MiB or more are cached
+/// (bounded at 1 GiB) and reused for requests of the same size (Note [CPU block cache]).
 allocator& cpu_allocator() noexcept;
+/// Frees every cached host block (e.g. before forking many workers, or to return memory).
+void release_cached_cpu_memory() noexcept;
+/// Bytes currently held in the host block cache.
+std::size_t cached_cpu_bytes() noexcept;
 
 /// The default allocator of a device: cpu_allocator() for cpu, the caching allocator of the
 /// device for cuda (throws device_mismatch when Troupe was built without CUDA).
