@@ -1,0 +1,166 @@
+#pragma once
+/// \file nccl_process_group.hpp
+/// The NCCL backend of the process group: the same collectives as `process_group`, on CUDA
+/// tensors of one device per rank, run by NCCL on a dedicated stream.
+///
+/// Note [NCCL process group]
+/// -------------------------
+/// Bootstrap: rank 0 calls ncclGetUniqueId and publishes the 128 bytes (hex) under
+/// "troupe/nccl/<name>/unique_id" in the rendezvous store; the other ranks get() it within
+/// opts.timeout. Every rank then creates a *non-blocking* communicator (ncclConfig_t
+/// blocking = 0) and polls ncclCommGetAsyncError until it leaves ncclInProgress; at the deadline
+/// the communicator is aborted and errc::timeout thrown, so a rank that never comes cannot hang
+/// the others.
+///
+/// One collective, on the calling thread:
+///
+///   caller's current stream:  ...compute... [ready]
+///                                              |  (the NCCL stream waits on `ready`)
+///   group's NCCL stream:                        [nccl kernel] [done]
+///                                                               |  work::wait / synchronize_stream
+///   caller's current stream:                                    ...next compute...
+///
+/// 1. validate (CUDA, this group's device, contiguous, sizes, dtypes) and throw at once;
+/// 2. record `ready` on the caller's current stream, make the NCCL stream wait on it;
+/// 3. launch; a launch answering ncclInProgress is polled to completion (bounded by opts.timeout);
+/// 4. record the work's `done` event on the NCCL stream. The work (and the group, until it saw
+///    the completion) keeps the tensors alive, so the caching allocator cannot hand their memory
+///    out while NCCL still uses it.
+///
+/// Failure: `nccl_work::wait(timeout)` polls `done` and ncclCommGetAsyncError. An asynchronous
+/// NCCL error, or the deadline, aborts the communicator (ncclCommAbort ends the kernels, so
+/// nothing hangs) and throws nccl_failure / timeout. An aborted group is dead: every later call
+/// throws invalid_state naming the cause; recovery means building a new group under a new name.
+/// Assumes: one rank per device, the same collectives in the same order on every rank (NCCL has
+/// no fingerprint check: a mismatch hangs until the deadline, then aborts).
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/ddp/process_group.hpp"
+#include "troupe/tensors/device.hpp"
+#include "troupe/tensors/error.hpp"
+#include "troupe/tensors/tensor.hpp"
+
+namespace troupe {
+class store_client;
+}
+
+namespace troupe::ddp {
+
+class file_store;
+
+/// True when this build has the NCCL backend (TROUPE_WITH_NCCL). Never throws.
+bool nccl_compiled() noexcept;
+
+/// The handle of one NCCL collective. Copyable (copies share the state); thread-safe.
+class nccl_work {
+ public:
+  struct state;
+  nccl_work() = default;
+  explicit nccl_work(std::shared_ptr<state> s) : state_(std::move(s)) {}
+
+  /// Blocks the calling thread until the collective completed on the device, polling the
+  /// completion event and the communicator's asynchronous error, then makes the caller's current
+  /// stream wait on the completion too. At the deadline, or on an NCCL error, aborts the
+  /// communicator and throws timeout / nccl_failure; invalid_state when the group was aborted
+  /// before (or for an empty handle); cuda_failure when the event query fails.
+  void wait(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  /// Makes the calling thread's current stream of the group's device wait for the collective.
+  /// Never blocks the host. Throws invalid_state for an empty handle, cuda_failure.
+  void synchronize_stream() const;
+  /// True once the collective finished (successfully or not). Polls; never blocks for long.
+  bool is_completed() const;
+  /// The error the collective failed with; nullopt while running or after success.
+  std::optional<troupe::error> error() const;
+  /// False for a default-constructed work.
+  bool valid() const noexcept { return state_ != nullptr; }
+  /// What the collective was ("nccl_process_group 'g' rank 0: allreduce(sum) #3 float32[16]").
+  std::string description() const;
+
+ private:
+  std::shared_ptr<state> state_;
+};
+
+/// One point-to-point operation of a `batch_p2p` group.
+struct p2p_op {
+  bool is_send = true;  ///< send `t` to `peer`, else receive into `t` from `peer`
+  tensor t;             ///< contiguous CUDA tensor on the group's device
+  int peer = 0;         ///< the other rank (may be this rank inside a batch)
+  /// A send of `t` to `dst`.
+  static p2p_op send(tensor t, int dst) { return {true, std::move(t), dst}; }
+  /// A receive into `t` from `src`.
+  static p2p_op recv(tensor t, int src) { return {false, std::move(t), src}; }
+};
+
+/// A process group over NCCL: one rank per CUDA device, `world_size` ranks, identified by
+/// `name` in the store (Note [NCCL process group]). Move-only. Collectives are issued on the
+/// calling thread (they return once NCCL enqueued them) and must be issued in the same order
+/// on every rank. Dtypes: float32/64, float16, bfloat16, int32, int64, uint8 and bool (as
+/// uint8: sum/avg/max are "or", product/min are "and"); avg on integers truncates.
+class nccl_process_group {
+ public:
+  /// Bootstraps the communicator through `store` (blocks up to opts.timeout; only
+  /// opts.timeout is used). Throws bad_argument (rank outside [0, world_size), bad name),
+  /// device_mismatch (`device` is not a visible CUDA device), cuda_failure, timeout (the unique
+  /// id or a rank never came), nccl_failure, not_supported (a build without NCCL).
+  nccl_process_group(store_client& store, int rank, int world_size, std::string name, troupe::device device,
+                     process_group_options opts = {});
+  /// The same bootstrap through a file_store (ranks on one host without a runtime node).
+  nccl_process_group(const file_store& store, int rank, int world_size, std::string name, troupe::device device,
+                     process_group_options opts = {});
+  /// Waits (up to opts.timeout) for the collectives in flight, then finalizes and destroys the
+  /// communicator; aborts it instead when they do not finish or it failed. Never throws.
+  ~nccl_process_group();
+  nccl_process_group(nccl_process_group&&) noexcept;
+  nccl_process_group& operator=(nccl_process_group&&) noexcept;
+  nccl_process_group(const nccl_process_group&) = delete;
+  nccl_process_group& operator=(const nccl_process_group&) = delete;
+
+  int rank() const noexcept;
+  int world_size() const noexcept;
+  const std::string& name() const noexcept;
+  /// The CUDA device of this rank.
+  troupe::device device() const noexcept;
+
+  /// In place: every rank's `t` becomes op(t over all ranks). Every collective validates on the
+  /// calling thread and throws: bad_argument (undefined, non-contiguous, bad rank, unsupported
+  /// dtype), device_mismatch (not on this group's device), shape_mismatch / dtype_mismatch
+  /// (sizes or dtypes that do not fit), invalid_state (the group was aborted), nccl_failure (the
+  /// launch failed: the group is aborted), timeout (the launch stayed in progress).
+  nccl_work allreduce(tensor t, reduce_op op = reduce_op::sum);
+  /// In place: every rank's `t` becomes `root`'s `t`.
+  nccl_work broadcast(tensor t, int root);
+  /// `output` (world_size * input.numel() elements, same dtype) receives every rank's `input`
+  /// in rank order.
+  nccl_work allgather(tensor output, tensor input);
+  /// `output` receives block `rank` of op over every rank's `input` (world_size *
+  /// output.numel() elements, same dtype).
+  nccl_work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum);
+  /// Completes when every rank issued its barrier (an allreduce of one byte on the device).
+  nccl_work barrier();
+  /// Sends `t` to `dst` (!= rank). NCCL blocks the stream until `dst` receives: two ranks
+  /// sending to each other must use batch_p2p.
+  nccl_work send(tensor t, int dst);
+  /// Receives into `t` from `src` (!= rank); the sender's dtype and count must match.
+  nccl_work recv(tensor t, int src);
+  /// Runs the sends and receives as one NCCL group (ncclGroupStart/End), so they progress
+  /// together: exchanges between pairs, rings, and sends to self. bad_argument when empty.
+  nccl_work batch_p2p(std::vector<p2p_op> ops);
+
+  /// Aborts the communicator (ncclCommAbort): collectives in flight end with an error and every
+  /// later call throws invalid_state naming `reason`. Idempotent; blocks only for the abort.
+  void abort(const std::string& reason);
+  /// Why the group is dead (the error that aborted it); nullopt while it is healthy.
+  std::optional<troupe::error> failure() const;
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe::ddp
