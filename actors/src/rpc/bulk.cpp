@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "troupe/actors/rpc/codec.hpp"
@@ -22,14 +23,13 @@ thread_local bulk_names* tl_names = nullptr;
 std::atomic<std::uint64_t> counter{0};
 constexpr const char* prefix = "/troupe_rpc_";
 
-// Maps `fd` (nbytes) and copies in or out; closes fd.
-void copy_through(int fd, void* buf, std::size_t nbytes, bool to_segment, const std::string& name) {
-  void* p = ::mmap(nullptr, nbytes, to_segment ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+// Maps `fd` (nbytes, read-write, pages populated in one go rather than faulted one by one);
+// closes fd.
+void* map_segment(int fd, std::size_t nbytes, const std::string& name) {
+  void* p = ::mmap(nullptr, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) throw error(errc::io_error, "mmap of shared-memory segment " + name + " failed: " + std::strerror(errno));
-  if (to_segment) std::memcpy(p, buf, nbytes);
-  else std::memcpy(buf, p, nbytes);
-  ::munmap(p, nbytes);
+  return p;
 }
 
 }  // namespace
@@ -79,7 +79,9 @@ bool write_tensor_bulk(oarchive& ar, const tensor& h) {
     return false;
   }
   if (troupe::detail::tl_names) troupe::detail::tl_names->add(name);
-  troupe::detail::copy_through(fd, h.data_ptr(), nbytes, true, name);
+  void* seg = troupe::detail::map_segment(fd, nbytes, name);
+  std::memcpy(seg, h.data_ptr(), nbytes);
+  ::munmap(seg, nbytes);
   const std::uint8_t kind = 1, defined = 1;
   ar << kind << defined;
   const auto dt = static_cast<std::uint8_t>(h.dtype());
@@ -91,21 +93,37 @@ bool write_tensor_bulk(oarchive& ar, const tensor& h) {
   return true;
 }
 
-void read_tensor_bulk(iarchive& ar, tensor& t) {
+// The receiver maps the segment and makes it the tensor's storage (no copy out). The name is
+// unlinked at once, so the pages live exactly as long as the mapping: the storage's deleter
+// unmaps them. The sender unmapped its side before sending, so the mapping is exclusively ours.
+tensor read_tensor_bulk(iarchive& ar, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes) {
   std::string name;
   ar >> name;
   if (name.rfind(troupe::detail::prefix, 0) != 0 || name.find('/', 1) != std::string::npos)
     throw error(errc::protocol_violation, "shared-memory tensor name '" + name + "' is not a troupe rpc segment");
-  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) throw error(errc::io_error, "shared-memory tensor " + name + " is gone: " + std::strerror(errno));
   ::shm_unlink(name.c_str());
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != t.nbytes()) {
+  if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != nbytes) {
     ::close(fd);
     throw error(errc::protocol_violation, "shared-memory tensor " + name + " has the wrong size");
   }
-  if (t.nbytes() > 0) troupe::detail::copy_through(fd, t.data_ptr(), t.nbytes(), false, name);
-  else ::close(fd);
+  if (nbytes == 0) {
+    ::close(fd);
+    return empty(sizes, tensor_options{dt});
+  }
+  void* p = troupe::detail::map_segment(fd, nbytes, name);
+  // The deleter's context carries the mapping's length.
+  data_ptr mapping(p, cpu_device,
+                   [](void* ctx, void* q) noexcept { ::munmap(q, reinterpret_cast<std::uintptr_t>(ctx)); },
+                   reinterpret_cast<void*>(static_cast<std::uintptr_t>(nbytes)));
+  auto impl = std::make_shared<tensor_impl>();
+  impl->storage = std::make_shared<storage>(std::move(mapping), nbytes, storage_kind::shared_memory);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->dtype = dt;
+  return tensor(std::move(impl));
 }
 
 }  // namespace troupe::rpc::detail

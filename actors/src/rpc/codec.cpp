@@ -11,7 +11,7 @@ namespace troupe::rpc::detail {
 
 // Note [tensor over shared memory] (rpc/bulk.cpp).
 bool write_tensor_bulk(oarchive& ar, const tensor& h);
-void read_tensor_bulk(iarchive& ar, tensor& t);
+tensor read_tensor_bulk(iarchive& ar, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
 
 std::string demangle(const char* mangled) {
   int status = 0;
@@ -50,10 +50,14 @@ tensor read_tensor(iarchive& ar) {
   for (auto& s : sizes) ar >> s;
   std::uint64_t nbytes = 0;
   ar >> nbytes;
-  tensor t = empty(sizes, tensor_options{static_cast<troupe::dtype>(dt)});
-  if (nbytes != t.nbytes()) throw error(errc::protocol_violation, "tensor byte count does not match its shape");
-  if (kind == 1) read_tensor_bulk(ar, t);
-  else if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
+  for (auto s : sizes)
+    if (s < 0) throw error(errc::protocol_violation, "negative size in an rpc tensor header");
+  const auto type = static_cast<troupe::dtype>(dt);
+  if (nbytes != static_cast<std::uint64_t>(numel_of(sizes)) * element_size(type))
+    throw error(errc::protocol_violation, "tensor byte count does not match its shape");
+  if (kind == 1) return read_tensor_bulk(ar, sizes, type, nbytes);  // maps the segment: no copy
+  tensor t = empty(sizes, tensor_options{type});
+  if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
   return t;
 }
 
