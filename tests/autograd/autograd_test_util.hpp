@@ -1,6 +1,8 @@
 #pragma once
 // Helpers shared by the autograd tests (h4a's): float64 leaves, value extraction, custom nodes.
 
+#include <catch2/catch.hpp>
+
 #include <functional>
 #include <string>
 #include <utility>
@@ -73,4 +75,21 @@ inline std::string gradcheck_failure(const std::function<tensor(const tensor_lis
   }
 }
 
+/// One row of a gradcheck table: an op applied to inputs, with its finite-difference tolerances.
+struct grad_case {
+  std::string name;
+  std::function<tensor(const tensor_list&)> f;
+  tensor_list inputs;
+  double eps = 1e-6, atol = 1e-5, rtol = 1e-3;
+};
+
+/// Gradchecks every case of a table, naming the op of any failure.
+inline void check_all(const std::vector<grad_case>& cases) {
+  for (const auto& c : cases) {
+    INFO("op: " << c.name);
+    CHECK(gradcheck_failure(c.f, c.inputs, c.eps, c.atol, c.rtol) == "");
+  }
+}
+
 }  // namespace troupe::test
+

@@ -6,23 +6,11 @@
 #include "troupe/tensors/elementwise.hpp"
 
 using namespace troupe;
-using troupe::test::gradcheck_failure;
+using troupe::test::check_all;
+using troupe::test::grad_case;
 using troupe::test::leaf;
 
 namespace {
-using fn = std::function<tensor(const tensor_list&)>;
-struct grad_case {
-  std::string name;
-  fn f;
-  tensor_list inputs;
-};
-
-void check_all(const std::vector<grad_case>& cases) {
-  for (const auto& c : cases) {
-    INFO("op: " << c.name);
-    CHECK(gradcheck_failure(c.f, c.inputs) == "");
-  }
-}
 
 // A non-contiguous float64 leaf of shape [r, c] (the transpose of a contiguous [c, r]).
 tensor transposed_leaf(std::int64_t r, std::int64_t c, std::uint64_t seed, double lo = -1.0, double hi = 1.0) {

@@ -8,24 +8,11 @@
 
 using namespace troupe;
 using troupe::test::as_leaf;
-using troupe::test::gradcheck_failure;
+using troupe::test::check_all;
+using troupe::test::grad_case;
 using troupe::test::leaf;
 
 namespace {
-using fn = std::function<tensor(const tensor_list&)>;
-struct grad_case {
-  std::string name;
-  fn f;
-  tensor_list inputs;
-  double eps = 1e-6, atol = 1e-5, rtol = 1e-3;
-};
-
-void check_all(const std::vector<grad_case>& cases) {
-  for (const auto& c : cases) {
-    INFO("op: " << c.name);
-    CHECK(gradcheck_failure(c.f, c.inputs, c.eps, c.atol, c.rtol) == "");
-  }
-}
 
 tensor idx(std::vector<std::int64_t> v, shape_t s) { return from_vector<std::int64_t>(v, std::move(s)); }
 }  // namespace
