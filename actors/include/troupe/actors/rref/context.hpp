@@ -1,0 +1,174 @@
+#pragma once
+/// \file context.hpp
+/// The RRef context of one node: the OwnerRRefs it owns, the UserRRef forks it holds, and the
+/// retried control messages between them (Note [RRef protocol]).
+///
+/// Note [RRef protocol]
+/// Ids: rref_id{creator, counter}; fork_id{creator, counter}; the creator's own fork of an RRef
+/// made by remote() has the same numbers as the RRef id (its "creator fork").
+/// Messages (rref/ids.hpp), each the one argument of a reserved RPC function so that it passes
+/// the transport hook: remote_call (user call, never retried, deduplicated by id), fork_request
+/// (child -> owner; the reply is the owner accept), child_ack (child -> parent), user_delete
+/// (user -> owner), fetch (to_here). Control messages are idempotent and retried with backoff
+/// (5 ms doubling to 200 ms) until answered; a peer_lost answer ends the retries. No order is
+/// assumed between any two messages.
+///
+/// Owner entry (one per OwnerRRef on its owner):
+///
+///   (fork_request | fetch | arg before remote_call) --> PENDING --remote_call--> RUNNING
+///   remote_call --> RUNNING --fn returns/throws--> READY(value | error)
+///   make_rref --> READY
+///   READY/PENDING --(no known fork, no local ref, no pending child, and READY or the creator
+///                   fork deleted)--> DELETED (tombstone: late duplicates are refused)
+///
+/// UserRRef fork entry (one per fork held by this node; handles share it):
+///
+///   created by remote() | received as argument/result --> UNCONFIRMED
+///   UNCONFIRMED --remote_call reply | fork_request accept--> CONFIRMED --> child_ack to parent
+///   CONFIRMED and holds == 0 --> user_delete to owner (retried) --> GONE
+///   holds = live handles + children this fork passed on whose child_ack is still missing
+///
+/// G2: a fork that passes itself on keeps a hold (token) until the child's child_ack, and a
+/// child acks only once the owner confirmed it; so the owner always knows a live fork before
+/// its parent can be deleted. G1: a fork's user_delete is sent only once it is confirmed and
+/// holds == 0. The owner's local handles and its own pending children count as local refs.
+///
+///   creator A         owner O          child B
+///   remote() ---remote_call(id,F0)--->  (run fn)
+///   <----------- reply (confirm F0) --
+///   call(B, rref) ----(wire: id,F1,parent A,token)----------------> bind
+///                                   <---fork_request(id,F1)-------
+///                                    ---accept------------------->
+///   <------------------------------------------child_ack(token)---
+///   release ---user_delete(id,F0)-->                 release
+///                                   <---user_delete(id,F1)--------   -> O deletes
+///
+/// Fails: a user function that throws makes fetch fail with remote_exception (text); a dead
+/// owner makes fetch and method calls fail with owner_lost naming it (the runtime's peer-loss
+/// bound); a fetch that finds a deleted id fails with invalid_state ("deleted by its owner"):
+/// the chaos test asserts this never happens to a live UserRRef.
+/// Known gap: a user call or result that carries an RRef and is lost (dropped, not delayed)
+/// leaves the parent's hold in place, so the RRef leaks (reported by leaks()); duplicated
+/// carriers are deduplicated by fork id.
+/// Assumes: one rref_context per node, destroyed before its node; fetch and method calls block
+/// one executor thread of the owner while they wait for the value.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/node.hpp"
+#include "troupe/actors/rref/ids.hpp"
+#include "troupe/tensors/error.hpp"
+
+namespace troupe {
+
+namespace rref_detail {
+
+class context_impl;
+
+/// One reference held by this process; copies of an rref share it. Bound handles release their
+/// fork (or local ref) on destruction; an unbound one (decoded with no context) does nothing.
+struct handle {
+  std::shared_ptr<context_impl> ctx;
+  rref_id id;
+  std::string owner;
+  fork_id fork;            ///< empty on the owner
+  bool owner_local = false;
+  bool bound = false;
+  rref_msg::wire pending;  ///< what arrived, while unbound
+  errc failed = errc::ok;  ///< set when the handle can never be used (stale duplicate)
+  std::string failure;
+  handle() = default;
+  handle(const handle&) = delete;
+  handle& operator=(const handle&) = delete;
+  ~handle();
+};
+
+/// The context of the thread decoding an rref right now (set by rref_context's wrappers), or
+/// nullptr.
+context_impl* current_context();
+
+/// Sets current_context() for a scope.
+class binding_scope {
+ public:
+  explicit binding_scope(context_impl* ctx);
+  ~binding_scope();
+  binding_scope(const binding_scope&) = delete;
+  binding_scope& operator=(const binding_scope&) = delete;
+
+ private:
+  context_impl* previous_;
+};
+
+/// Operations the rref<T> templates use (thread-safe; block only where stated).
+rref_msg::wire fork_for_send(const handle& h);                 ///< may throw invalid_state
+std::shared_ptr<handle> bind(context_impl& ctx, const rref_msg::wire& w);
+std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout);  ///< blocks
+std::vector<char> local_value(const handle& h);                ///< owner only
+bool confirmed(const handle& h);
+node& node_of(const handle& h);
+
+}  // namespace rref_detail
+
+/// Counters of one context (control messages include retries).
+struct rref_stats {
+  std::uint64_t remote_calls = 0, fork_requests = 0, child_acks = 0, user_deletes = 0, fetches = 0, retries = 0;
+};
+
+/// The RRef context of one node. Construct it after the node and destroy it before; it registers
+/// the reserved "troupe.rref.*" functions on the node. Thread-safe.
+class rref_context {
+ public:
+  /// Registers the protocol's functions on `n`. Never blocks.
+  explicit rref_context(node& n);
+  /// Stops retries; later releases of handles are no-ops. Never throws.
+  ~rref_context();
+  rref_context(const rref_context&) = delete;
+  rref_context& operator=(const rref_context&) = delete;
+
+  /// The node.
+  node& this_node();
+  /// This worker's name.
+  const std::string& name() const;
+
+  /// Starts `function(args)` on `to` as the value of a new RRef; returns its handle at once.
+  std::shared_ptr<rref_detail::handle> remote(const std::string& to, const std::string& function,
+                                              std::vector<char> args, std::chrono::milliseconds timeout);
+  /// A new RRef owned here holding the encoded `value`.
+  std::shared_ptr<rref_detail::handle> make_local(std::vector<char> value);
+  /// Runs `fn` on the owner-local value of `id` (waiting up to `timeout` for it), under the
+  /// entry's lock; `fn` may change the bytes. Throws timeout, remote_exception, invalid_state.
+  void with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn);
+
+  /// OwnerRRefs this node holds now.
+  std::size_t owner_count() const;
+  /// UserRRef forks this node holds now (including ones waiting to send their delete).
+  std::size_t user_count() const;
+  /// Control messages still being retried.
+  std::size_t in_flight() const;
+  /// Ids of everything still alive here ("owner worker0#3 forks {worker1/4}", "user ...").
+  std::vector<std::string> leaks() const;
+  /// Blocks until this node holds no user fork and no control message is in flight, and (if
+  /// `owners_too`) no OwnerRRef; returns whether that happened within `timeout`.
+  bool wait_quiescent(std::chrono::milliseconds timeout, bool owners_too) const;
+  /// Graceful end: waits like wait_quiescent(timeout, true); throws errc::timeout listing
+  /// leaks() if anything is still alive.
+  void shutdown(std::chrono::milliseconds timeout);
+  /// Message counters.
+  rref_stats stats() const;
+
+  /// The implementation (for rref_detail and the templates).
+  rref_detail::context_impl& impl() { return *impl_; }
+  /// The implementation, shared (handles and wrappers keep it alive).
+  std::shared_ptr<rref_detail::context_impl> shared_impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<rref_detail::context_impl> impl_;
+};
+
+}  // namespace troupe
