@@ -16,6 +16,7 @@
 #include <boost/serialization/string.hpp>
 
 #include "../../tensors/src/checksum.hpp"
+#include "tensors/file_test_util.hpp"
 #include "troupe/tensors/allocator.hpp"
 #include "troupe/tensors/boost_tensor.hpp"
 #include "troupe/tensors/serialization.hpp"
@@ -25,36 +26,11 @@ using namespace troupe;
 
 namespace {
 
-// A fresh directory for one test, removed afterwards.
-struct temp_dir {
-  fs::path dir;
-  temp_dir() {
-    std::random_device rd;
-    dir = fs::temp_directory_path() / ("troupe-ser-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    fs::create_directories(dir);
-  }
-  ~temp_dir() { std::error_code ec; fs::remove_all(dir, ec); }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
+using test::as_bytes;
+using test::tensor_from_bytes;
+struct temp_dir : test::temp_dir {
+  temp_dir() : test::temp_dir("ser") {}
 };
-
-// A contiguous CPU tensor holding exactly `bytes` (built without any op, so the test checks
-// serialization alone).
-tensor tensor_from_bytes(dtype t, shape_t shape, const std::vector<unsigned char>& bytes) {
-  auto impl = std::make_shared<tensor_impl>();
-  impl->storage = storage::make(bytes.size(), cpu_allocator());
-  if (!bytes.empty()) std::memcpy(impl->storage->data(), bytes.data(), bytes.size());
-  impl->strides = contiguous_strides(shape);
-  impl->sizes = std::move(shape);
-  impl->dtype = t;
-  return tensor(std::move(impl));
-}
-
-template <class Word>
-std::vector<unsigned char> as_bytes(const std::vector<Word>& words) {
-  std::vector<unsigned char> out(words.size() * sizeof(Word));
-  if (!out.empty()) std::memcpy(out.data(), words.data(), out.size());
-  return out;
-}
 
 // Bit patterns covering NaN payloads, signed zeros, infinities, denormals and extremes.
 std::vector<unsigned char> special_bytes(dtype t) {
