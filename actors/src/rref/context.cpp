@@ -116,10 +116,15 @@ void context_impl::send_encoded(const std::string& to, const std::string& fn, st
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return;
   }
+  if (is_lost(to)) {
+    done(errc::peer_lost, {});
+    return;
+  }
   std::shared_ptr<rpc::detail::call_state> st;
   try {
     st = n_->call(to, fn, [&] { return payload; }, attempt_timeout);
   } catch (const error& e) {
+    if (e.code() == errc::peer_lost) mark_lost(to);
     done(e.code(), {});
     return;
   }
@@ -130,6 +135,7 @@ void context_impl::send_encoded(const std::string& to, const std::string& fn, st
       return;
     } catch (const error& e) {
       if (final_failure(e.code())) {
+        if (e.code() == errc::peer_lost) self->mark_lost(to);
         done(e.code(), {});
         return;
       }

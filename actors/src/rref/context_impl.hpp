@@ -62,7 +62,17 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::set<fork_key> gone_users_;     // on a user: forks it already deleted
   std::map<std::uint64_t, fork_key> tokens_;  // pending-child token -> fork holding it (empty fork: owner)
   std::size_t in_flight_ = 0;
+  std::set<std::string> lost_;  // peers that answered peer_lost: later calls fail at once
   rref_stats stats_;
+
+  void mark_lost(const std::string& peer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lost_.insert(peer);
+  }
+  bool is_lost(const std::string& peer) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lost_.count(peer) != 0;
+  }
 
   // --- timer (retries) ---
   std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> timers_;

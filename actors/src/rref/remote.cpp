@@ -7,8 +7,9 @@ namespace troupe::rref_detail {
 namespace {
 
 [[noreturn]] void rethrow_for_owner(const error& e, const handle& h, const char* op) {
-  if (e.code() == errc::peer_lost)
-    throw error(errc::owner_lost, std::string(op) + " of rref " + h.id.str() + ": owner " + h.owner + " is lost (" + e.message() + ")");
+  if (e.code() != errc::peer_lost) throw;
+  h.ctx->mark_lost(h.owner);
+  throw error(errc::owner_lost, std::string(op) + " of rref " + h.id.str() + ": owner " + h.owner + " is lost (" + e.message() + ")");
   throw;
 }
 
@@ -36,9 +37,19 @@ void check_usable(const handle& h, const char* op) {
 
 }  // namespace
 
+void check_owner(const handle& h, const char* op) {
+  if (h.ctx && h.ctx->is_lost(h.owner))
+    throw error(errc::owner_lost, std::string(op) + " of rref " + h.id.str() + ": owner " + h.owner + " is lost");
+}
+
+void note_owner_lost(const handle& h) {
+  if (h.ctx) h.ctx->mark_lost(h.owner);
+}
+
 std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout) {
   check_usable(h, "to_here");
   if (h.owner_local) return copy_local(h, timeout);
+  check_owner(h, "to_here");
   // The owner waits a little less than we do, so a value that comes late is a clean timeout.
   const auto owner_wait = timeout - std::min(timeout / 10, std::chrono::milliseconds(100));
   try {

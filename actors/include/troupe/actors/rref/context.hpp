@@ -112,6 +112,10 @@ std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout);  //
 std::vector<char> local_value(const handle& h);                ///< owner only
 bool confirmed(const handle& h);
 node& node_of(const handle& h);
+/// Throws owner_lost if the owner of `h` is known dead (a peer_lost seen by this context).
+void check_owner(const handle& h, const char* op);
+/// Remembers that the owner of `h` is dead.
+void note_owner_lost(const handle& h);
 
 }  // namespace rref_detail
 

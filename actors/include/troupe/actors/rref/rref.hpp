@@ -70,6 +70,7 @@ class rref {
       return rpc_async<R>(name, args...).get();
     } catch (const error& e) {
       if (e.code() != errc::peer_lost) throw;
+      rref_detail::note_owner_lost(h());
       throw error(errc::owner_lost, "method '" + name + "' of rref " + h().id.str() + ": owner " + h().owner + " is lost (" + e.message() + ")");
     }
   }
@@ -77,6 +78,7 @@ class rref {
   /// owner).
   template <class R, class... A>
   rpc::future<R> rpc_async(const std::string& name, const A&... args) const {
+    rref_detail::check_owner(h(), name.c_str());
     return troupe::rpc_async<R>(node_of(), h().owner, "troupe.rref.method." + name, h().id, args...);
   }
 
