@@ -105,6 +105,28 @@ tensor_list run_node(grad_node& n, tensor_list&& grads) {
   }
 }
 
+#if defined(TROUPE_WITH_CUDA)
+// Note [Backward streams]: a CUDA gradient made by `producer` is consumed on `consumer`'s stream
+// (a node runs on its forward stream; nodes without one, such as AccumulateGrad, on the engine
+// thread's current stream). When the two streams differ, the consumer's stream waits on an event
+// recorded on the producer's, and the accumulation into the input buffer runs on the consumer's.
+void order_streams(const grad_node& producer, const grad_node& consumer, const tensor& g,
+                   std::optional<cuda::stream_guard>& guard) {
+  if (!g.defined() || !g.is_cuda()) return;
+  const int dev = g.device().index;
+  auto stream_of = [dev](const grad_node& x) {
+    return x.forward_device() == dev ? x.forward_stream() : cuda::current_stream(dev);
+  };
+  cuda::stream_handle from = stream_of(producer), to = stream_of(consumer);
+  if (from != to) {
+    cuda::event ready(dev);
+    ready.record(from);
+    ready.wait(to);
+  }
+  guard.emplace(dev, to);
+}
+#endif
+
 void deliver(grad_node& n, tensor_list&& out, pass_state& s, std::vector<grad_node*>& ready) {
   const auto& edges = n.next_edges();
   if (out.size() != edges.size())
@@ -118,6 +140,10 @@ void deliver(grad_node& n, tensor_list&& out, pass_state& s, std::vector<grad_no
     if (e.input_nr >= buf.size())
       throw error(errc::autograd_error, "edge from " + n.name() + " into input " + std::to_string(e.input_nr) +
                                             " of " + e.fn->name() + ", which takes " + std::to_string(buf.size()));
+#if defined(TROUPE_WITH_CUDA)
+    std::optional<cuda::stream_guard> on_consumer_stream;
+    order_streams(n, *e.fn, out[i], on_consumer_stream);
+#endif
     accumulate(buf[e.input_nr], std::move(out[i]));
     if (--s.deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
   }

@@ -11,9 +11,13 @@
 /// A node recorded while its inputs were CUDA tensors remembers the current stream of their
 /// device at that moment; the engine makes that stream current while the node runs, so the
 /// backward kernels are ordered after the forward ones on the same stream (PyTorch's rule).
-/// Not done (yet): event-based synchronisation when a gradient produced on one stream is
-/// consumed by a node of another stream; graphs whose forward used several streams must
-/// synchronise themselves. CPU builds compile none of this.
+/// When a gradient produced on one stream is consumed by a node of another stream, the engine
+/// records an event on the producer's stream and makes the consumer's stream wait on it before
+/// accumulating the gradient there (engine.cpp, order_streams):
+///
+///   producer (stream A) --grad--> [event on A; B waits] --> buffer add on B --> consumer (B)
+///
+/// CPU builds compile none of this.
 ///
 /// Naming follows PyTorch: a node's *inputs* are gradients w.r.t. its forward op's outputs
 /// ("grad_outputs"); what `apply` returns are gradients w.r.t. the forward op's inputs
