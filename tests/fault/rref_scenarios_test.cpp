@@ -99,6 +99,10 @@ TEST_CASE("the four sharing scenarios and nested forks work under every fault ty
       CHECK_FALSE(minted.is_owner());
       CHECK(minted.owner_name() == "worker3");
       CHECK(minted.to_here(5s) == 11);
+      // rrefs as arguments of remote and through rpc_async.
+      CHECK(troupe::remote<int>(f.c[2], "worker1", "fetch", minted).to_here(5s) == 11);
+      auto fut = troupe::rpc_async<rref<int>>(f.c[2], "worker3", "mint", 12);
+      CHECK(troupe::get_bound(f.c[2], fut).to_here(5s) == 12);
       // nested forks: owner worker3 -> worker0 -> worker1 -> worker2 -> worker0 fetches.
       CHECK(troupe::rpc_sync<int>(f.c[0], "worker1", "relay", minted, std::vector<std::string>{"worker2", "worker0"}) == 11);
     }

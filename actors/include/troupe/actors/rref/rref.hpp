@@ -197,4 +197,22 @@ R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function
   return rpc_sync<R>(ctx, to, function, rpc::deadline{ctx.this_node().default_timeout()}, args...);
 }
 
+/// rpc_async through the context; take a result that holds RRefs with get_bound().
+template <class R, class... Args>
+rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
+  return rpc_async<R>(ctx.this_node(), to, function, d, args...);
+}
+
+template <class R, class... Args>
+rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
+  return rpc_async<R>(ctx.this_node(), to, function, args...);
+}
+
+/// future::get() with the RRefs in the result bound to `ctx`. Blocks like get().
+template <class R>
+R get_bound(rref_context& ctx, const rpc::future<R>& f) {
+  rref_detail::binding_scope scope(&ctx.impl());
+  return f.get();
+}
+
 }  // namespace troupe
