@@ -37,6 +37,17 @@ troupe::fault_plan random_plan(std::uint64_t seed) {
     r.reorder = std::chrono::milliseconds(g() % 10);
     plan.rules.push_back(r);
   }
+  // Lost user calls: a lost carrier of an rref is probed by its sender; a lost remote_call is
+  // confirmed by a fork_request and its to_here times out.
+  troupe::fault_rule keep;
+  keep.match = "keep";
+  keep.drop = p(0.2);
+  plan.rules.push_back(keep);
+  troupe::fault_rule call;
+  call.match = "troupe.rref.remote_call";
+  call.drop = p(0.1);
+  call.drop_reply = p(0.1);
+  plan.rules.push_back(call);
   troupe::fault_rule all;
   all.match = "*";
   all.delay_max = std::chrono::milliseconds(g() % 4);
@@ -83,18 +94,18 @@ void step(world& w, std::mt19937_64& g, outcome& out) {
   const int op = static_cast<int>(g() % 6);
   try {
     if (op == 0 || mine.empty()) {
-      held h{troupe::remote<int>(ctx, troupe::test::cluster::name(j), "val", v), v};
+      held h{troupe::remote<int>(ctx, troupe::test::cluster::name(j), "val", troupe::rpc::deadline{300ms}, v), v};
       std::lock_guard<std::mutex> lock(w.mutex);
       w.bags[static_cast<std::size_t>(i)].push_back(h);
     } else if (op == 1) {
-      held h{troupe::rpc_sync<rref<int>>(ctx, troupe::test::cluster::name(j), "mint", troupe::rpc::deadline{3s}, v), v};
+      held h{troupe::rpc_sync<rref<int>>(ctx, troupe::test::cluster::name(j), "mint", troupe::rpc::deadline{1s}, v), v};
       std::lock_guard<std::mutex> lock(w.mutex);
       w.bags[static_cast<std::size_t>(i)].push_back(h);
     } else if (op == 2 || op == 3) {  // share (to a user, to the owner, or to itself)
-      troupe::rpc_sync<int>(ctx, troupe::test::cluster::name(j), "keep", troupe::rpc::deadline{3s}, mine[k].value, mine[k].r);
+      troupe::rpc_sync<int>(ctx, troupe::test::cluster::name(j), "keep", troupe::rpc::deadline{300ms}, mine[k].value, mine[k].r);
     } else if (op == 4) {
       ++out.checked;
-      const int got = mine[k].r.to_here(3s);
+      const int got = mine[k].r.to_here(500ms);
       if (got != mine[k].value) throw troupe::error(troupe::errc::protocol_violation, "wrong value");
     } else {
       std::lock_guard<std::mutex> lock(w.mutex);

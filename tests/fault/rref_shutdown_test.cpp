@@ -18,19 +18,23 @@ TEST_CASE("shutdown waits for released rrefs and reports the ones still alive by
   CHECK_NOTHROW(c[0].shutdown(5s));  // everything released: returns once the delete is through
   CHECK_NOTHROW(c[1].shutdown(5s));
 
-  // A user call that carries an rref and is lost leaves the parent's hold (Note [RRef protocol],
-  // known gap): shutdown must name what leaked instead of hiding it.
-  c.hook->use(std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse("rule take drop=1\n")));
-  auto kept = troupe::make_rref(c[0], 5);
-  const auto id = kept.id().str();
-  CHECK_THROWS(troupe::rpc_sync<std::size_t>(c[0], "worker1", "take", troupe::rpc::deadline{100ms}, kept));
-  kept = rref<int>();
+  // A lost user call that carried an rref: the sender probes the callee, which never got it, and
+  // drops its hold, so nothing leaks; a late copy of that call would be refused.
+  c.hook->use(std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse("rule take drop=1\nrule mint drop_reply=1\n")));
+  {
+    auto kept = troupe::make_rref(c[0], 5);
+    CHECK_THROWS(troupe::rpc_sync<std::size_t>(c[0], "worker1", "take", troupe::rpc::deadline{100ms}, kept));
+  }
+  CHECK_NOTHROW(c[0].shutdown(5s));
+  // A lost reply that carried an rref (known gap): the callee's hold stays, and shutdown names it.
+  troupe::add_function(c[1], "mint", [&c](int v) { return troupe::make_rref(c[1], v); });
+  CHECK_THROWS(troupe::rpc_sync<rref<int>>(c[0], "worker1", "mint", troupe::rpc::deadline{100ms}, 3));
   try {
-    c[0].shutdown(200ms);
+    c[1].shutdown(200ms);
     FAIL("shutdown must report the leak");
   } catch (const troupe::error& e) {
     CHECK(e.code() == errc::timeout);
-    CHECK_THAT(e.message(), Catch::Contains("owner " + id) && Catch::Contains("pending children 1"));
+    CHECK_THAT(e.message(), Catch::Contains("owner worker1#") && Catch::Contains("pending children 1"));
   }
   c.hook->use(nullptr);
 }

@@ -48,6 +48,7 @@ void context_impl::start() {
   serve(*n_, weak, "troupe.rref.child_ack", &context_impl::on_child_ack);
   serve(*n_, weak, "troupe.rref.user_delete", &context_impl::on_user_delete);
   serve(*n_, weak, "troupe.rref.fetch", &context_impl::on_fetch);
+  serve(*n_, weak, "troupe.rref.fork_probe", &context_impl::on_fork_probe);
   timer_thread_ = std::thread([this] { timer_loop(); });
 }
 
@@ -155,6 +156,8 @@ void context_impl::send_encoded(const std::string& to, const std::string& fn, st
 template void context_impl::send_control(const std::string&, const std::string&, const rref_msg::fork_request&,
                                          std::function<void(errc, std::vector<char>)>);
 template void context_impl::send_control(const std::string&, const std::string&, const rref_msg::child_ack&,
+                                         std::function<void(errc, std::vector<char>)>);
+template void context_impl::send_control(const std::string&, const std::string&, const rref_msg::fork_probe&,
                                          std::function<void(errc, std::vector<char>)>);
 template void context_impl::send_control(const std::string&, const std::string&, const rref_msg::user_delete&,
                                          std::function<void(errc, std::vector<char>)>);

@@ -60,6 +60,8 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::set<fork_key> deleted_forks_;  // on the owner: forks already deleted
   std::map<fork_key, user_entry> users_;
   std::set<fork_key> gone_users_;     // on a user: forks it already deleted
+  std::set<fork_key> owner_bound_;    // on the owner: forks received (and turned into local refs)
+  std::set<fork_key> abandoned_;      // forks a parent probed for before they arrived: refused
   std::map<std::uint64_t, fork_key> tokens_;  // pending-child token -> fork holding it (empty fork: owner)
   std::size_t in_flight_ = 0;
   std::set<std::string> lost_;  // peers that answered peer_lost: later calls fail at once
@@ -97,6 +99,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
 
   // --- user side (user.cpp) ---
   std::int32_t on_child_ack(const rref_msg::child_ack& m);
+  std::int32_t on_fork_probe(const rref_msg::fork_probe& m);
   void confirm(const fork_key& k, errc failed, const std::string& why);
   void release_fork(const fork_key& k);           // one hold less
   void release_token(std::uint64_t token);        // a child acked

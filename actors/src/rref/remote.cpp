@@ -81,7 +81,8 @@ std::vector<char> local_value(const handle& h) {
 namespace troupe {
 
 std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to, const std::string& function,
-                                                          std::vector<char> args, std::chrono::milliseconds timeout) {
+                                                          std::vector<char> args, std::chrono::milliseconds timeout,
+                                                          std::vector<rref_detail::send_scope::sent> carried) {
   auto h = std::make_shared<rref_detail::handle>();
   auto& c = *impl_;
   {
@@ -100,9 +101,10 @@ std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to,
   h->bound = true;
   const rref_detail::fork_key k{h->id, h->fork};
   std::weak_ptr<rref_detail::context_impl> weak = impl_;
-  auto done = [weak, k, to](errc code, bool accepted) {
+  auto done = [weak, k, to, carried = std::move(carried)](errc code, bool accepted) mutable {
     auto self = weak.lock();
     if (!self) return;
+    if (code != errc::ok && !carried.empty()) rref_detail::probe(*self, to, std::move(carried));
     if (code == errc::ok) self->confirm(k, accepted ? errc::ok : errc::invalid_state, "rref " + k.first.str() + " was deleted by its owner " + to);
     else if (code == errc::peer_lost) self->confirm(k, errc::owner_lost, "owner " + to + " of rref " + k.first.str() + " is lost");
     else self->send_fork_request(k);  // the call or its reply may be lost: confirm by a retried fork_request
@@ -114,7 +116,7 @@ std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to,
   };
   auto f = rpc_async<bool>(*c.n_, to, "troupe.rref.remote_call", rpc::deadline{timeout},
                            rref_msg::remote_call{h->id, h->fork, function, std::move(args)});
-  f.then([done](const rpc::future<bool>& r) {
+  f.then([done](const rpc::future<bool>& r) mutable {
     try {
       done(errc::ok, r.get());
     } catch (const error& e) {

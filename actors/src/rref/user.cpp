@@ -89,6 +89,41 @@ std::int32_t context_impl::on_child_ack(const rref_msg::child_ack& m) {
   return 0;
 }
 
+std::int32_t context_impl::on_fork_probe(const rref_msg::fork_probe& m) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const fork_key k{m.id, m.fork};
+  if (users_.count(k) || gone_users_.count(k) || owner_bound_.count(k)) return 1;
+  abandoned_.insert(k);
+  return 0;
+}
+
+namespace {
+thread_local send_scope* tls_send = nullptr;
+}  // namespace
+
+send_scope::send_scope(context_impl*, std::string) : previous_(tls_send) { tls_send = this; }
+send_scope::~send_scope() {
+  if (active_) tls_send = previous_;
+}
+std::vector<send_scope::sent> send_scope::take() {
+  if (active_) tls_send = previous_;
+  active_ = false;
+  return std::move(sent_);
+}
+send_scope* send_scope::current() { return tls_send; }
+
+void probe(context_impl& c, const std::string& to, std::vector<send_scope::sent> forks) {
+  for (auto& f : forks) {
+    std::weak_ptr<context_impl> weak = c.shared_from_this();
+    c.send_control(to, "troupe.rref.fork_probe", rref_msg::fork_probe{f.id, f.fork}, [weak, token = f.token](errc code, std::vector<char> reply) {
+      auto self = weak.lock();
+      if (!self) return;
+      const bool received = code == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_probe") == 1;
+      if (!received && (code == errc::ok || code == errc::peer_lost)) self->release_token(token);
+    });
+  }
+}
+
 void context_impl::send_ack(const std::string& parent, const rref_id& id, std::uint64_t token) {
   if (parent == me_) {
     release_token(token);
@@ -145,6 +180,7 @@ rref_msg::wire fork_for_send(const handle& h) {
   if (h.owner_local) {
     c.owners_[h.id].children.insert(w.parent_hold);
     c.tokens_[w.parent_hold] = {h.id, fork_id{}};
+    if (auto* s = send_scope::current()) s->add({w.id, w.fork, w.parent_hold});
     return w;
   }
   auto it = c.users_.find({h.id, h.fork});
@@ -153,6 +189,7 @@ rref_msg::wire fork_for_send(const handle& h) {
   ++it->second.holds;
   it->second.children.insert(w.parent_hold);
   c.tokens_[w.parent_hold] = {h.id, h.fork};
+  if (auto* s = send_scope::current()) s->add({w.id, w.fork, w.parent_hold});
   return w;
 }
 
@@ -166,7 +203,13 @@ std::shared_ptr<handle> bind(context_impl& c, const rref_msg::wire& w) {
   actions flush;
   {
     std::lock_guard<std::mutex> lock(c.mutex_);
+    if (c.abandoned_.count({w.id, w.fork})) {
+      h->failed = errc::invalid_state;
+      h->failure = "rref " + w.id.str() + " fork " + w.fork.str() + " arrived after its sender gave the call up as lost";
+      return h;
+    }
     if (w.owner == c.me_) {
+      c.owner_bound_.insert({w.id, w.fork});
       auto* e = c.owner_for(w.id);
       if (!e) {
         h->failed = errc::invalid_state;

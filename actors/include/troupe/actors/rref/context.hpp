@@ -105,6 +105,35 @@ class binding_scope {
   context_impl* previous_;
 };
 
+/// Collects the forks that rrefs encoded on this thread create, for a call to `to`; if the call
+/// fails, probe() asks `to` whether it received them (Note [RRef protocol], lost carriers).
+class send_scope {
+ public:
+  struct sent {
+    rref_id id;
+    fork_id fork;
+    std::uint64_t token = 0;
+  };
+  send_scope(context_impl* ctx, std::string to);
+  ~send_scope();
+  send_scope(const send_scope&) = delete;
+  send_scope& operator=(const send_scope&) = delete;
+  /// Ends collection; returns what was sent.
+  std::vector<sent> take();
+  /// The active scope of this thread, or nullptr.
+  static send_scope* current();
+  void add(sent s) { sent_.push_back(std::move(s)); }
+
+ private:
+  send_scope* previous_;
+  std::vector<sent> sent_;
+  bool active_ = true;
+};
+
+/// After a failed call to `to` that carried `forks`: probes `to` for each (retried) and drops the
+/// parent's hold for every fork `to` never received. Never blocks.
+void probe(context_impl& ctx, const std::string& to, std::vector<send_scope::sent> forks);
+
 /// Operations the rref<T> templates use (thread-safe; block only where stated).
 rref_msg::wire fork_for_send(const handle& h);                 ///< may throw invalid_state
 std::shared_ptr<handle> bind(context_impl& ctx, const rref_msg::wire& w);
@@ -141,8 +170,10 @@ class rref_context {
   const std::string& name() const;
 
   /// Starts `function(args)` on `to` as the value of a new RRef; returns its handle at once.
+  /// `carried`: the forks of RRefs inside `args`, probed if the call fails.
   std::shared_ptr<rref_detail::handle> remote(const std::string& to, const std::string& function,
-                                              std::vector<char> args, std::chrono::milliseconds timeout);
+                                              std::vector<char> args, std::chrono::milliseconds timeout,
+                                              std::vector<rref_detail::send_scope::sent> carried = {});
   /// A new RRef owned here holding the encoded `value`.
   std::shared_ptr<rref_detail::handle> make_local(std::vector<char> value);
   /// Runs `fn` on the owner-local value of `id` (waiting up to `timeout` for it), under the

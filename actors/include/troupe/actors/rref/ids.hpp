@@ -79,6 +79,15 @@ struct user_delete {
   template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & fork; }
 };
 
+/// parent -> child node, after a call that carried the fork `fork` failed: "did you receive it?"
+/// The child answers 1 (it did: its child_ack will come) or 0 (it did not, and now never will:
+/// a late arrival of that fork is refused), and the parent drops its hold. Retried.
+struct fork_probe {
+  rref_id id;
+  fork_id fork;
+  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & fork; }
+};
+
 /// user -> owner: the value of `id` (to_here), waiting up to timeout_ms for it to exist.
 struct fetch {
   rref_id id;

@@ -169,8 +169,9 @@ void add_method(rref_context& ctx, const std::string& name, F fn) {
 /// deadline bounds the call; a lost call is confirmed by retried fork requests.
 template <class T, class... Args>
 rref<T> remote(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
+  rref_detail::send_scope scope(&ctx.impl(), to);
   auto bytes = rpc::encode_args<rpc::detail::wire_t<Args>...>(rpc::detail::wire_t<Args>(args)...);
-  return rref<T>(ctx.remote(to, function, std::move(bytes), d.value));
+  return rref<T>(ctx.remote(to, function, std::move(bytes), d.value, scope.take()));
 }
 
 template <class T, class... Args>
@@ -184,12 +185,20 @@ rref<T> make_rref(rref_context& ctx, const T& value) {
   return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
 }
 
-/// rpc_sync through the context: RRefs in the result are bound to it.
+/// rpc_sync through the context: RRefs in the result are bound to it; if the call fails, the
+/// RRefs it carried are probed so a lost call does not leak them (Note [RRef protocol]).
 template <class R, class... Args>
 R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
+  rref_detail::send_scope scope(&ctx.impl(), to);
   auto f = rpc_async<R>(ctx.this_node(), to, function, d, args...);
-  rref_detail::binding_scope scope(&ctx.impl());
-  return f.get();
+  auto sent = scope.take();
+  rref_detail::binding_scope bind(&ctx.impl());
+  try {
+    return f.get();
+  } catch (const error&) {
+    if (!sent.empty()) rref_detail::probe(ctx.impl(), to, std::move(sent));
+    throw;
+  }
 }
 
 template <class R, class... Args>
@@ -197,15 +206,29 @@ R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function
   return rpc_sync<R>(ctx, to, function, rpc::deadline{ctx.this_node().default_timeout()}, args...);
 }
 
-/// rpc_async through the context; take a result that holds RRefs with get_bound().
+/// rpc_async through the context; take a result that holds RRefs with get_bound(). RRefs it
+/// carries are probed if the call fails.
 template <class R, class... Args>
 rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  return rpc_async<R>(ctx.this_node(), to, function, d, args...);
+  rref_detail::send_scope scope(&ctx.impl(), to);
+  auto f = rpc_async<R>(ctx.this_node(), to, function, d, args...);
+  auto sent = scope.take();
+  if (!sent.empty()) {
+    std::weak_ptr<rref_detail::context_impl> weak = ctx.shared_impl();
+    f.then([weak, to, sent = std::move(sent)](const rpc::future<R>& done) mutable {
+      try {
+        (void)done.get();
+      } catch (const error&) {
+        if (auto c = weak.lock()) rref_detail::probe(*c, to, std::move(sent));
+      }
+    });
+  }
+  return f;
 }
 
 template <class R, class... Args>
 rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
-  return rpc_async<R>(ctx.this_node(), to, function, args...);
+  return rpc_async<R>(ctx, to, function, rpc::deadline{ctx.this_node().default_timeout()}, args...);
 }
 
 /// future::get() with the RRefs in the result bound to `ctx`. Blocks like get().
