@@ -47,9 +47,14 @@
 /// owner makes fetch and method calls fail with owner_lost naming it (the runtime's peer-loss
 /// bound); a fetch that finds a deleted id fails with invalid_state ("deleted by its owner"):
 /// the chaos test asserts this never happens to a live UserRRef.
-/// Known gap: a user call or result that carries an RRef and is lost (dropped, not delayed)
-/// leaves the parent's hold in place, so the RRef leaks (reported by leaks()); duplicated
-/// carriers are deduplicated by fork id.
+/// Lost carriers: when a call made through the context (rpc_sync/rpc_async/remote) that carried
+/// RRefs fails, the sender sends fork_probe(id, fork) (retried) to the callee for each: the callee
+/// answers "received" (its child_ack will come) or "not received", and then refuses that fork
+/// forever (a late copy of the call binds a failed rref), so the sender drops its hold.
+/// Duplicated carriers are deduplicated by fork id.
+/// Known gap: a *reply* that carries an RRef and is lost (or the discarded extra reply of a
+/// duplicated request) leaves the callee's hold in place, so that RRef leaks; leaks() and
+/// shutdown() report it by id.
 /// Assumes: one rref_context per node, destroyed before its node; fetch and method calls block
 /// one executor thread of the owner while they wait for the value.
 
