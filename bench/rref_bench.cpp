@@ -128,8 +128,11 @@ void memory(pair_of_nodes& p, tb::report& rep, int n) {
   check(owner.owner_count() == 0, "owner-local rrefs deleted with their handles");
   std::vector<rref<std::int64_t>> users;
   users.reserve(static_cast<std::size_t>(n));
+  const auto before = heap_in_use();
   for (int i = 0; i < n; ++i) users.push_back(troupe::remote<std::int64_t>(*p.ctx[0], "worker1", "id", std::int64_t{i}));
   check(users.back().to_here(30s) == n - 1, "last remote value");
+  rep.add("bytes_per_live_remote_rref_both_sides", static_cast<double>(heap_in_use() - before) / n, "bytes",
+          params + ", \"includes\": \"owner entry + user fork entry + handle + tombstones, one process\"");
   check(p.ctx[0]->wait_quiescent(1ms, false) == false, "users alive");
   const auto t0 = tb::clock::now();
   users.clear();
