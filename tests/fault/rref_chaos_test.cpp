@@ -43,6 +43,11 @@ troupe::fault_plan random_plan(std::uint64_t seed) {
   keep.match = "keep";
   keep.drop = p(0.2);
   plan.rules.push_back(keep);
+  troupe::fault_rule mint;  // lost and duplicated results that carry rrefs: probed by the callee
+  mint.match = "mint";
+  mint.drop_reply = p(0.2);
+  mint.duplicate = p(0.2);
+  plan.rules.push_back(mint);
   troupe::fault_rule call;
   call.match = "troupe.rref.remote_call";
   call.drop = p(0.1);
@@ -98,7 +103,7 @@ void step(world& w, std::mt19937_64& g, outcome& out) {
       std::lock_guard<std::mutex> lock(w.mutex);
       w.bags[static_cast<std::size_t>(i)].push_back(h);
     } else if (op == 1) {
-      held h{troupe::rpc_sync<rref<int>>(ctx, troupe::test::cluster::name(j), "mint", troupe::rpc::deadline{1s}, v), v};
+      held h{troupe::rpc_sync<rref<int>>(ctx, troupe::test::cluster::name(j), "mint", troupe::rpc::deadline{300ms}, v), v};
       std::lock_guard<std::mutex> lock(w.mutex);
       w.bags[static_cast<std::size_t>(i)].push_back(h);
     } else if (op == 2 || op == 3) {  // share (to a user, to the owner, or to itself)

@@ -55,7 +55,9 @@ struct cluster {
       o.join_timeout = std::chrono::seconds(10);
       nodes.push_back(std::make_unique<node>(o, rpc::registry{}, hook));
     }
-    for (auto& nd : nodes) ctx.push_back(std::make_unique<rref_context>(*nd));
+    rref_options ro;
+    ro.result_probe_after = std::chrono::milliseconds(1500);
+    for (auto& nd : nodes) ctx.push_back(std::make_unique<rref_context>(*nd, ro));
   }
   ~cluster() {
     ctx.clear();

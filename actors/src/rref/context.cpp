@@ -37,7 +37,9 @@ context_impl* current_context() { return tls_context; }
 binding_scope::binding_scope(context_impl* ctx) : previous_(tls_context) { tls_context = ctx; }
 binding_scope::~binding_scope() { tls_context = previous_; }
 
-context_impl::context_impl(node& n) : n_(&n), me_(n.info().name) {}
+context_impl::context_impl(node& n, rref_options opts)
+    : n_(&n), me_(n.info().name),
+      result_probe_after_(opts.result_probe_after.count() > 0 ? opts.result_probe_after : 3 * n.default_timeout()) {}
 
 context_impl::~context_impl() { close(); }
 
@@ -166,7 +168,9 @@ template void context_impl::send_control(const std::string&, const std::string&,
 
 namespace troupe {
 
-rref_context::rref_context(node& n) : impl_(std::make_shared<rref_detail::context_impl>(n)) { impl_->start(); }
+rref_context::rref_context(node& n, rref_options opts) : impl_(std::make_shared<rref_detail::context_impl>(n, opts)) {
+  impl_->start();
+}
 
 rref_context::~rref_context() { impl_->close(); }
 

@@ -44,7 +44,7 @@ using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
 
 class context_impl : public std::enable_shared_from_this<context_impl> {
  public:
-  explicit context_impl(node& n);
+  context_impl(node& n, rref_options opts);
   ~context_impl();
   void start();  // registers the functions (needs shared_from_this)
   void close();  // stops the timer; releases become no-ops
@@ -64,6 +64,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::set<fork_key> abandoned_;      // forks a parent probed for before they arrived: refused
   std::map<std::uint64_t, fork_key> tokens_;  // pending-child token -> fork holding it (empty fork: owner)
   std::size_t in_flight_ = 0;
+  std::chrono::milliseconds result_probe_after_;
   std::set<std::string> lost_;  // peers that answered peer_lost: later calls fail at once
   rref_stats stats_;
 

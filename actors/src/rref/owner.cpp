@@ -50,6 +50,7 @@ bool context_impl::on_remote_call(const rref_msg::remote_call& m) {
   std::string message;
   std::vector<char> value;
   try {
+    storing_scope storing;  // the result becomes a stored value, fetched by many
     value = fn->invoke(m.args, [] {});
   } catch (const error& e) {
     code = e.code() == errc::bad_argument ? errc::bad_argument : errc::remote_exception;

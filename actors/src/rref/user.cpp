@@ -2,6 +2,7 @@
 // (Note [RRef protocol] in rref/context.hpp).
 #include "context_impl.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/rref/caller.hpp"
 
 namespace troupe::rref_detail {
 
@@ -99,7 +100,12 @@ std::int32_t context_impl::on_fork_probe(const rref_msg::fork_probe& m) {
 
 namespace {
 thread_local send_scope* tls_send = nullptr;
+thread_local bool tls_storing = false;
 }  // namespace
+
+storing_scope::storing_scope() : previous_(tls_storing) { tls_storing = true; }
+storing_scope::~storing_scope() { tls_storing = previous_; }
+bool storing_scope::active() { return tls_storing; }
 
 send_scope::send_scope(context_impl*, std::string) : previous_(tls_send) { tls_send = this; }
 send_scope::~send_scope() {
@@ -171,16 +177,12 @@ handle::~handle() {
   ctx->release_fork({id, fork});
 }
 
-rref_msg::wire fork_for_send(const handle& h) {
-  if (!h.bound || !h.ctx) throw error(errc::invalid_state, "rref " + h.id.str() + " is not bound to an rref_context and cannot be passed on");
-  if (h.failed != errc::ok) throw error(h.failed, h.failure);
-  auto& c = *h.ctx;
-  std::lock_guard<std::mutex> lock(c.mutex_);
+// Under c.mutex_: a fresh fork of `h` for a receiver and the parent's hold on it.
+static rref_msg::wire new_child(context_impl& c, const handle& h) {
   rref_msg::wire w{h.id, h.owner, fork_id{c.me_, c.next_++}, c.me_, c.next_++};
   if (h.owner_local) {
     c.owners_[h.id].children.insert(w.parent_hold);
     c.tokens_[w.parent_hold] = {h.id, fork_id{}};
-    if (auto* s = send_scope::current()) s->add({w.id, w.fork, w.parent_hold});
     return w;
   }
   auto it = c.users_.find({h.id, h.fork});
@@ -189,7 +191,31 @@ rref_msg::wire fork_for_send(const handle& h) {
   ++it->second.holds;
   it->second.children.insert(w.parent_hold);
   c.tokens_[w.parent_hold] = {h.id, h.fork};
-  if (auto* s = send_scope::current()) s->add({w.id, w.fork, w.parent_hold});
+  return w;
+}
+
+rref_msg::wire fork_for_send(const handle& h) {
+  if (!h.bound || !h.ctx) throw error(errc::invalid_state, "rref " + h.id.str() + " is not bound to an rref_context and cannot be passed on");
+  if (h.failed != errc::ok) throw error(h.failed, h.failure);
+  if (storing_scope::active() && !send_scope::current())  // (an rpc through the context inside remote's function is fine)
+    throw error(errc::not_supported, "rref " + h.id.str() + " inside the value of another rref (remote result, make_rref, method object)");
+  auto& c = *h.ctx;
+  rref_msg::wire w;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex_);
+    w = new_child(c, h);
+  }
+  send_scope::sent s{w.id, w.fork, w.parent_hold};
+  if (auto* scope = send_scope::current()) {
+    scope->add(s);  // an argument: probed if the call fails
+  } else if (const auto& caller = current_caller(); !caller.empty()) {
+    // A result: its reply may be lost or discarded (duplicated request), so probe the caller
+    // once it has had ample time to bind it.
+    std::weak_ptr<context_impl> weak = c.shared_from_this();
+    c.after(c.result_probe_after_, [weak, caller = caller, s] {
+      if (auto self = weak.lock()) probe(*self, caller, {s});
+    });
+  }
   return w;
 }
 

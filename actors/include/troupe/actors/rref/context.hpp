@@ -52,9 +52,10 @@
 /// answers "received" (its child_ack will come) or "not received", and then refuses that fork
 /// forever (a late copy of the call binds a failed rref), so the sender drops its hold.
 /// Duplicated carriers are deduplicated by fork id.
-/// Known gap: a *reply* that carries an RRef and is lost (or the discarded extra reply of a
-/// duplicated request) leaves the callee's hold in place, so that RRef leaks; leaks() and
-/// shutdown() report it by id.
+/// Results: an RRef sent inside a result (the agent tells which caller it goes to) is probed the
+/// same way once rref_options::result_probe_after has passed without its child_ack, which covers
+/// a lost reply and the discarded extra reply of a duplicated request. Cost: a caller that takes
+/// such a result later than that finds the RRef refused (invalid_state, "gave the call up").
 /// Assumes: one rref_context per node, destroyed before its node; fetch and method calls block
 /// one executor thread of the owner while they wait for the value.
 
@@ -110,6 +111,21 @@ class binding_scope {
   context_impl* previous_;
 };
 
+/// Marks a scope in which this thread encodes a value to be stored as an RRef's value (remote's
+/// result, make_rref, a method's object): an RRef inside it is refused with not_supported,
+/// because stored bytes are handed to every fetcher and one fork must not have two holders.
+class storing_scope {
+ public:
+  storing_scope();
+  ~storing_scope();
+  storing_scope(const storing_scope&) = delete;
+  storing_scope& operator=(const storing_scope&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 /// Collects the forks that rrefs encoded on this thread create, for a call to `to`; if the call
 /// fails, probe() asks `to` whether it received them (Note [RRef protocol], lost carriers).
 class send_scope {
@@ -158,12 +174,21 @@ struct rref_stats {
   std::uint64_t remote_calls = 0, fork_requests = 0, child_acks = 0, user_deletes = 0, fetches = 0, retries = 0;
 };
 
+/// Settings of an rref_context.
+struct rref_options {
+  /// How long an RRef sent inside a result may stay unacknowledged before its sender probes the
+  /// caller (a lost reply, or the discarded extra reply of a duplicated request). A caller that
+  /// takes the result later than this finds the RRef refused. 0: three times the node's default
+  /// timeout.
+  std::chrono::milliseconds result_probe_after{0};
+};
+
 /// The RRef context of one node. Construct it after the node and destroy it before; it registers
 /// the reserved "troupe.rref.*" functions on the node. Thread-safe.
 class rref_context {
  public:
   /// Registers the protocol's functions on `n`. Never blocks.
-  explicit rref_context(node& n);
+  explicit rref_context(node& n, rref_options opts = {});
   /// Stops retries; later releases of handles are no-ops. Never throws.
   ~rref_context();
   rref_context(const rref_context&) = delete;

@@ -156,6 +156,7 @@ void add_method(rref_context& ctx, const std::string& name, F fn) {
     ctx.with_value(id, ctx.this_node().default_timeout(), [&](std::vector<char>& bytes) {
       T obj = rpc::decode_result<T>(bytes, "method of rref " + id.str());
       out = fn(obj, args...);
+      rref_detail::storing_scope storing;
       bytes = rpc::encode_result<T>(obj);
     });
     return out;
@@ -182,6 +183,7 @@ rref<T> remote(rref_context& ctx, const std::string& to, const std::string& func
 /// An owner-local RRef holding `value`.
 template <class T>
 rref<T> make_rref(rref_context& ctx, const T& value) {
+  rref_detail::storing_scope storing;
   return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
 }
 
