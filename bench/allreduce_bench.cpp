@@ -7,10 +7,18 @@
 // allreduce_busbw_<S>mb_<N>r_gbps / allreduce_<S>mb_<N>r_ms for every size and rank count,
 // limit_memcpy_gbps (bytes read + written per second, as tensor_bench), limit_memcpy_copy_gbps
 // (bytes copied per second, the unit of busbw). --quick: 2 ranks, few iterations.
+// The TCP ring (transport = tcp on loopback, Note [tcp ring]) on 2 ranks:
+// allreduce_tcp_busbw_<S>mb_2r_gbps / allreduce_tcp_<S>mb_2r_ms, beside limit_tcp_stream_gbps
+// (one loopback socket pair streaming 100 MB in the same run).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -30,6 +38,7 @@ struct result {
   int mb = 0;
   double median_s = 0, p99_s = 0;
   int ok = 0;
+  int tcp = 0;
 };
 
 /// Carries rank 0's results to the parent.
@@ -65,15 +74,17 @@ result measure(ddp::process_group& pg, int mb, int iters) {
   return r;
 }
 
-void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes) {
+void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp) {
   auto store = ddp::file_store::make_temp();
   auto ctx = spawn(world, [&](int rank) {
     ddp::process_group_options opts;
     opts.slot_bytes = slot_bytes;
+    opts.transport = tcp ? ddp::transport_kind::tcp : ddp::transport_kind::shared_memory;
     ddp::process_group pg(store, rank, world, "bench", opts);
     for (int mb : {1, 25, 100}) {
       const int iters = quick ? (mb == 1 ? 50 : 3) : (mb == 1 ? 400 : mb == 25 ? 30 : 12);
-      const result r = measure(pg, mb, iters);
+      result r = measure(pg, mb, iters);
+      r.tcp = tcp ? 1 : 0;
       if (rank == 0 && ::write(out_fd, &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r)))
         throw error(errc::io_error, "allreduce_bench: result write");
       if (!r.ok) throw error(errc::invalid_state, "allreduce_bench: wrong allreduce result");
@@ -82,6 +93,44 @@ void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes) {
   const bool done = ctx.join(std::chrono::minutes(5));
   store.remove_dir();
   if (!done) throw error(errc::timeout, "allreduce_bench: ranks did not finish");
+}
+
+/// One loopback TCP connection streaming `bytes` (in 1 MiB writes) from a thread to a reader:
+/// seconds for the whole stream.
+double tcp_stream_seconds(std::size_t bytes) {
+  const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(ls, 1) != 0 ||
+      ::getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw error(errc::io_error, "allreduce_bench: tcp listen");
+  const int cs = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(cs, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) throw error(errc::io_error, "allreduce_bench: tcp connect");
+  const int ss = ::accept(ls, nullptr, nullptr);
+  const int big = 8 << 20, one = 1;
+  for (int fd : {cs, ss}) {
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  std::vector<char> src(std::size_t{1} << 20, 1), dst(std::size_t{1} << 20);
+  const auto t0 = tb::clock::now();
+  std::thread writer([&] {
+    for (std::size_t sent = 0; sent < bytes;) {
+      const ssize_t k = ::send(cs, src.data(), std::min(src.size(), bytes - sent), MSG_NOSIGNAL);
+      if (k <= 0) break;
+      sent += static_cast<std::size_t>(k);
+    }
+  });
+  std::size_t got = 0;
+  for (ssize_t k; got < bytes && (k = ::recv(ss, dst.data(), dst.size(), 0)) > 0;) got += static_cast<std::size_t>(k);
+  writer.join();
+  const double secs = tb::seconds_since(t0);
+  for (int fd : {cs, ss, ls}) ::close(fd);
+  if (got != bytes) throw error(errc::io_error, "allreduce_bench: tcp stream short");
+  return secs;
 }
 
 }  // namespace
@@ -99,10 +148,16 @@ int main(int argc, char** argv) {
     if (std::memcmp(a.data(), b.data(), bytes) != 0) throw error(errc::invalid_state, "memcpy check failed");
     rep.add("limit_memcpy_gbps", 2.0 * static_cast<double>(bytes) / m.median / 1e9, "GB/s", "\"bytes\": 104857600");
     rep.add("limit_memcpy_copy_gbps", static_cast<double>(bytes) / m.median / 1e9, "GB/s", "\"bytes\": 104857600");
+    std::vector<double> stream;
+    for (int i = 0; i < (quick ? 2 : 5); ++i) stream.push_back(tcp_stream_seconds(bytes));
+    rep.add("limit_tcp_stream_gbps", static_cast<double>(bytes) / tb::summarize(stream).median / 1e9, "GB/s",
+            "\"bytes\": 104857600");
     result_pipe pipe;
-    std::vector<int> worlds = quick ? std::vector<int>{2} : std::vector<int>{2, 3, 4};
-    for (int w : worlds) {
-      run_world(w, quick, pipe.fds[1], slot_bytes);
+    // {world, tcp}: the shared-memory path on 2-4 ranks, the TCP ring on 2.
+    std::vector<std::pair<int, bool>> runs = {{2, false}, {2, true}};
+    if (!quick) runs = {{2, false}, {3, false}, {4, false}, {2, true}};
+    for (auto [w, tcp] : runs) {
+      run_world(w, quick, pipe.fds[1], slot_bytes, tcp);
       for (int k = 0; k < 3; ++k) {
         result r;
         pollfd p{pipe.fds[0], POLLIN, 0};
@@ -113,8 +168,9 @@ int main(int argc, char** argv) {
         const std::string params = "\"ranks\": " + std::to_string(r.world) + ", \"mb\": " + std::to_string(r.mb) +
                                    ", \"p99_ms\": " + std::to_string(r.p99_s * 1e3);
         const std::string tag = std::to_string(r.mb) + "mb_" + std::to_string(r.world) + "r";
-        rep.add("allreduce_busbw_" + tag + "_gbps", busbw, "GB/s", params);
-        rep.add("allreduce_" + tag + "_ms", r.median_s * 1e3, "ms", params);
+        const std::string kind = r.tcp ? "allreduce_tcp_" : "allreduce_";
+        rep.add(kind + "busbw_" + tag + "_gbps", busbw, "GB/s", params);
+        rep.add(kind + tag + "_ms", r.median_s * 1e3, "ms", params);
       }
     }
   } catch (const error& e) {

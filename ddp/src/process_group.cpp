@@ -10,6 +10,7 @@
 
 #include "collectives.hpp"
 #include "shm_transport.hpp"
+#include "tcp_transport.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
 
@@ -70,7 +71,11 @@ std::optional<troupe::error> work::error() const {
 std::string work::description() const { return state_ ? state_->description : std::string("(empty work)"); }
 
 struct process_group::impl {
-  detail::shm_transport tp;
+  // Exactly one transport is set (Note [shm collectives] or Note [tcp ring]).
+  std::unique_ptr<detail::shm_transport> shm;
+  std::unique_ptr<detail::tcp_transport> tcp;
+  int rank;
+  int world;
   std::string name;
   detail::p2p_counters p2p;
   /// One worker thread with its queue. Collectives, sends and receives each get their own, so
@@ -90,10 +95,21 @@ struct process_group::impl {
   std::uint32_t issued = 0;  // sequence numbers of group collectives
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
-      : tp(store, rank, world, n, opts), name(std::move(n)) {
+      : rank(rank), world(world), name(std::move(n)) {
+    if (detail::choose_transport(store, rank, world, name, opts.transport, opts.timeout) == transport_kind::tcp)
+      tcp = std::make_unique<detail::tcp_transport>(store, rank, world, name, opts);
+    else
+      shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
+  }
+
+  /// Calls fn(transport) with the group's transport.
+  template <class Fn>
+  void visit(Fn&& fn) {
+    if (shm) fn(*shm);
+    else fn(*tcp);
   }
 
   ~impl() {
@@ -111,7 +127,7 @@ struct process_group::impl {
 
   work submit(std::string description, std::function<void()> body, lane_id id = collectives, bool breaks = true) {
     auto s = std::make_shared<work::state>();
-    s->description = "process_group '" + name + "' rank " + std::to_string(tp.rank()) + ": " + description;
+    s->description = "process_group '" + name + "' rank " + std::to_string(rank) + ": " + description;
     s->body = std::move(body);
     s->breaks_group = breaks;
     lane& l = lanes[id];
@@ -144,7 +160,7 @@ struct process_group::impl {
         return troupe::error(broken->code(), s.description + ": the group failed earlier: " + broken->message());
     }
     try {
-      tp.begin(s.description);
+      visit([&](auto& tp) { tp.begin(s.description); });
       s.body();
       return std::nullopt;
     } catch (const troupe::error& e) {
@@ -161,7 +177,7 @@ struct process_group::impl {
     std::lock_guard<std::mutex> lock(broken_mu);
     if (!broken) {
       broken = e;
-      tp.abort(e.message());
+      visit([&](auto& tp) { tp.abort(e.message()); });
     }
     return e;
   }
@@ -211,17 +227,17 @@ process_group::~process_group() = default;
 process_group::process_group(process_group&&) noexcept = default;
 process_group& process_group::operator=(process_group&&) noexcept = default;
 
-int process_group::rank() const noexcept { return impl_->tp.rank(); }
-int process_group::world_size() const noexcept { return impl_->tp.world(); }
+int process_group::rank() const noexcept { return impl_->rank; }
+int process_group::world_size() const noexcept { return impl_->world; }
 const std::string& process_group::name() const noexcept { return impl_->name; }
 
 work process_group::allreduce(tensor t, reduce_op op) {
   check_tensor("allreduce", t);
   std::lock_guard<std::mutex> issue(impl_->issue_mu);
   const std::uint32_t seq = ++impl_->issued;
-  auto& tp = impl_->tp;
+  auto* im = impl_.get();
   return impl_->submit(what("allreduce", seq, t) + " " + to_string(op),
-                       [&tp, seq, t, op] { detail::run_allreduce(tp, seq, t, op); });
+                       [im, seq, t, op] { im->visit([&](auto& tp) { detail::run_allreduce(tp, seq, t, op); }); });
 }
 
 work process_group::broadcast(tensor t, int root) {
@@ -229,9 +245,9 @@ work process_group::broadcast(tensor t, int root) {
   check_rank("broadcast", root, world_size());
   std::lock_guard<std::mutex> issue(impl_->issue_mu);
   const std::uint32_t seq = ++impl_->issued;
-  auto& tp = impl_->tp;
+  auto* im = impl_.get();
   return impl_->submit(what("broadcast", seq, t) + " from " + std::to_string(root),
-                       [&tp, seq, t, root] { detail::run_broadcast(tp, seq, t, root); });
+                       [im, seq, t, root] { im->visit([&](auto& tp) { detail::run_broadcast(tp, seq, t, root); }); });
 }
 
 work process_group::allgather(tensor output, tensor input) {
@@ -244,9 +260,9 @@ work process_group::allgather(tensor output, tensor input) {
                                           std::string(troupe::to_string(input.dtype())) + shape_to_string(input.shape()));
   std::lock_guard<std::mutex> issue(impl_->issue_mu);
   const std::uint32_t seq = ++impl_->issued;
-  auto& tp = impl_->tp;
+  auto* im = impl_.get();
   return impl_->submit(what("allgather", seq, input),
-                       [&tp, seq, output, input] { detail::run_allgather(tp, seq, output, input); });
+                       [im, seq, output, input] { im->visit([&](auto& tp) { detail::run_allgather(tp, seq, output, input); }); });
 }
 
 work process_group::reduce_scatter(tensor output, tensor input, reduce_op op) {
@@ -259,16 +275,18 @@ work process_group::reduce_scatter(tensor output, tensor input, reduce_op op) {
                                           std::string(troupe::to_string(output.dtype())) + shape_to_string(output.shape()));
   std::lock_guard<std::mutex> issue(impl_->issue_mu);
   const std::uint32_t seq = ++impl_->issued;
-  auto& tp = impl_->tp;
+  auto* im = impl_.get();
   return impl_->submit(what("reduce_scatter", seq, output) + " " + to_string(op),
-                       [&tp, seq, output, input, op] { detail::run_reduce_scatter(tp, seq, output, input, op); });
+                       [im, seq, output, input, op] {
+                         im->visit([&](auto& tp) { detail::run_reduce_scatter(tp, seq, output, input, op); });
+                       });
 }
 
 work process_group::barrier() {
   std::lock_guard<std::mutex> issue(impl_->issue_mu);
   const std::uint32_t seq = ++impl_->issued;
-  auto& tp = impl_->tp;
-  return impl_->submit("barrier #" + std::to_string(seq), [&tp, seq] { detail::run_barrier(tp, seq); });
+  auto* im = impl_.get();
+  return impl_->submit("barrier #" + std::to_string(seq), [im, seq] { im->visit([&](auto& tp) { detail::run_barrier(tp, seq); }); });
 }
 
 void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
@@ -276,11 +294,11 @@ void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
   {
     std::lock_guard<std::mutex> issue(impl_->issue_mu);
     const std::uint32_t seq = ++impl_->issued;
-    auto& tp = impl_->tp;
+    auto* im = impl_.get();
     detail::fingerprint f;
     f.seq = seq;
     f.kind = static_cast<std::uint8_t>(detail::collective_kind::barrier);
-    w = impl_->submit("monitored_barrier #" + std::to_string(seq), [&tp, f, timeout] { tp.enter_monitored(f, timeout); },
+    w = impl_->submit("monitored_barrier #" + std::to_string(seq), [im, f, timeout] { im->visit([&](auto& tp) { tp.enter_monitored(f, timeout); }); },
                       impl::collectives, false);
   }
   w.wait(timeout + std::chrono::seconds(5));
@@ -293,7 +311,7 @@ work process_group::send(tensor t, int dst, int tag) {
   auto* im = impl_.get();
   return impl_->submit("send " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " to " +
                            std::to_string(dst),
-                       [im, t, dst, tag] { detail::run_send(im->tp, im->p2p, t, dst, tag); }, impl::sends);
+                       [im, t, dst, tag] { im->visit([&](auto& tp) { detail::run_send(tp, im->p2p, t, dst, tag); }); }, impl::sends);
 }
 
 work process_group::recv(tensor t, int src, int tag) {
@@ -303,7 +321,7 @@ work process_group::recv(tensor t, int src, int tag) {
   auto* im = impl_.get();
   return impl_->submit("recv " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " from " +
                            std::to_string(src),
-                       [im, t, src, tag] { detail::run_recv(im->tp, im->p2p, t, src, tag); }, impl::recvs);
+                       [im, t, src, tag] { im->visit([&](auto& tp) { detail::run_recv(tp, im->p2p, t, src, tag); }); }, impl::recvs);
 }
 
 }  // namespace troupe::ddp

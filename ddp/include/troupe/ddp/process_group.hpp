@@ -59,6 +59,13 @@ class work {
   std::shared_ptr<state> state_;
 };
 
+/// Which transport a CPU process group moves its bytes over.
+enum class transport_kind : std::uint8_t {
+  automatic = 0,      ///< shared memory when every rank is on the same host, TCP otherwise
+  shared_memory = 1,  ///< Note [shm collectives]: one host only
+  tcp = 2,            ///< Note [tcp ring]: a direct TCP ring between the ranks, any hosts
+};
+
 /// Options of a process group.
 struct process_group_options {
   /// Deadline of one collective once the worker started it (also bounds the rendezvous).
@@ -67,6 +74,12 @@ struct process_group_options {
   std::size_t slot_bytes = std::size_t{4} << 20;
   /// Bytes of the send/recv mailbox per destination.
   std::size_t p2p_bytes = std::size_t{1} << 20;
+  /// The transport; automatic picks by host identity (published in the store).
+  transport_kind transport = transport_kind::automatic;
+  /// TCP: the address this rank listens on and publishes (its interface address across hosts).
+  std::string tcp_address = "127.0.0.1";
+  /// TCP: bytes of one pipelined chunk on the ring.
+  std::size_t tcp_chunk_bytes = std::size_t{1} << 20;
 };
 
 /// A group of `world_size` processes on one host, identified by `name` in the store. Move-only.

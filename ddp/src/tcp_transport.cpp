@@ -1,0 +1,302 @@
+// The TCP transport of the CPU process group: rendezvous, hello, framed reads and writes with
+// deadlines, the sender thread. See Note [tcp ring].
+#include "tcp_transport.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace troupe::ddp::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr std::uint32_t hello_magic = 0x54525048;  // "TRPH"
+constexpr int slice_ms = 20;                        // poll slice: bounds the reaction to an abort
+
+struct hello {
+  std::uint32_t magic = hello_magic;
+  std::uint32_t kind = 0;  // 1 ring, 2 p2p
+  std::int32_t rank = -1;
+  std::int32_t pad = 0;
+  std::uint64_t nonce = 0;
+  char name[72] = {};
+};
+
+int ms_until(clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+  return static_cast<int>(std::max<long long>(0, std::min<long long>(left, slice_ms)));
+}
+
+void tune(int fd) {
+  const int one = 1, big = 8 << 20;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+sockaddr_in parse_addr(const std::string& host, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
+    throw error(errc::bad_argument, "process_group: tcp_address '" + host + "' is not an IPv4 address");
+  return a;
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  return s;
+}
+
+}  // namespace
+
+thread_local std::string tcp_transport::what_;
+thread_local std::chrono::steady_clock::time_point tcp_transport::deadline_;
+
+tcp_socket::~tcp_socket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+tcp_socket& tcp_socket::operator=(tcp_socket&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+transport_kind choose_transport(const rendezvous& store, int rank, int world, const std::string& name,
+                                transport_kind requested, std::chrono::milliseconds timeout) {
+  if (requested != transport_kind::automatic) return requested;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string id = std::string(host) + " " + read_first_line("/proc/sys/kernel/random/boot_id");
+  const std::string prefix = "troupe/pg/" + name + "/host/";
+  store.set(prefix + std::to_string(rank), id);
+  for (int r = 0; r < world; ++r)
+    if (store.get(prefix + std::to_string(r), timeout) != id) return transport_kind::tcp;
+  return transport_kind::shared_memory;
+}
+
+tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const std::string& name,
+                             const process_group_options& opts)
+    : rank_(rank), world_(world), name_(name), chunk_bytes_(opts.tcp_chunk_bytes), timeout_(opts.timeout) {
+  if (world < 1 || world > max_ranks || rank < 0 || rank >= world)
+    throw error(errc::bad_argument, label() + ": rank " + std::to_string(rank) + " / world size " +
+                                        std::to_string(world) + " out of range (world 1.." + std::to_string(max_ranks) + ")");
+  if (name.empty() || name.size() > 64)
+    throw error(errc::bad_argument, "process_group: the group name must be 1-64 characters, got '" + name + "'");
+  if (chunk_bytes_ < 4096 || chunk_bytes_ % 64 != 0)
+    throw error(errc::bad_argument, label() + ": tcp_chunk_bytes must be a multiple of 64, >= 4096");
+  sockaddr_in a = parse_addr(opts.tcp_address, 0);
+  listener_ = tcp_socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  socklen_t len = sizeof(a);
+  if (!listener_ || ::bind(listener_.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(listener_.fd(), 128) != 0 || ::getsockname(listener_.fd(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw error(errc::io_error, label() + ": cannot listen on " + opts.tcp_address + ": " + std::strerror(errno));
+  ::fcntl(listener_.fd(), F_SETFL, ::fcntl(listener_.fd(), F_GETFL) | O_NONBLOCK);
+  std::random_device rd;
+  const std::uint64_t mine = (std::uint64_t{rd()} << 32) ^ rd();
+  const std::string prefix = "troupe/pg/" + name_ + "/tcp/";
+  store.set(prefix + std::to_string(rank),
+            opts.tcp_address + " " + std::to_string(ntohs(a.sin_port)) + " " + std::to_string(mine));
+  addrs_.resize(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    std::istringstream in(store.get(prefix + std::to_string(r), timeout_));
+    std::uint64_t n = 0;
+    in >> addrs_[r].host >> addrs_[r].port >> n;
+    if (r == 0) nonce_ = n;
+  }
+  p2p_out_.resize(static_cast<std::size_t>(world));
+  p2p_in_.resize(static_cast<std::size_t>(world));
+  if (world == 1) return;
+  begin("rendezvous");
+  ring_out_ = connect_to(next(), 1);
+  ring_in_ = take_incoming(1, prev());
+  sender_ = std::make_unique<tcp_sender>(ring_out_.fd(), "rank " + std::to_string(next()));
+}
+
+tcp_transport::~tcp_transport() {
+  sender_.reset();  // joins the sender thread before its socket closes
+}
+
+std::string tcp_transport::label() const { return "process_group '" + name_ + "' (tcp)"; }
+
+void tcp_transport::begin(std::string what) {
+  what_ = std::move(what);
+  deadline_ = clock::now() + timeout_;
+}
+
+tcp_socket tcp_transport::connect_to(int peer, std::uint32_t kind) {
+  sockaddr_in a = parse_addr(addrs_[peer].host, addrs_[peer].port);
+  tcp_socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) throw error(errc::io_error, label() + ": socket(): " + std::strerror(errno));
+  tune(s.fd());
+  if (::connect(s.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 && errno != EINPROGRESS)
+    throw error(errc::peer_lost, label() + ": cannot connect to rank " + std::to_string(peer) + " at " +
+                                     addrs_[peer].host + ":" + std::to_string(addrs_[peer].port) + ": " + std::strerror(errno));
+  hello h;
+  h.kind = kind;
+  h.rank = rank_;
+  h.nonce = nonce_;
+  std::strncpy(h.name, name_.c_str(), sizeof(h.name) - 1);
+  write_exact(s.fd(), peer, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
+  return s;
+}
+
+bool tcp_transport::accept_one(clock::time_point deadline) {
+  pollfd p{listener_.fd(), POLLIN, 0};
+  if (::poll(&p, 1, ms_until(deadline)) != 1) return false;
+  tcp_socket s(::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!s) return false;
+  tune(s.fd());
+  hello h;
+  try {
+    // A bounded wait: a client that connects and says nothing cannot hold the group up long.
+    read_exact(s.fd(), -1, reinterpret_cast<std::byte*>(&h), sizeof(h), std::min(deadline, clock::now() + std::chrono::seconds(2)));
+  } catch (const error& e) {
+    std::fprintf(stderr, "troupe: %s rank %d: refused a connection without a hello: %s\n", label().c_str(), rank_, e.what());
+    return false;
+  }
+  h.name[sizeof(h.name) - 1] = '\0';
+  if (h.magic != hello_magic || h.nonce != nonce_ || name_ != h.name || h.rank < 0 || h.rank >= world_ ||
+      h.rank == rank_ || (h.kind != 1 && h.kind != 2)) {
+    std::fprintf(stderr, "troupe: %s rank %d: refused a connection with a wrong hello (group '%s', rank %d, kind %u)\n",
+                 label().c_str(), rank_, h.name, h.rank, h.kind);
+    return false;
+  }
+  pending_[{h.kind, h.rank}] = std::move(s);
+  return true;
+}
+
+tcp_socket tcp_transport::take_incoming(std::uint32_t kind, int peer) {
+  std::lock_guard<std::mutex> lock(accept_mu_);
+  for (;;) {
+    auto it = pending_.find({kind, peer});
+    if (it != pending_.end()) {
+      tcp_socket s = std::move(it->second);
+      pending_.erase(it);
+      return s;
+    }
+    check_failed();
+    if (clock::now() >= deadline_) fail_timeout(peer);
+    accept_one(deadline_);
+  }
+}
+
+void tcp_transport::check_failed() {
+  if (!aborted_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  throw error(errc::peer_lost, label() + " rank " + std::to_string(rank_) + ": during " + what_ +
+                                   ": the group failed: " + abort_reason_);
+}
+
+void tcp_transport::fail_timeout(int peer) {
+  throw error(errc::timeout, label() + ": " + what_ + " timed out after " + std::to_string(timeout_.count()) +
+                                 " ms waiting for rank " + std::to_string(peer));
+}
+
+void tcp_transport::read_exact(int fd, int peer, std::byte* p, std::size_t n, clock::time_point deadline) {
+  while (n > 0) {
+    const ssize_t got = ::recv(fd, p, n, 0);
+    if (got > 0) {
+      p += got;
+      n -= static_cast<std::size_t>(got);
+      continue;
+    }
+    const int e = got == 0 ? 0 : errno;
+    if (got < 0 && (e == EAGAIN || e == EINTR)) {
+      if (peer >= 0) check_failed();
+      if (clock::now() >= deadline) {
+        if (peer < 0) throw error(errc::timeout, "no data before the deadline");
+        fail_timeout(peer);
+      }
+      pollfd pf{fd, POLLIN, 0};
+      ::poll(&pf, 1, ms_until(deadline));
+      continue;
+    }
+    throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + (got == 0 ? " closed its connection" : " reset its connection (") +
+                                     (got == 0 ? "" : std::string(std::strerror(e)) + ")") + " during " + what_ +
+                                     " (it exited or was killed)");
+  }
+}
+
+void tcp_transport::write_exact(int fd, int peer, const std::byte* p, std::size_t n, clock::time_point deadline) {
+  while (n > 0) {
+    const ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (put > 0) {
+      p += put;
+      n -= static_cast<std::size_t>(put);
+      continue;
+    }
+    if (put < 0 && (errno == EAGAIN || errno == EINTR || errno == EINPROGRESS)) {
+      check_failed();
+      if (clock::now() >= deadline) fail_timeout(peer);
+      pollfd pf{fd, POLLOUT, 0};
+      ::poll(&pf, 1, ms_until(deadline));
+      continue;
+    }
+    throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + " is unreachable during " + what_ + ": " +
+                                     std::strerror(errno) + " (it exited or was killed)");
+  }
+}
+
+frame_header tcp_transport::read_header(int fd, int peer, clock::time_point deadline) {
+  frame_header h;
+  read_exact(fd, peer, reinterpret_cast<std::byte*>(&h), sizeof(h), deadline);
+  if (static_cast<frame_type>(h.type) == frame_type::abort) {
+    std::string reason(std::min<std::uint64_t>(h.length, 4096), '\0');
+    read_exact(fd, peer, reinterpret_cast<std::byte*>(reason.data()), reason.size(), deadline);
+    throw error(errc::peer_lost, label() + " rank " + std::to_string(rank_) + ": during " + what_ + ", rank " +
+                                     std::to_string(peer) + " aborted: " + reason);
+  }
+  return h;
+}
+
+void tcp_transport::send_next(const std::byte* p, std::size_t n) {
+  if (auto e = sender_->error()) throw *e;
+  sender_->push(frame_type::data, p, n);
+}
+
+void tcp_transport::recv_prev(std::byte* p, std::size_t n) {
+  if (auto e = sender_->error()) throw *e;
+  const frame_header h = read_header(ring_in_.fd(), prev(), deadline_);
+  if (static_cast<frame_type>(h.type) != frame_type::data || h.length != n)
+    throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected " + std::to_string(n) +
+                                         " data bytes from rank " + std::to_string(prev()) + ", got frame type " +
+                                         std::to_string(h.type) + " of " + std::to_string(h.length) + " bytes");
+  read_exact(ring_in_.fd(), prev(), p, n, deadline_);
+}
+
+void tcp_transport::flush() {
+  if (sender_) sender_->flush(deadline_, what_);
+}
+
+void tcp_transport::abort(const std::string& reason) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (aborted_.load()) return;
+    abort_reason_ = reason;
+  }
+  aborted_.store(true, std::memory_order_release);
+  if (sender_) sender_->abort(reason);
+  if (ring_in_) ::shutdown(ring_in_.fd(), SHUT_RDWR);
+}
+
+}  // namespace troupe::ddp::detail

@@ -1,0 +1,206 @@
+#pragma once
+// The TCP transport of the CPU process group: the cross-host path. See Note [tcp ring].
+//
+// Note [tcp ring]
+// ---------------
+// Each rank listens on an ephemeral port of opts.tcp_address and publishes
+// "troupe/pg/<name>/tcp/<rank>" = "<address> <port> <nonce>"; rank 0's random nonce is the
+// group's. Rank r connects to r+1 (mod w), the ring, and accepts from r-1. Every connection
+// starts with a hello {magic, kind (ring | p2p), rank, nonce, group name}; the listener closes
+// and logs a connection whose hello is wrong (like the job token rule), and keeps accepting.
+// The sockets carry frames {type, length, payload}; nothing else (no CAF, no control traffic).
+//
+//   rank r-1 --ring--> rank r --ring--> rank r+1        send_next: queued to a sender thread
+//            frames: fingerprint | data | abort          recv_prev: read on the worker thread
+//
+// A collective first passes the fingerprints around the ring (w-1 hops: every rank holds all of
+// them, compares the same set and raises the same collective_mismatch), then its data in chunks
+// of opts.tcp_chunk_bytes: allreduce = reduce-scatter + allgather, the chunk just reduced is
+// queued to the sender thread at once, so sending chunk k overlaps receiving and reducing k+1.
+// Failure: EOF / ECONNRESET on a ring socket -> peer_lost naming that neighbour, at once; a rank
+// that fails sends an abort frame carrying its reason to r+1 before closing, so ranks further on
+// name the rank that died first; every wait polls in short slices against the collective's
+// deadline (-> timeout). Send/recv use a separate connection per ordered pair, made lazily by
+// the sender (hello kind p2p). Reduction order: shard k is folded along the ring starting at the
+// rank that holds it first; with 2 ranks the operands are put in rank order, so the bits equal
+// the shared-memory path's; with more ranks float results may differ in the last bits.
+// Assumes: collectives issued in the same order on every rank; ranks of one binary layout.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives.hpp"
+#include "shm_transport.hpp"
+
+namespace troupe::ddp::detail {
+
+/// A socket file descriptor, closed on destruction. Move-only.
+class tcp_socket {
+ public:
+  tcp_socket() = default;
+  explicit tcp_socket(int fd) noexcept : fd_(fd) {}
+  ~tcp_socket();
+  tcp_socket(tcp_socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  tcp_socket& operator=(tcp_socket&& o) noexcept;
+  tcp_socket(const tcp_socket&) = delete;
+  tcp_socket& operator=(const tcp_socket&) = delete;
+  int fd() const noexcept { return fd_; }
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+enum class frame_type : std::uint32_t { data = 1, fingerprint = 2, abort = 3, p2p_meta = 4 };
+
+/// The wire header of a frame.
+struct frame_header {
+  std::uint32_t type = 0;
+  std::uint32_t pad = 0;
+  std::uint64_t length = 0;
+};
+
+/// A thread that writes queued frames to one socket, so the worker thread never blocks on a
+/// slow receiver while it could reduce. Errors are kept and reported by flush()/error().
+class tcp_sender {
+ public:
+  tcp_sender(int fd, std::string peer);
+  ~tcp_sender();
+  tcp_sender(const tcp_sender&) = delete;
+  tcp_sender& operator=(const tcp_sender&) = delete;
+  /// Queues a frame; `data` must stay valid until flush() returned (or `copy` is set).
+  void push(frame_type t, const std::byte* data, std::size_t n, bool copy = false);
+  /// Blocks until the queue is written or `deadline`; throws the write error (peer_lost) or timeout.
+  void flush(std::chrono::steady_clock::time_point deadline, const std::string& what);
+  /// The write error, if any (non-blocking).
+  std::optional<troupe::error> error();
+  /// Stops writing: sends an abort frame with `reason` if idle between frames, then shuts down.
+  void abort(const std::string& reason) noexcept;
+
+ private:
+  struct job {
+    frame_type type;
+    const std::byte* data;
+    std::size_t n;
+    std::vector<std::byte> owned;
+  };
+  void loop();
+  bool write_all(const std::byte* p, std::size_t n, bool final_words = false);
+
+  int fd_;
+  std::string peer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<job> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+  std::optional<troupe::error> err_;
+  std::thread thread_;
+};
+
+/// One rank's sockets: the ring to its neighbours and lazily made point-to-point connections.
+/// Collectives run on one worker thread, sends on another, receives on a third.
+class tcp_transport {
+ public:
+  tcp_transport(const rendezvous& store, int rank, int world, const std::string& name, const process_group_options& opts);
+  ~tcp_transport();
+  tcp_transport(const tcp_transport&) = delete;
+  tcp_transport& operator=(const tcp_transport&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int world() const noexcept { return world_; }
+  int next() const noexcept { return (rank_ + 1) % world_; }
+  int prev() const noexcept { return (rank_ + world_ - 1) % world_; }
+  std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
+
+  /// Sets the deadline of the collective that starts now (this thread) and names it.
+  void begin(std::string what);
+  /// The fingerprint exchange of Note [tcp ring]; throws collective_mismatch, peer_lost, timeout.
+  void enter(const fingerprint& f);
+  /// A barrier that, past `timeout`, throws errc::timeout naming the ranks whose entry did not
+  /// come around the ring (a timed-out monitored barrier leaves the ring out of step).
+  void enter_monitored(const fingerprint& f, std::chrono::milliseconds timeout);
+  /// Queues `n` bytes at `p` as a data frame to rank next(); `p` stays valid until flush().
+  void send_next(const std::byte* p, std::size_t n);
+  /// Reads the next data frame from rank prev(), which must hold exactly `n` bytes, into `p`.
+  void recv_prev(std::byte* p, std::size_t n);
+  /// Blocks until everything queued to next() was written (bounded by the deadline).
+  void flush();
+  /// Marks this rank failed: tells next() why, closes the ring (peers fail at once).
+  void abort(const std::string& reason) noexcept;
+
+  /// Point-to-point: the frame (meta, then data) to `dst` over its own connection.
+  void p2p_send(int dst, const fingerprint& meta, const std::byte* p, std::size_t n);
+  /// Receives the meta of the next message from `src`.
+  fingerprint p2p_recv_meta(int src);
+  /// Receives `n` data bytes from `src` into `p` (`p` null: drops them).
+  void p2p_recv_data(int src, std::byte* p, std::size_t n);
+
+  /// "process_group '<name>'" for messages.
+  std::string label() const;
+
+ private:
+  struct peer_addr {
+    std::string host;
+    int port = 0;
+  };
+  tcp_socket connect_to(int peer, std::uint32_t kind);
+  tcp_socket take_incoming(std::uint32_t kind, int peer);
+  bool accept_one(std::chrono::steady_clock::time_point deadline);
+  frame_header read_header(int fd, int peer, std::chrono::steady_clock::time_point deadline);
+  void read_exact(int fd, int peer, std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  void write_exact(int fd, int peer, const std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  void check_failed();
+  [[noreturn]] void fail_timeout(int peer);
+
+  int rank_;
+  int world_;
+  std::string name_;
+  std::size_t chunk_bytes_;
+  std::chrono::milliseconds timeout_;
+  std::uint64_t nonce_ = 0;
+  std::vector<peer_addr> addrs_;
+  tcp_socket listener_;
+  tcp_socket ring_out_;
+  tcp_socket ring_in_;
+  std::unique_ptr<tcp_sender> sender_;
+  std::mutex accept_mu_;
+  std::map<std::pair<std::uint32_t, int>, tcp_socket> pending_;
+  std::vector<tcp_socket> p2p_out_;  // send thread only
+  std::vector<tcp_socket> p2p_in_;   // receive thread only
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  std::string abort_reason_;
+  static thread_local std::string what_;
+  static thread_local std::chrono::steady_clock::time_point deadline_;
+};
+
+/// Which transport a group uses: `requested`, or for automatic shared memory when every rank
+/// published the same host identity (hostname + kernel boot id), TCP otherwise. Blocks on the
+/// store up to `timeout` (errc::timeout).
+transport_kind choose_transport(const rendezvous& store, int rank, int world, const std::string& name,
+                                transport_kind requested, std::chrono::milliseconds timeout);
+
+// The collectives over the ring (Note [tcp ring]); the same contracts as the shm ones.
+void run_allreduce(tcp_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op);
+void run_broadcast(tcp_transport& tp, std::uint32_t seq, const tensor& t, int root);
+void run_allgather(tcp_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in);
+void run_reduce_scatter(tcp_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in, reduce_op op);
+void run_barrier(tcp_transport& tp, std::uint32_t seq);
+void run_send(tcp_transport& tp, p2p_counters& pc, const tensor& t, int dst, int tag);
+void run_recv(tcp_transport& tp, p2p_counters& pc, const tensor& t, int src, int tag);
+
+}  // namespace troupe::ddp::detail
