@@ -213,7 +213,13 @@ rref_msg::wire fork_for_send(const handle& h) {
     // once it has had ample time to bind it.
     std::weak_ptr<context_impl> weak = c.shared_from_this();
     c.after(c.result_probe_after_, [weak, caller = caller, s] {
-      if (auto self = weak.lock()) probe(*self, caller, {s});
+      auto self = weak.lock();
+      if (!self) return;
+      {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        if (!self->tokens_.count(s.token)) return;  // acked: the usual case costs no probe
+      }
+      probe(*self, caller, {s});
     });
   }
   return w;
