@@ -128,9 +128,10 @@ void step(world& w, std::mt19937_64& g, outcome& out) {
   }
 }
 
-void run_seed(world& w, std::uint64_t seed, int steps) {
+troupe::fault_counters run_seed(world& w, std::uint64_t seed, int steps) {
   const auto plan = random_plan(seed);
-  w.c.hook->use(std::make_shared<troupe::fault_injector>(plan));
+  auto injector = std::make_shared<troupe::fault_injector>(plan);
+  w.c.hook->use(injector);
   std::mt19937_64 g(seed);
   outcome out;
   for (int s = 0; s < steps; ++s) step(w, g, out);
@@ -151,16 +152,36 @@ void run_seed(world& w, std::uint64_t seed, int steps) {
   for (int i = 0; i < workers; ++i) owners += w.c[i].owner_count();
   CHECK(owners == 0);
   if (!quiet || owners != 0 || out.premature != 0) FAIL("rref chaos seed " << seed << " failed");
+  return injector->counters();
+}
+
+// The faults really happen (a plan that injects nothing would prove nothing).
+void check_faults_happened(const std::vector<troupe::fault_counters>& all) {
+  troupe::fault_counters sum;
+  for (const auto& c : all) {
+    sum.dropped_requests += c.dropped_requests;
+    sum.dropped_replies += c.dropped_replies;
+    sum.duplicated += c.duplicated;
+    sum.delayed += c.delayed;
+  }
+  CHECK(sum.dropped_requests > 0);
+  CHECK(sum.dropped_replies > 0);
+  CHECK(sum.duplicated > 0);
+  CHECK(sum.delayed > 0);
 }
 
 }  // namespace
 
 TEST_CASE("random fork trees under random fault plans never delete early and never leak", "[rref][fault][chaos]") {
   world w;
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) run_seed(w, seed, 60);
+  std::vector<troupe::fault_counters> counters;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) counters.push_back(run_seed(w, seed, 60));
+  check_faults_happened(counters);
 }
 
 TEST_CASE("the long chaos mode runs many more seeds", "[rref][fault][chaos][slow][.]") {
   world w;
-  for (std::uint64_t seed = 1000; seed < 1500; ++seed) run_seed(w, seed, 80);
+  std::vector<troupe::fault_counters> counters;
+  for (std::uint64_t seed = 1000; seed < 1500; ++seed) counters.push_back(run_seed(w, seed, 80));
+  check_faults_happened(counters);
 }
