@@ -202,6 +202,9 @@ TEST_CASE("a registered method of T runs on the owner through the rref", "[rref]
     CHECK(troupe::rpc_sync<std::int64_t>(c[0], "worker1", "bump", ps, std::int64_t{7}) == 12);
     CHECK(ps.rpc_sync<std::int64_t>("add", std::int64_t{1}) == 13);  // the owner through its own rref
     CHECK(ps.local_value().total == 13);
+    auto later = ps.remote<std::int64_t>("add", std::int64_t{2});  // remote() semantics: an rref to the result
+    CHECK(later.to_here(5s) == 15);
+    CHECK(later.owner_name() == "worker0");
   }
   CHECK(c.quiescent(5s));
   CHECK(c[0].owner_count() == 0);

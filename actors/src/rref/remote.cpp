@@ -83,8 +83,14 @@ namespace troupe {
 std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to, const std::string& function,
                                                           std::vector<char> args, std::chrono::milliseconds timeout,
                                                           std::vector<rref_detail::send_scope::sent> carried) {
+  return rref_detail::start_remote(*impl_, to, function, std::move(args), timeout, std::move(carried));
+}
+
+std::shared_ptr<rref_detail::handle> rref_detail::start_remote(context_impl& c, const std::string& to, const std::string& function,
+                                                               std::vector<char> args, std::chrono::milliseconds timeout,
+                                                               std::vector<send_scope::sent> carried) {
   auto h = std::make_shared<rref_detail::handle>();
-  auto& c = *impl_;
+  auto impl_ = c.shared_from_this();
   {
     std::lock_guard<std::mutex> lock(c.mutex_);
     if (c.closed_) throw error(errc::invalid_state, "remote() on " + c.me_ + ": the rref context is closed");

@@ -162,6 +162,10 @@ std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout);  //
 std::vector<char> local_value(const handle& h);                ///< owner only
 bool confirmed(const handle& h);
 node& node_of(const handle& h);
+/// rref_context::remote on the implementation (for rref<T>::remote).
+std::shared_ptr<handle> start_remote(context_impl& ctx, const std::string& to, const std::string& function,
+                                     std::vector<char> args, std::chrono::milliseconds timeout,
+                                     std::vector<send_scope::sent> carried);
 /// Throws owner_lost if the owner of `h` is known dead (a peer_lost seen by this context).
 void check_owner(const handle& h, const char* op);
 /// Remembers that the owner of `h` is dead.

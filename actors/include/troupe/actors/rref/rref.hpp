@@ -82,6 +82,18 @@ class rref {
     return troupe::rpc_async<R>(node_of(), h().owner, "troupe.rref.method." + name, h().id, args...);
   }
 
+  /// Calls the method `name` on the owner's value with remote() semantics: returns at once an
+  /// rref<R> to its result, owned by this rref's owner.
+  template <class R, class... A>
+  rref<R> remote(const std::string& name, const A&... args) const {
+    rref_detail::check_owner(h(), name.c_str());
+    auto& c = *h().ctx;
+    rref_detail::send_scope scope(&c, h().owner);
+    auto bytes = rpc::encode_args<rref_id, rpc::detail::wire_t<A>...>(h().id, rpc::detail::wire_t<A>(args)...);
+    return rref<R>(rref_detail::start_remote(c, h().owner, "troupe.rref.method." + name, std::move(bytes),
+                                             node_of().default_timeout(), scope.take()));
+  }
+
   /// Boost serialization: sending forks the reference, receiving binds it (Note [RRef protocol]).
   template <class Ar> void save(Ar& ar, unsigned) const {
     rref_msg::wire w = rref_detail::fork_for_send(h());
