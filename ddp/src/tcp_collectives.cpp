@@ -60,7 +60,7 @@ void tcp_transport::enter(const fingerprint& f) {
   sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&f), sizeof(f), true);
   for (int s = 0; s < world_ - 1; ++s) {
     const int k = wrap(rank_ - s - 1, world_);
-    if (auto e = sender_->error()) throw *e;
+    check_sender();
     const frame_header h = read_header(ring_in_.fd(), prev(), deadline_);
     if (static_cast<frame_type>(h.type) != frame_type::fingerprint || h.length != sizeof(fingerprint))
       throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected a fingerprint from rank " +
@@ -212,6 +212,7 @@ void run_reduce_scatter(tcp_transport& tp, std::uint32_t seq, const tensor& out,
 
 void run_barrier(tcp_transport& tp, std::uint32_t seq) {
   tp.enter(make_fp(seq, collective_kind::barrier, reduce_op::sum, nullptr, -1));
+  tp.flush();  // the forwarded fingerprints must leave before this rank may exit
 }
 
 void run_send(tcp_transport& tp, p2p_counters&, const tensor& t, int dst, int tag) {

@@ -55,13 +55,21 @@ void tcp_sender::abort(const std::string& reason) noexcept {
   }
   aborted_.store(true, std::memory_order_release);
   cv_.notify_all();
+  // The worker releases the tensors once this returns: wait until no frame reads them (bounded:
+  // the current frame gets one second, the abort frame one more).
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(3), [&] { return stopped_; });
 }
 
-bool tcp_sender::write_all(const std::byte* p, std::size_t n, bool final_words) {
-  // The abort frame (final_words) ignores the abort flag but gets one second at most.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+bool tcp_sender::write_all(const std::byte* p, std::size_t n) {
+  // After an abort the frame being written is finished, so that the abort frame can follow and
+  // name the first failure, but within one second.
   while (n > 0) {
-    if (final_words ? std::chrono::steady_clock::now() > give_up : aborted_.load(std::memory_order_acquire)) return false;
+    if (aborted_.load(std::memory_order_acquire)) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!give_up_) give_up_ = now + std::chrono::seconds(1);
+      if (now > *give_up_) return false;
+    }
     const ssize_t put = ::send(fd_, p, n, MSG_NOSIGNAL);
     if (put > 0) {
       p += put;
@@ -117,10 +125,15 @@ void tcp_sender::loop() {
   cv_.notify_all();
   if (clean && !reason.empty()) {
     frame_header h{static_cast<std::uint32_t>(frame_type::abort), 0, reason.size()};
-    if (write_all(reinterpret_cast<const std::byte*>(&h), sizeof(h), true))
-      write_all(reinterpret_cast<const std::byte*>(reason.data()), reason.size(), true);
+    if (write_all(reinterpret_cast<const std::byte*>(&h), sizeof(h)))
+      write_all(reinterpret_cast<const std::byte*>(reason.data()), reason.size());
   }
   ::shutdown(fd_, SHUT_RDWR);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
 }
 
 }  // namespace troupe::ddp::detail

@@ -231,6 +231,7 @@ void tcp_transport::read_exact(int fd, int peer, std::byte* p, std::size_t n, cl
       ::poll(&pf, 1, ms_until(deadline));
       continue;
     }
+    if (peer >= 0) check_failed();  // our own abort shut this socket: report the first failure
     throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + (got == 0 ? " closed its connection" : " reset its connection (") +
                                      (got == 0 ? "" : std::string(std::strerror(e)) + ")") + " during " + what_ +
                                      " (it exited or was killed)");
@@ -269,13 +270,35 @@ frame_header tcp_transport::read_header(int fd, int peer, clock::time_point dead
   return h;
 }
 
+void tcp_transport::check_sender() {
+  auto e = sender_->error();
+  if (!e) return;
+  // next() is gone. When that is the echo of an earlier failure, prev() is about to pass on an
+  // abort frame naming the first one: read ahead briefly (dropping data) and raise that instead.
+  const auto grace = clock::now() + std::chrono::milliseconds(300);
+  std::vector<std::byte> sink(64 << 10);
+  try {
+    for (;;) {
+      const frame_header h = read_header(ring_in_.fd(), prev(), grace);  // throws on an abort frame
+      for (std::uint64_t left = h.length; left > 0;) {
+        const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(left, sink.size()));
+        read_exact(ring_in_.fd(), prev(), sink.data(), m, grace);
+        left -= m;
+      }
+    }
+  } catch (const error& abort_frame) {
+    if (abort_frame.code() == errc::peer_lost && abort_frame.message().find(" aborted: ") != std::string::npos) throw;
+  }
+  throw *e;
+}
+
 void tcp_transport::send_next(const std::byte* p, std::size_t n) {
-  if (auto e = sender_->error()) throw *e;
+  check_sender();
   sender_->push(frame_type::data, p, n);
 }
 
 void tcp_transport::recv_prev(std::byte* p, std::size_t n) {
-  if (auto e = sender_->error()) throw *e;
+  check_sender();
   const frame_header h = read_header(ring_in_.fd(), prev(), deadline_);
   if (static_cast<frame_type>(h.type) != frame_type::data || h.length != n)
     throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected " + std::to_string(n) +
@@ -295,8 +318,9 @@ void tcp_transport::abort(const std::string& reason) noexcept {
     abort_reason_ = reason;
   }
   aborted_.store(true, std::memory_order_release);
+  // Only the outgoing side closes (after the abort frame): prev() learns of the failure from the
+  // frames coming around the ring, not from a reset that would hide the first failure's name.
   if (sender_) sender_->abort(reason);
-  if (ring_in_) ::shutdown(ring_in_.fd(), SHUT_RDWR);
 }
 
 }  // namespace troupe::ddp::detail

@@ -85,7 +85,8 @@ class tcp_sender {
   void flush(std::chrono::steady_clock::time_point deadline, const std::string& what);
   /// The write error, if any (non-blocking).
   std::optional<troupe::error> error();
-  /// Stops writing: sends an abort frame with `reason` if idle between frames, then shuts down.
+  /// Stops writing: finishes the frame being written (1 s at most), sends an abort frame with
+  /// `reason`, shuts the socket down. Blocks until the sender reads no queued memory (3 s at most).
   void abort(const std::string& reason) noexcept;
 
  private:
@@ -96,7 +97,7 @@ class tcp_sender {
     std::vector<std::byte> owned;
   };
   void loop();
-  bool write_all(const std::byte* p, std::size_t n, bool final_words = false);
+  bool write_all(const std::byte* p, std::size_t n);
 
   int fd_;
   std::string peer_;
@@ -105,6 +106,8 @@ class tcp_sender {
   std::deque<job> queue_;
   bool busy_ = false;
   bool stopping_ = false;
+  bool stopped_ = false;  // the loop ended: no frame is read any more
+  std::optional<std::chrono::steady_clock::time_point> give_up_;  // sender thread only
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
   std::optional<troupe::error> err_;
@@ -164,6 +167,9 @@ class tcp_transport {
   void read_exact(int fd, int peer, std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
   void write_exact(int fd, int peer, const std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
   void check_failed();
+  /// Throws when writing to next() failed: the abort frame prev() passes on within 300 ms if
+  /// one comes (it names the first failure), else the write error.
+  void check_sender();
   [[noreturn]] void fail_timeout(int peer);
 
   int rank_;
