@@ -79,7 +79,20 @@ class rref {
   template <class R, class... A>
   rpc::future<R> rpc_async(const std::string& name, const A&... args) const {
     rref_detail::check_owner(h(), name.c_str());
-    return troupe::rpc_async<R>(node_of(), h().owner, "troupe.rref.method." + name, h().id, args...);
+    rref_detail::send_scope scope(h().ctx.get(), h().owner);  // rrefs among the args are probed if the call fails
+    auto f = troupe::rpc_async<R>(node_of(), h().owner, "troupe.rref.method." + name, h().id, args...);
+    auto sent = scope.take();
+    if (!sent.empty()) {
+      std::weak_ptr<rref_detail::context_impl> weak = h().ctx;
+      f.then([weak, to = h().owner, sent = std::move(sent)](const rpc::future<R>& done) mutable {
+        try {
+          (void)done.get();
+        } catch (const error&) {
+          if (auto c = weak.lock()) rref_detail::probe(*c, to, std::move(sent));
+        }
+      });
+    }
+    return f;
   }
 
   /// Calls the method `name` on the owner's value with remote() semantics: returns at once an
