@@ -242,3 +242,18 @@ TEST_CASE("DDP over the tcp ring gives the same parameters as over shared memory
   });
   REQUIRE(ctx.join(60s));
 }
+
+TEST_CASE("the automatic transport picks shared memory when every rank is on this host", "[ddp][process_group][tcp]") {
+  REQUIRE(test::run_group(2, [](int rank, const ddp::file_store& st, ddp::process_group& pg) {
+    tensor t = full({10}, static_cast<double>(rank + 1));
+    pg.allreduce(t).wait(10s);
+    test::expect(t.data<float>()[0] == 3.0f, "the automatic group sums");
+    bool tcp_published = true;
+    try {
+      st.get("troupe/pg/test/tcp/" + std::to_string(rank), 1ms);
+    } catch (const error& e) {
+      tcp_published = e.code() != errc::timeout;
+    }
+    test::expect(!tcp_published, "no rank published a TCP address (the shared-memory path was chosen)");
+  }));
+}
