@@ -53,21 +53,34 @@ reduce_op partial_op(reduce_op op) { return op == reduce_op::avg ? reduce_op::su
 
 }  // namespace
 
-void tcp_transport::enter(const fingerprint& f) {
-  if (world_ == 1) return;
+std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f) {
   std::vector<fingerprint> all(static_cast<std::size_t>(world_));
   all[rank_] = f;
+  if (world_ == 1) return all;
   sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&f), sizeof(f), true);
   for (int s = 0; s < world_ - 1; ++s) {
-    const int k = wrap(rank_ - s - 1, world_);
+    const int k = wrap(rank_ - s - 1, world_);  // rank k's entry arrives at step s
     check_sender();
-    const frame_header h = read_header(ring_in_.fd(), prev(), deadline_);
+    frame_header h;
+    try {
+      h = read_header(ring_in_.fd(), prev(), deadline_);
+    } catch (const error& e) {
+      // Ranks k+1 .. r-1 entered and forward what they get, so rank k has not entered.
+      if (e.code() != errc::timeout) throw;
+      throw error(errc::timeout, label() + ": " + what_ + ": rank " + std::to_string(k) +
+                                     " did not arrive before the deadline (ranks further up the ring are unknown)");
+    }
     if (static_cast<frame_type>(h.type) != frame_type::fingerprint || h.length != sizeof(fingerprint))
       throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected a fingerprint from rank " +
                                            std::to_string(prev()));
     read_exact(ring_in_.fd(), prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint), deadline_);
     if (s < world_ - 2) sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&all[k]), sizeof(f), true);
   }
+  return all;
+}
+
+void tcp_transport::enter(const fingerprint& f) {
+  const std::vector<fingerprint> all = gather_fingerprints(f);
   for (int r = 1; r < world_; ++r) {
     const auto& a = all[0];
     const auto& b = all[r];
@@ -82,12 +95,12 @@ void tcp_transport::enter(const fingerprint& f) {
 void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseconds timeout) {
   deadline_ = std::chrono::steady_clock::now() + timeout;
   try {
-    enter(f);
+    gather_fingerprints(f);
   } catch (const error& e) {
     if (e.code() != errc::timeout) throw;
-    throw error(errc::timeout, label() + ": monitored barrier #" + std::to_string(f.seq) + ": " + e.message() +
-                                   " (the ranks before it on the ring did not arrive within " +
-                                   std::to_string(timeout.count()) + " ms)");
+    const error late(errc::timeout, e.message() + " (monitored barrier, " + std::to_string(timeout.count()) + " ms)");
+    abort(late.message());  // late entries would put the ring out of step: the group is broken
+    throw late;
   }
 }
 

@@ -133,8 +133,8 @@ class tcp_transport {
   void begin(std::string what);
   /// The fingerprint exchange of Note [tcp ring]; throws collective_mismatch, peer_lost, timeout.
   void enter(const fingerprint& f);
-  /// A barrier that, past `timeout`, throws errc::timeout naming the ranks whose entry did not
-  /// come around the ring (a timed-out monitored barrier leaves the ring out of step).
+  /// A barrier that, past `timeout`, throws errc::timeout naming the rank waited on; unlike
+  /// shared memory this breaks the group (late entries would put the ring out of step).
   void enter_monitored(const fingerprint& f, std::chrono::milliseconds timeout);
   /// Queues `n` bytes at `p` as a data frame to rank next(); `p` stays valid until flush().
   void send_next(const std::byte* p, std::size_t n);
@@ -167,6 +167,8 @@ class tcp_transport {
   void read_exact(int fd, int peer, std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
   void write_exact(int fd, int peer, const std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
   void check_failed();
+  /// Passes the fingerprints around the ring; every rank's, indexed by rank.
+  std::vector<fingerprint> gather_fingerprints(const fingerprint& f);
   /// Throws when writing to next() failed: the abort frame prev() passes on within 300 ms if
   /// one comes (it names the first failure), else the write error.
   void check_sender();

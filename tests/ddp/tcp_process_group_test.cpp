@@ -257,3 +257,21 @@ TEST_CASE("the automatic transport picks shared memory when every rank is on thi
     test::expect(!tcp_published, "no rank published a TCP address (the shared-memory path was chosen)");
   }));
 }
+
+TEST_CASE("a tcp monitored barrier names the rank that did not arrive", "[ddp][process_group][tcp]") {
+  REQUIRE(test::run_group(3, [](int rank, const ddp::file_store& st, ddp::process_group& pg) {
+    if (rank == 2) {
+      st.get("late/done0", 20s);  // arrives only after the others gave up
+      st.get("late/done1", 20s);
+      return;
+    }
+    try {
+      pg.monitored_barrier(300ms);
+      test::expect(false, "the barrier should time out");
+    } catch (const error& e) {
+      test::expect(e.code() == errc::timeout, "timeout, got " + std::string(e.what()));
+      test::expect(e.message().find("rank 2 did not arrive") != std::string::npos, "names rank 2: " + e.message());
+    }
+    st.set("late/done" + std::to_string(rank), "1");
+  }, tcp_opts()));
+}

@@ -2,8 +2,9 @@
 /// \file process_group.hpp
 /// Process groups: collectives (allreduce, broadcast, allgather, reduce_scatter, barrier,
 /// send/recv) over a fixed set of ranks, created from the rendezvous store. The CPU backend moves
-/// every byte through shared memory on one host (Note [shm collectives] in shm_transport.hpp);
-/// the store and the CAF connection carry only the rendezvous.
+/// every byte through shared memory on one host (Note [shm collectives] in shm_transport.hpp)
+/// or over a direct TCP ring across hosts (Note [tcp ring] in tcp_transport.hpp; see
+/// process_group_options::transport); the store and the CAF connection carry only the rendezvous.
 ///
 /// Every collective is asynchronous: it returns a `work` at once and a per-group worker thread
 /// runs the collectives in issue order (several in flight complete in that order). The tensors
@@ -82,7 +83,7 @@ struct process_group_options {
   std::size_t tcp_chunk_bytes = std::size_t{1} << 20;
 };
 
-/// A group of `world_size` processes on one host, identified by `name` in the store. Move-only.
+/// A group of `world_size` processes, identified by `name` in the store. Move-only.
 /// Collectives must be issued in the same order on every rank (the fingerprint check turns a
 /// different op, dtype or size into errc::collective_mismatch on every rank, not a hang).
 class process_group {
