@@ -99,7 +99,9 @@ void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseco
   } catch (const error& e) {
     if (e.code() != errc::timeout) throw;
     const error late(errc::timeout, e.message() + " (monitored barrier, " + std::to_string(timeout.count()) + " ms)");
-    abort(late.message());  // late entries would put the ring out of step: the group is broken
+    // Late entries would put the ring out of step: the group is broken here. The peers are not
+    // told, so each one names the late rank from its own wait.
+    mark_broken(late.message());
     throw late;
   }
 }

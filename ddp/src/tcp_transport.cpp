@@ -312,15 +312,25 @@ void tcp_transport::flush() {
 }
 
 void tcp_transport::abort(const std::string& reason) noexcept {
+  std::string first;
   {
     std::lock_guard<std::mutex> lock(abort_mu_);
-    if (aborted_.load()) return;
-    abort_reason_ = reason;
+    if (told_next_) return;
+    told_next_ = true;
+    if (!aborted_.load()) abort_reason_ = reason;
+    first = abort_reason_;
   }
   aborted_.store(true, std::memory_order_release);
   // Only the outgoing side closes (after the abort frame): prev() learns of the failure from the
   // frames coming around the ring, not from a reset that would hide the first failure's name.
-  if (sender_) sender_->abort(reason);
+  if (sender_) sender_->abort(first);
+}
+
+void tcp_transport::mark_broken(const std::string& reason) noexcept {
+  std::lock_guard<std::mutex> lock(abort_mu_);
+  if (aborted_.load()) return;
+  abort_reason_ = reason;
+  aborted_.store(true, std::memory_order_release);
 }
 
 }  // namespace troupe::ddp::detail

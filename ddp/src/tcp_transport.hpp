@@ -144,6 +144,9 @@ class tcp_transport {
   void flush();
   /// Marks this rank failed: tells next() why, closes the ring (peers fail at once).
   void abort(const std::string& reason) noexcept;
+  /// Marks this rank failed without telling the peers (they reach their own deadlines); a later
+  /// abort() still tells next(), with this first reason.
+  void mark_broken(const std::string& reason) noexcept;
 
   /// Point-to-point: the frame (meta, then data) to `dst` over its own connection.
   void p2p_send(int dst, const fingerprint& meta, const std::byte* p, std::size_t n);
@@ -192,6 +195,7 @@ class tcp_transport {
   std::atomic<bool> aborted_{false};
   std::mutex abort_mu_;
   std::string abort_reason_;
+  bool told_next_ = false;  // under abort_mu_
   static thread_local std::string what_;
   static thread_local std::chrono::steady_clock::time_point deadline_;
 };

@@ -273,5 +273,6 @@ TEST_CASE("a tcp monitored barrier names the rank that did not arrive", "[ddp][p
       test::expect(e.message().find("rank 2 did not arrive") != std::string::npos, "names rank 2: " + e.message());
     }
     st.set("late/done" + std::to_string(rank), "1");
+    st.get("late/done" + std::to_string(1 - rank), 20s);  // an early exit would look like a death
   }, tcp_opts()));
 }
