@@ -74,12 +74,13 @@ result measure(ddp::process_group& pg, int mb, int iters) {
   return r;
 }
 
-void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp) {
+void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp, std::size_t tcp_chunk) {
   auto store = ddp::file_store::make_temp();
   auto ctx = spawn(world, [&](int rank) {
     ddp::process_group_options opts;
     opts.slot_bytes = slot_bytes;
     opts.transport = tcp ? ddp::transport_kind::tcp : ddp::transport_kind::shared_memory;
+    opts.tcp_chunk_bytes = tcp_chunk;
     ddp::process_group pg(store, rank, world, "bench", opts);
     for (int mb : {1, 25, 100}) {
       const int iters = quick ? (mb == 1 ? 50 : 3) : (mb == 1 ? 400 : mb == 25 ? 30 : 12);
@@ -138,8 +139,14 @@ double tcp_stream_seconds(std::size_t bytes) {
 int main(int argc, char** argv) {
   const bool quick = tb::quick_mode(argc, argv);
   std::size_t slot_bytes = std::size_t{4} << 20;  // --slot-kb N: the pipeline chunk per rank
-  for (int i = 1; i + 1 < argc; ++i)
+  std::size_t tcp_chunk = std::size_t{1} << 20;  // --tcp-chunk-kb N: the TCP ring's chunk
+  bool tcp_only = false;                          // --tcp-only: skip the shared-memory runs
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--tcp-only") tcp_only = true;
+    if (i + 1 == argc) continue;
     if (std::string(argv[i]) == "--slot-kb") slot_bytes = std::stoul(argv[i + 1]) << 10;
+    if (std::string(argv[i]) == "--tcp-chunk-kb") tcp_chunk = std::stoul(argv[i + 1]) << 10;
+  }
   tb::report rep("allreduce");
   try {
     const std::size_t bytes = std::size_t{100} << 20;
@@ -156,8 +163,9 @@ int main(int argc, char** argv) {
     // {world, tcp}: the shared-memory path on 2-4 ranks, the TCP ring on 2.
     std::vector<std::pair<int, bool>> runs = {{2, false}, {2, true}};
     if (!quick) runs = {{2, false}, {3, false}, {4, false}, {2, true}};
+    if (tcp_only) runs = {{2, true}};
     for (auto [w, tcp] : runs) {
-      run_world(w, quick, pipe.fds[1], slot_bytes, tcp);
+      run_world(w, quick, pipe.fds[1], slot_bytes, tcp, tcp_chunk);
       for (int k = 0; k < 3; ++k) {
         result r;
         pollfd p{pipe.fds[0], POLLIN, 0};
