@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -51,8 +52,15 @@ sockaddr_in parse_addr(const std::string& host, int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
-    throw error(errc::bad_argument, "process_group: tcp_address '" + host + "' is not an IPv4 address");
+  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) == 1) return a;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
+    throw error(errc::bad_argument, "process_group: tcp_address '" + host + "' is neither an IPv4 address nor a resolvable host name");
+  a.sin_addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
+  ::freeaddrinfo(found);
   return a;
 }
 
@@ -105,6 +113,9 @@ tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const
   if (chunk_bytes_ < 4096 || chunk_bytes_ % 64 != 0)
     throw error(errc::bad_argument, label() + ": tcp_chunk_bytes must be a multiple of 64, >= 4096");
   sockaddr_in a = parse_addr(opts.tcp_address, 0);
+  if (a.sin_addr.s_addr == htonl(INADDR_ANY))
+    throw error(errc::bad_argument, label() + ": tcp_address " + opts.tcp_address +
+                                        " cannot be published to the peers: give this rank's interface address");
   listener_ = tcp_socket(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   socklen_t len = sizeof(a);
   if (!listener_ || ::bind(listener_.fd(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||

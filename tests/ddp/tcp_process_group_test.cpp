@@ -276,3 +276,20 @@ TEST_CASE("a tcp monitored barrier names the rank that did not arrive", "[ddp][p
     st.get("late/done" + std::to_string(1 - rank), 20s);  // an early exit would look like a death
   }, tcp_opts()));
 }
+
+TEST_CASE("a tcp group refuses an address it cannot listen on or publish, at once", "[ddp][process_group][tcp]") {
+  test::temp_store dir;
+  for (const char* address : {"0.0.0.0", "no-such-host.invalid"}) {
+    ddp::process_group_options o = tcp_opts();
+    o.tcp_address = address;
+    o.timeout = 2s;
+    try {
+      ddp::process_group pg(dir.store, 0, 1, "bad", o);
+      FAIL("no error for tcp_address " << address);
+    } catch (const error& e) {
+      INFO(e.what());
+      CHECK(e.code() == errc::bad_argument);
+      CHECK(e.message().find(address) != std::string::npos);
+    }
+  }
+}

@@ -77,7 +77,8 @@ struct process_group_options {
   std::size_t p2p_bytes = std::size_t{1} << 20;
   /// The transport; automatic picks by host identity (published in the store).
   transport_kind transport = transport_kind::automatic;
-  /// TCP: the address this rank listens on and publishes (its interface address across hosts).
+  /// TCP: the address this rank listens on and publishes to its peers: an IPv4 address or host
+  /// name of this rank's interface (not 0.0.0.0). bad_argument when it does not resolve.
   std::string tcp_address = "127.0.0.1";
   /// TCP: bytes of one pipelined chunk on the ring.
   std::size_t tcp_chunk_bytes = std::size_t{1} << 20;
