@@ -75,7 +75,10 @@ void context_impl::timer_loop() {
     }
     auto first = timers_.begin();
     if (first->first > std::chrono::steady_clock::now()) {
-      changed_.wait_until(lock, first->first);
+      // A copy: wait_until re-reads its deadline after waking, and the timer's node may be
+      // erased (close(), or an earlier timer firing) while the lock is released.
+      const auto when = first->first;
+      changed_.wait_until(lock, when);
       continue;
     }
     auto fn = std::move(first->second);
