@@ -239,6 +239,7 @@ TEST_CASE("DDP over the tcp ring gives the same parameters as over shared memory
     const tensor b = train("tcp", ddp::transport_kind::tcp);
     test::expect(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0,
                  "bitwise equal, max rel diff " + std::to_string(test::max_rel_diff(a, b)));
+    test::check_child_leaks(rank);  // both transports, the reducer and autograd ran in this child
   });
   REQUIRE(ctx.join(60s));
 }
