@@ -5,7 +5,8 @@
 // Prints one line per epoch (loss, train accuracy, steps/s). With --checkpoint the full training
 // state (model, optimizer, epoch, generator) is saved atomically after every epoch; --resume
 // continues from it to --epochs total and gives the same result as an uninterrupted run.
-// Exits 1 when the held-out accuracy stays below 95% (it did not learn), 2 on bad arguments or
+// Exits 1 when the held-out accuracy stays below 95% after a full run, or near chance after a
+// short one (it did not learn), 2 on bad arguments or
 // a troupe::error.
 #include <chrono>
 #include <cmath>
@@ -131,8 +132,11 @@ int train(const options& o) {
   const double test_acc = accuracy(model, test_set);
   std::printf("final: test_acc %.3f after %d epochs\n", test_acc, epoch);
   // A linear classifier gets ~50% on spirals; 95% on held-out points means the MLP learned them.
-  if (test_acc < 0.95) {
-    std::fprintf(stderr, "train_mlp: did not learn (test accuracy %.3f < 0.95)\n", test_acc);
+  // That bar is for a full run (the default 60 epochs reach ~0.998); a shorter run only has to
+  // beat chance clearly.
+  const double bar = epoch >= options{}.epochs ? 0.95 : 0.6;
+  if (test_acc < bar) {
+    std::fprintf(stderr, "train_mlp: did not learn (test accuracy %.3f < %.2f after %d epochs)\n", test_acc, bar, epoch);
     return 1;
   }
   return 0;
