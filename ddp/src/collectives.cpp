@@ -14,19 +14,6 @@ namespace {
 
 std::byte* bytes_of(const tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
 
-fingerprint make_fp(std::uint32_t seq, collective_kind k, reduce_op op, const tensor* t, int root) {
-  fingerprint f;
-  f.seq = seq;
-  f.kind = static_cast<std::uint8_t>(k);
-  f.op = static_cast<std::uint8_t>(op);
-  f.root = root;
-  if (t != nullptr) {
-    f.dtype = static_cast<std::uint8_t>(t->dtype());
-    f.numel = t->numel();
-  }
-  return f;
-}
-
 /// Begins chunk g: waits until every rank consumed chunk g-2 (the slot is free again).
 std::uint32_t begin_chunk(shm_transport& tp) {
   const std::uint32_t g = tp.chunk_counter()++;

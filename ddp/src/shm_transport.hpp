@@ -74,6 +74,21 @@ enum class collective_kind : std::uint8_t { allreduce = 1, broadcast, allgather,
 const char* to_string(collective_kind k) noexcept;
 std::string describe(const fingerprint& f);
 
+/// The fingerprint of collective #seq (kind, op, and the dtype/numel of `t` when given); both
+/// transports compare these across ranks before moving data.
+inline fingerprint make_fp(std::uint32_t seq, collective_kind k, reduce_op op, const tensor* t, int root) {
+  fingerprint f;
+  f.seq = seq;
+  f.kind = static_cast<std::uint8_t>(k);
+  f.op = static_cast<std::uint8_t>(op);
+  f.root = root;
+  if (t != nullptr) {
+    f.dtype = static_cast<std::uint8_t>(t->dtype());
+    f.numel = t->numel();
+  }
+  return f;
+}
+
 struct alignas(64) padded_counter {
   std::atomic<std::uint32_t> v{0};
 };

@@ -14,19 +14,6 @@ std::byte* bytes_of(const tensor& t) { return static_cast<std::byte*>(t.data_ptr
 
 int wrap(int k, int w) { return ((k % w) + w) % w; }
 
-fingerprint make_fp(std::uint32_t seq, collective_kind k, reduce_op op, const tensor* t, int root) {
-  fingerprint f;
-  f.seq = seq;
-  f.kind = static_cast<std::uint8_t>(k);
-  f.op = static_cast<std::uint8_t>(op);
-  f.root = root;
-  if (t != nullptr) {
-    f.dtype = static_cast<std::uint8_t>(t->dtype());
-    f.numel = t->numel();
-  }
-  return f;
-}
-
 /// Element range [lo, hi) of block k when n elements are split over w ranks.
 std::size_t block_lo(std::size_t n, int w, int k) { return n * static_cast<std::size_t>(k) / static_cast<std::size_t>(w); }
 
