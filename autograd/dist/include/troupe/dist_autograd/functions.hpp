@@ -1,0 +1,52 @@
+#pragma once
+/// \file functions.hpp
+/// The graph nodes that stitch local autograd graphs across an RPC (Note [send and recv]).
+///
+/// Note [send and recv]
+/// When tensors that require grad travel in an RPC inside a context, the sender records a
+/// send_function whose next edges are the sent tensors' gradient edges, and the receiver records
+/// a recv_function that becomes the grad_fn of the received tensors. Both are stored in their
+/// worker's context under the same (context id, message id). In backward, the receiver's
+/// recv_function hands the gradients of the received tensors to a callback, which sends them
+/// to the sender (PropagateGradients); the sender then runs the matching send_function's
+/// subgraph with those gradients as roots.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "troupe/autograd/grad_node.hpp"
+
+namespace troupe::dist_autograd {
+
+/// A globally unique context id: (worker id << 48) | per-worker counter.
+using context_id = std::uint64_t;
+/// A globally unique autograd message id, same layout as context_id.
+using message_id = std::uint64_t;
+
+/// The sender's end of an RPC: gradients that arrive for the sent tensors enter the local graph
+/// here (apply passes them through to the sent tensors' edges).
+class send_function final : public grad_node {
+ public:
+  /// `edges[i]` is the gradient edge of the i-th sent tensor (invalid if it needs no grad).
+  explicit send_function(edge_list edges);
+  tensor_list apply(tensor_list&& grads) override;
+};
+
+/// The receiver's end: the grad_fn of the received tensors. Its backward hands the gradients to
+/// `propagate` (which sends them to `from`) and returns no local gradients.
+class recv_function final : public grad_node {
+ public:
+  /// Sends the gradients of the received tensors back to their sender.
+  using propagate_fn = std::function<void(const tensor_list& grads)>;
+  recv_function(std::uint32_t num_tensors, std::string from, propagate_fn propagate);
+  tensor_list apply(tensor_list&& grads) override;
+  /// The worker the tensors came from.
+  const std::string& from() const noexcept { return from_; }
+
+ private:
+  std::string from_;
+  propagate_fn propagate_;
+};
+
+}  // namespace troupe::dist_autograd

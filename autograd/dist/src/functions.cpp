@@ -1,0 +1,20 @@
+#include "troupe/dist_autograd/functions.hpp"
+
+#include <utility>
+
+namespace troupe::dist_autograd {
+
+send_function::send_function(edge_list edges)
+    : grad_node("dist_autograd::send", edges, static_cast<std::uint32_t>(edges.size())) {}
+
+tensor_list send_function::apply(tensor_list&& grads) { return std::move(grads); }
+
+recv_function::recv_function(std::uint32_t num_tensors, std::string from, propagate_fn propagate)
+    : grad_node("dist_autograd::recv", {}, num_tensors), from_(std::move(from)), propagate_(std::move(propagate)) {}
+
+tensor_list recv_function::apply(tensor_list&& grads) {
+  if (propagate_) propagate_(grads);
+  return {};
+}
+
+}  // namespace troupe::dist_autograd
