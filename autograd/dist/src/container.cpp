@@ -51,7 +51,8 @@ struct context_state {
   std::unordered_map<message_id, std::shared_ptr<recv_function>> recvs;
   gradient_map grads;
   std::set<std::string> workers;  ///< the workers this context exchanged tensors with
-  std::vector<rpc::future<std::int32_t>> outstanding;  ///< propagations not yet waited for
+  std::vector<std::pair<std::string, rpc::future<std::int32_t>>> outstanding;  ///< (to, propagation) not waited for
+  std::set<std::string> lost;  ///< workers a propagation found dead (no release is sent to them)
   bool retain = false;  ///< retain_graph of the latest pass here (forwarded with propagations)
 };
 }  // namespace
@@ -103,15 +104,21 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   void drain(context_state& ctx) const {
     std::exception_ptr first;
     for (;;) {
-      std::vector<rpc::future<std::int32_t>> batch;
+      std::vector<std::pair<std::string, rpc::future<std::int32_t>>> batch;
       {
         std::lock_guard<std::mutex> lock(ctx.m);
         batch.swap(ctx.outstanding);
       }
       if (batch.empty()) break;
-      for (auto& f : batch) {
+      for (auto& [to, f] : batch) {
         try {
           f.get();  // bounded by the call's deadline
+        } catch (const error& e) {
+          if (e.code() == errc::peer_lost) {
+            std::lock_guard<std::mutex> lock(ctx.m);
+            ctx.lost.insert(to);
+          }
+          if (!first) first = std::current_exception();
         } catch (...) {
           if (!first) first = std::current_exception();
         }
@@ -134,7 +141,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
       }
       auto f = rpc_async<std::int32_t>(self->n, from, propagate_name, id, msg, grads, retain);
       std::lock_guard<std::mutex> lock(ctx->m);
-      ctx->outstanding.push_back(std::move(f));
+      ctx->outstanding.emplace_back(from, std::move(f));
     };
   }
 
@@ -180,7 +187,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
     if (err) std::rethrow_exception(err);
   }
 
-  /// Removes the context here; returns the workers to forward the release to.
+  /// Removes the context here; returns the workers to forward the release to (not those lost).
   std::set<std::string> drop(context_id id) {
     std::shared_ptr<context_state> ctx;
     {
@@ -191,7 +198,10 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
       contexts.erase(it);
     }
     std::lock_guard<std::mutex> lock(ctx->m);
-    return ctx->workers;
+    std::set<std::string> out;
+    for (const auto& w : ctx->workers)
+      if (!ctx->lost.count(w)) out.insert(w);
+    return out;
   }
 
   void release_everywhere(context_id id) {
