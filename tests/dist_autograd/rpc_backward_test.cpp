@@ -1,6 +1,8 @@
 // Multi-process tests of the distributed backward: a forward split over two workers through
 // rpc_sync (x: worker0 -> worker1, y: worker1 -> worker0), errors, and release on every worker.
+#include <atomic>
 #include <stdexcept>
+#include <thread>
 #include <tuple>
 
 #include <catch2/catch.hpp>
@@ -122,6 +124,51 @@ TEST_CASE("an exception in a remote backward fails the backward at the caller wi
     }
     CHECK_FALSE(c.get_gradients(ctx.id()).contains(x));
   }
+  CHECK(remote_contexts(n) == 0);
+  n.store().set("done", "1");
+  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  CHECK(children.join(10s));
+}
+
+TEST_CASE("retain_graph allows a second distributed backward and concurrent contexts do not mix gradients",
+          "[dist_autograd]") {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { worker1(pipe); });
+  troupe::node n(troupe::test::test_options(0, 2, 0));
+  da::container c(n);
+  pipe.publish(n.port(), 1);
+  n.store().wait({"ready/1"}, 10s);
+  tensor xl = make_x(), wl = make_w();
+  troupe::set_requires_grad(xl);
+  troupe::set_requires_grad(wl);
+  tensor yl = troupe::matmul(xl, wl);
+  troupe::backward(troupe::sum(troupe::mul(yl, yl)));
+  tensor x = make_x();
+  troupe::set_requires_grad(x);
+  {
+    da::context ctx(c);
+    tensor loss = distributed_loss(n, c, ctx.id(), x, false);
+    c.backward(ctx.id(), {loss}, /*retain_graph=*/true);
+    c.backward(ctx.id(), {loss});
+    CHECK(troupe::equal(c.get_gradients(ctx.id()).at(x), troupe::mul(troupe::grad(xl), 2.0)));
+    CHECK(troupe::equal(troupe::rpc_sync<tensor>(n, "worker1", "wgrad", ctx.id()), troupe::mul(troupe::grad(wl), 2.0)));
+  }
+  // Two threads, one context each, the same leaf: each context holds exactly one pass's gradients.
+  std::atomic<int> good{0};
+  auto one = [&] {
+    for (int i = 0; i < 50; ++i) {
+      da::context ctx(c);
+      c.backward(ctx.id(), {distributed_loss(n, c, ctx.id(), x, false)});
+      const bool ok = troupe::equal(c.get_gradients(ctx.id()).at(x), troupe::grad(xl)) &&
+                      troupe::equal(troupe::rpc_sync<tensor>(n, "worker1", "wgrad", ctx.id()), troupe::grad(wl));
+      if (ok) good.fetch_add(1);
+    }
+  };
+  std::thread t1(one), t2(one);
+  t1.join();
+  t2.join();
+  CHECK(good.load() == 100);
+  CHECK(c.num_contexts() == 0);
   CHECK(remote_contexts(n) == 0);
   n.store().set("done", "1");
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
