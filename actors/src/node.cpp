@@ -211,7 +211,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
   }
   std::vector<char> payload;
   try {
-    detail::bulk_scope scope(detail::same_host(peer.node(), im.sys->node()), im.bulk.get());
+    detail::bulk_scope scope(detail::same_host(peer.node(), im.sys->node()), im.bulk.get(), peer.node());
     payload = encode();
   } catch (const std::exception& e) {
     st->complete(errc::bad_argument, what + ": cannot encode the arguments: " + e.what(), {});

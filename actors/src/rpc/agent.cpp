@@ -165,7 +165,7 @@ void serve_request(agent_actor* self, rpc_request& req) {
   auto me = caf::actor_cast<caf::actor>(self);
   for (int i = 0; i < d.copies; ++i) {
     auto job = [fn, req, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk.get(), local = same_host(reply_to.node(), self->node())] {
-      bulk_scope scope(local, bulk);  // the result may go through shared memory
+      bulk_scope scope(local, bulk, reply_to.node());  // the result may go through shared memory
       rref_detail::caller_scope caller(req.caller);  // RRefs in the result know where they go
       caf::anon_send(me, outgoing_response{reply_to, req.caller, run_function(*fn, req, name)});
     };

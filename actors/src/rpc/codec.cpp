@@ -55,7 +55,7 @@ tensor read_tensor(iarchive& ar) {
   const auto type = static_cast<troupe::dtype>(dt);
   if (nbytes != static_cast<std::uint64_t>(numel_of(sizes)) * element_size(type))
     throw error(errc::protocol_violation, "tensor byte count does not match its shape");
-  if (kind == 1) return read_tensor_bulk(ar, sizes, type, nbytes);  // maps the segment: no copy
+  if (kind == 1) return read_tensor_bulk(ar, sizes, type, nbytes);  // a view of a pooled segment: no copy
   tensor t = empty(sizes, tensor_options{type});
   if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
   return t;
