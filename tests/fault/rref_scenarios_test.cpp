@@ -209,3 +209,22 @@ TEST_CASE("a registered method of T runs on the owner through the rref", "[rref]
   CHECK(c.quiescent(5s));
   CHECK(c[0].owner_count() == 0);
 }
+
+TEST_CASE("a method call that overtakes the remote_call creating its value waits for the value", "[rref][fault]") {
+  troupe::test::cluster c(2);
+  for (int i = 0; i < 2; ++i) {
+    troupe::add_function(c[i], "server", [] { return counter_server{}; });
+    troupe::add_method<counter_server>(c[i], "add", [](counter_server& s, std::int64_t x) { return s.total += x; });
+  }
+  // Only the remote_call is held back: the method call sent right after it arrives first.
+  c.hook->use(std::make_shared<troupe::fault_injector>(
+      troupe::fault_plan::parse("seed 7\nrule troupe.rref.remote_call delay=300..300\n")));
+  {
+    auto ps = troupe::remote<counter_server>(c[0], "worker1", "server");
+    CHECK(ps.rpc_sync<std::int64_t>("add", std::int64_t{4}) == 4);
+    CHECK(ps.rpc_sync<std::int64_t>("add", std::int64_t{3}) == 7);
+  }
+  c.hook->use(nullptr);
+  CHECK(c.quiescent(5s));
+  CHECK(c[1].owner_count() == 0);
+}

@@ -132,7 +132,9 @@ std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> 
 void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
   std::unique_lock<std::mutex> lock(impl_->mutex_);
   auto* im = impl_.get();
-  if (!im->owners_.count(id)) throw error(errc::invalid_state, "rref " + id.str() + " is not owned by " + im->me_ + " (or was deleted)");
+  // A method call may overtake the remote_call that creates the value (no order is assumed
+  // between messages): like a fetch, it parks on a pending entry until the value exists.
+  if (!im->owner_for(id)) throw error(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + im->me_);
   if (!im->changed_.wait_for(lock, timeout, [&] { return !im->owners_.count(id) || im->owners_[id].ready; }))
     throw error(errc::timeout, "rref " + id.str() + ": no value on owner " + im->me_ + " within " + std::to_string(timeout.count()) + " ms");
   auto it = im->owners_.find(id);
