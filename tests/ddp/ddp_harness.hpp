@@ -5,12 +5,18 @@
 // children to the parent. Children report failures by throwing (spawn's join rethrows the text).
 
 #include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+
+#include <catch2/catch.hpp>
 
 #include "troupe/actors/spawn.hpp"
 #include "troupe/ddp/file_store.hpp"
@@ -99,5 +105,70 @@ class result_pipe {
  private:
   int fds_[2] = {-1, -1};
 };
+
+
+/// What a surviving rank saw after a peer was SIGKILLed.
+struct loss_report {
+  int rank = -1;
+  int code = 0;      ///< errc of the error it got (0: none)
+  double ms = -1;    ///< from the kill to that error
+  char text[300] = {};
+};
+
+/// Measures SIGKILL -> error across forked ranks (the peer-loss tests): the victim stamps the
+/// kill time into a shared page right before it dies, each survivor reports the error its `fn`
+/// threw and how long after the kill. Create it in the parent before spawning; RAII over the page.
+class peer_loss_probe {
+ public:
+  peer_loss_probe()
+      : kill_ns_(static_cast<std::atomic<std::int64_t>*>(
+            ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0))) {
+    if (kill_ns_ == MAP_FAILED) throw error(errc::io_error, "peer_loss_probe: mmap failed");
+  }
+  ~peer_loss_probe() { ::munmap(kill_ns_, sizeof(std::int64_t)); }
+  peer_loss_probe(const peer_loss_probe&) = delete;
+  peer_loss_probe& operator=(const peer_loss_probe&) = delete;
+
+  /// In the victim: stamps the time and dies by SIGKILL.
+  [[noreturn]] void kill_self() {
+    kill_ns_->store(now_ns());
+    ::raise(SIGKILL);
+    ::_exit(99);  // not reached
+  }
+  /// In a survivor: runs `fn` and reports what it threw (code 0 if nothing).
+  void report(int rank, const std::function<void()>& fn) {
+    loss_report r;
+    r.rank = rank;
+    try {
+      fn();
+    } catch (const error& e) {
+      r.code = static_cast<int>(e.code());
+      r.ms = static_cast<double>(now_ns() - kill_ns_->load()) / 1e6;
+      std::strncpy(r.text, e.message().c_str(), sizeof(r.text) - 1);
+    }
+    results_.write(r);
+  }
+  /// In the parent: the next survivor's report.
+  loss_report read(std::chrono::milliseconds timeout) { return results_.read(timeout); }
+
+ private:
+  static std::int64_t now_ns() { return std::chrono::steady_clock::now().time_since_epoch().count(); }
+  std::atomic<std::int64_t>* kill_ns_;
+  result_pipe<loss_report> results_;
+};
+
+/// In the parent: reads `survivors` reports and checks that each got peer_lost naming
+/// "rank <victim>" within 2 s of the kill (the measured time is printed).
+inline void check_peer_lost(peer_loss_probe& probe, int survivors, int victim, const char* what) {
+  for (int i = 0; i < survivors; ++i) {
+    const loss_report r = probe.read(std::chrono::seconds(20));
+    INFO(what << ", rank " << r.rank << ": " << r.text);
+    CHECK(r.code == static_cast<int>(errc::peer_lost));
+    CHECK(std::string(r.text).find("rank " + std::to_string(victim)) != std::string::npos);
+    CHECK(r.ms >= 0.0);
+    CHECK(r.ms < 2000.0);
+    WARN(what << ": peer_lost " << r.ms << " ms after the SIGKILL, on rank " << r.rank);
+  }
+}
 
 }  // namespace troupe::test

@@ -245,18 +245,9 @@ TEST_CASE("models that differ across ranks are rejected at construction on every
 }
 
 TEST_CASE("a rank killed mid-backward makes the others' backward fail with peer_lost within 2 s", "[ddp][fault]") {
-  struct record {
-    int rank;
-    int code;
-    double ms;
-    char text[300];
-  };
-  auto* kill_time = static_cast<std::atomic<std::int64_t>*>(
-      ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  REQUIRE(kill_time != MAP_FAILED);
-  auto results = std::make_shared<test::result_pipe<record>>();
+  auto probe = std::make_shared<test::peer_loss_probe>();
   test::temp_store dir;
-  auto ctx = test::spawn_group(dir, 3, [kill_time, results](int rank, const ddp::file_store&, ddp::process_group& pg) {
+  auto ctx = test::spawn_group(dir, 3, [probe](int rank, const ddp::file_store&, ddp::process_group& pg) {
     auto m = test::make_mlp(1);
     ddp::ddp_options opts;
     opts.bucket_cap_mb = opts.first_bucket_cap_mb = 1e-9;
@@ -265,31 +256,10 @@ TEST_CASE("a rank killed mid-backward makes the others' backward fail with peer_
     backward(nn::mse_loss(d(x), y));  // one healthy iteration
     if (rank == 2) {
       // Dies when the first layer's gradient arrives: later buckets were already launched.
-      register_hook(m->parameters()[0], [kill_time](const tensor&) -> tensor {
-        kill_time->store(std::chrono::steady_clock::now().time_since_epoch().count());
-        ::raise(SIGKILL);
-        return {};
-      });
+      register_hook(m->parameters()[0], [probe](const tensor&) -> tensor { probe->kill_self(); });
     }
-    record r{rank, 0, -1, {}};
-    try {
-      backward(nn::mse_loss(d(x), y));
-    } catch (const error& e) {
-      r.code = static_cast<int>(e.code());
-      r.ms = static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - kill_time->load()) / 1e6;
-      std::strncpy(r.text, e.message().c_str(), sizeof(r.text) - 1);
-    }
-    results->write(r);
+    probe->report(rank, [&] { backward(nn::mse_loss(d(x), y)); });
   });
-  for (int i = 0; i < 2; ++i) {
-    const record r = results->read(20s);
-    INFO("rank " << r.rank << ": " << r.text);
-    CHECK(r.code == static_cast<int>(errc::peer_lost));
-    CHECK(std::string(r.text).find("rank 2") != std::string::npos);
-    CHECK(r.ms >= 0.0);
-    CHECK(r.ms < 2000.0);
-    WARN("DDP backward failed with peer_lost " << r.ms << " ms after the SIGKILL on rank " << r.rank);
-  }
+  test::check_peer_lost(*probe, 2, 2, "DDP backward");
   REQUIRE_THROWS_AS(ctx.join(20s), error);
-  ::munmap(kill_time, sizeof(std::int64_t));
 }

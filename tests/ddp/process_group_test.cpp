@@ -209,46 +209,17 @@ TEST_CASE("a monitored barrier names the rank that did not arrive", "[ddp][proce
 }
 
 TEST_CASE("a rank killed during an allreduce makes the others fail with peer_lost within 2 s", "[ddp][process_group][fault]") {
-  struct record {
-    int rank;
-    int code;
-    double ms;
-    char text[200];
-  };
-  auto* kill_time = static_cast<std::atomic<std::int64_t>*>(
-      ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  REQUIRE(kill_time != MAP_FAILED);
-  auto results = std::make_shared<test::result_pipe<record>>();
+  auto probe = std::make_shared<test::peer_loss_probe>();
   test::temp_store dir;
-  auto ctx = test::spawn_group(dir, 3, [kill_time, results](int rank, const ddp::file_store&, ddp::process_group& pg) {
+  auto ctx = test::spawn_group(dir, 3, [probe](int rank, const ddp::file_store&, ddp::process_group& pg) {
     pg.barrier().wait(10s);
     tensor t = ones({4 << 20});
     ddp::work w = pg.allreduce(t);
-    if (rank == 2) {
-      kill_time->store(std::chrono::steady_clock::now().time_since_epoch().count());
-      ::raise(SIGKILL);
-    }
-    record r{rank, 0, -1, {}};
-    try {
-      w.wait(10s);
-    } catch (const error& e) {
-      const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-      r.code = static_cast<int>(e.code());
-      r.ms = static_cast<double>(now - kill_time->load()) / 1e6;
-      std::strncpy(r.text, e.message().c_str(), sizeof(r.text) - 1);
-    }
-    results->write(r);
+    if (rank == 2) probe->kill_self();
+    probe->report(rank, [&] { w.wait(10s); });
   });
-  for (int i = 0; i < 2; ++i) {
-    const record r = results->read(20s);
-    INFO("rank " << r.rank << ": " << r.text);
-    CHECK(r.code == static_cast<int>(errc::peer_lost));
-    CHECK(std::string(r.text).find("rank 2") != std::string::npos);
-    CHECK(r.ms < 2000.0);
-    WARN("peer_lost detected after " << r.ms << " ms on rank " << r.rank);
-  }
+  test::check_peer_lost(*probe, 2, 2, "shm allreduce");
   REQUIRE_THROWS_AS(ctx.join(20s), error);
-  ::munmap(kill_time, sizeof(std::int64_t));
 }
 
 TEST_CASE("a process group meets through the runtime node's store", "[ddp][process_group]") {

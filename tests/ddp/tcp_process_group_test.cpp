@@ -135,45 +135,17 @@ TEST_CASE("a tcp collective whose size differs on one rank fails with collective
 }
 
 TEST_CASE("a rank killed during a tcp allreduce makes the others fail with peer_lost naming it within 2 s", "[ddp][process_group][tcp][fault]") {
-  struct record {
-    int rank;
-    int code;
-    double ms;
-    char text[300];
-  };
-  auto* kill_time = static_cast<std::atomic<std::int64_t>*>(
-      ::mmap(nullptr, sizeof(std::int64_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  REQUIRE(kill_time != MAP_FAILED);
-  auto results = std::make_shared<test::result_pipe<record>>();
+  auto probe = std::make_shared<test::peer_loss_probe>();
   test::temp_store dir;
-  auto ctx = test::spawn_group(dir, 4, [kill_time, results](int rank, const ddp::file_store&, ddp::process_group& pg) {
+  auto ctx = test::spawn_group(dir, 4, [probe](int rank, const ddp::file_store&, ddp::process_group& pg) {
     pg.barrier().wait(10s);
     tensor t = ones({4 << 20});
     ddp::work w = pg.allreduce(t);
-    if (rank == 2) {
-      kill_time->store(std::chrono::steady_clock::now().time_since_epoch().count());
-      ::raise(SIGKILL);
-    }
-    record r{rank, 0, -1, {}};
-    try {
-      w.wait(10s);
-    } catch (const error& e) {
-      r.code = static_cast<int>(e.code());
-      r.ms = static_cast<double>(std::chrono::steady_clock::now().time_since_epoch().count() - kill_time->load()) / 1e6;
-      std::strncpy(r.text, e.message().c_str(), sizeof(r.text) - 1);
-    }
-    results->write(r);
+    if (rank == 2) probe->kill_self();
+    probe->report(rank, [&] { w.wait(10s); });
   }, tcp_opts());
-  for (int i = 0; i < 3; ++i) {
-    const record r = results->read(20s);
-    INFO("rank " << r.rank << ": " << r.text);
-    CHECK(r.code == static_cast<int>(errc::peer_lost));
-    CHECK(std::string(r.text).find("rank 2") != std::string::npos);
-    CHECK(r.ms < 2000.0);
-    WARN("tcp: peer_lost detected after " << r.ms << " ms on rank " << r.rank);
-  }
+  test::check_peer_lost(*probe, 3, 2, "tcp allreduce");
   REQUIRE_THROWS_AS(ctx.join(20s), error);
-  ::munmap(kill_time, sizeof(std::int64_t));
 }
 
 TEST_CASE("a connection with a wrong hello is refused and the tcp group still forms", "[ddp][process_group][tcp]") {
