@@ -67,23 +67,44 @@ tensor distributed_loss(troupe::node& n, da::container& c, da::context_id ctx, c
 
 std::int64_t remote_contexts(troupe::node& n) { return troupe::rpc_sync<std::int64_t>(n, "worker1", "contexts"); }
 
-}  // namespace
-
-TEST_CASE("gradients of a forward split over two workers equal the local ones bitwise and contexts are released",
-          "[dist_autograd]") {
+// This process as worker0 with worker1 forked beside it (spawned before the node: fork safety).
+struct two_workers {
   troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { worker1(pipe); });
-  troupe::node n(troupe::test::test_options(0, 2, 0));
-  da::container c(n);
-  pipe.publish(n.port(), 1);
-  n.store().wait({"ready/1"}, 10s);
+  troupe::spawn_context children = troupe::spawn(1, [this](int) { worker1(pipe); });
+  troupe::node n{troupe::test::test_options(0, 2, 0)};
+  da::container c{n};
 
-  // The same computation done locally.
+  two_workers() {
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready/1"}, 10s);
+  }
+  /// Lets worker1 finish, shuts down gracefully; true if worker1 exited cleanly.
+  bool finish() {
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+    return children.join(10s);
+  }
+};
+
+// The same computation done locally: leaves x and w whose .grad holds the reference gradients.
+std::pair<tensor, tensor> local_reference() {
   tensor xl = make_x(), wl = make_w();
   troupe::set_requires_grad(xl);
   troupe::set_requires_grad(wl);
   tensor yl = troupe::matmul(xl, wl);
   troupe::backward(troupe::sum(troupe::mul(yl, yl)));
+  return {xl, wl};
+}
+
+}  // namespace
+
+TEST_CASE("gradients of a forward split over two workers equal the local ones bitwise and contexts are released",
+          "[dist_autograd]") {
+  two_workers job;
+  auto& n = job.n;
+  auto& c = job.c;
+
+  const auto [xl, wl] = local_reference();
 
   tensor x = make_x();
   troupe::set_requires_grad(x);
@@ -97,19 +118,14 @@ TEST_CASE("gradients of a forward split over two workers equal the local ones bi
   }
   CHECK(c.num_contexts() == 0);
   CHECK(remote_contexts(n) == 0);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  CHECK(children.join(10s));
+  CHECK(job.finish());
 }
 
 TEST_CASE("an exception in a remote backward fails the backward at the caller with the remote text",
           "[dist_autograd]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { worker1(pipe); });
-  troupe::node n(troupe::test::test_options(0, 2, 0));
-  da::container c(n);
-  pipe.publish(n.port(), 1);
-  n.store().wait({"ready/1"}, 10s);
+  two_workers job;
+  auto& n = job.n;
+  auto& c = job.c;
   tensor x = make_x();
   troupe::set_requires_grad(x);
   {
@@ -125,24 +141,15 @@ TEST_CASE("an exception in a remote backward fails the backward at the caller wi
     CHECK_FALSE(c.get_gradients(ctx.id()).contains(x));
   }
   CHECK(remote_contexts(n) == 0);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  CHECK(children.join(10s));
+  CHECK(job.finish());
 }
 
 TEST_CASE("retain_graph allows a second distributed backward and concurrent contexts do not mix gradients",
           "[dist_autograd]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { worker1(pipe); });
-  troupe::node n(troupe::test::test_options(0, 2, 0));
-  da::container c(n);
-  pipe.publish(n.port(), 1);
-  n.store().wait({"ready/1"}, 10s);
-  tensor xl = make_x(), wl = make_w();
-  troupe::set_requires_grad(xl);
-  troupe::set_requires_grad(wl);
-  tensor yl = troupe::matmul(xl, wl);
-  troupe::backward(troupe::sum(troupe::mul(yl, yl)));
+  two_workers job;
+  auto& n = job.n;
+  auto& c = job.c;
+  const auto [xl, wl] = local_reference();
   tensor x = make_x();
   troupe::set_requires_grad(x);
   {
@@ -170,7 +177,5 @@ TEST_CASE("retain_graph allows a second distributed backward and concurrent cont
   CHECK(good.load() == 100);
   CHECK(c.num_contexts() == 0);
   CHECK(remote_contexts(n) == 0);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  CHECK(children.join(10s));
+  CHECK(job.finish());
 }
