@@ -15,20 +15,17 @@ namespace troupe::detail {
 
 namespace {
 
-using expire_atom = caf::atom_constant<caf::atom("expire")>;
-using bexpire_atom = caf::atom_constant<caf::atom("bexpire")>;
-
 struct waiter {
   std::vector<std::string> keys;
   bool want_value = false;  // get (value of keys[0]) or wait (unit)
-  caf::response_promise promise;
+  caf::typed_response_promise<std::string> promise;
 };
 
 struct barrier_entry {
   std::int32_t world_size = 0;
   std::uint64_t generation = 0;
   std::set<std::int32_t> arrived;
-  std::vector<caf::response_promise> promises;
+  std::vector<caf::typed_response_promise<void>> promises;
 };
 
 struct store_state {
@@ -39,9 +36,9 @@ struct store_state {
   std::uint64_t next_id = 1;
 };
 
-using store_actor = caf::stateful_actor<store_state>;
+using store_self = store_handle::stateful_pointer<store_state>;
 
-bool authorized(store_actor* self) {
+bool authorized(store_self self) {
   const auto& s = self->current_sender();
   if (s && (s->node() == self->node() || self->state.auth->contains(s->node()))) return true;
   std::fprintf(stderr, "[troupe] store: refused a request from unauthenticated node %s\n",
@@ -57,7 +54,7 @@ bool all_present(store_state& s, const std::vector<std::string>& keys) {
   return true;
 }
 
-void wake(store_actor* self) {
+void wake(store_self self) {
   auto& s = self->state;
   for (auto it = s.waiters.begin(); it != s.waiters.end();) {
     if (all_present(s, it->second.keys)) {
@@ -70,16 +67,16 @@ void wake(store_actor* self) {
   }
 }
 
-caf::result<std::string> park(store_actor* self, std::vector<std::string> keys, bool want_value, std::int64_t timeout_ms) {
+caf::result<std::string> park(store_self self, std::vector<std::string> keys, bool want_value, std::int64_t timeout_ms) {
   auto& s = self->state;
   const auto id = s.next_id++;
-  auto rp = self->make_response_promise();
+  auto rp = self->make_response_promise<std::string>();
   s.waiters.emplace(id, waiter{std::move(keys), want_value, rp});
-  self->delayed_send(self, std::chrono::milliseconds(timeout_ms), expire_atom::value, id);
+  self->delayed_send(self, std::chrono::milliseconds(timeout_ms), store_expire_atom::value, id);
   return caf::delegated<std::string>();
 }
 
-void expire(store_actor* self, std::uint64_t id) {
+void expire(store_self self, std::uint64_t id) {
   auto& s = self->state;
   auto it = s.waiters.find(id);
   if (it == s.waiters.end()) return;
@@ -90,7 +87,7 @@ void expire(store_actor* self, std::uint64_t id) {
   s.waiters.erase(it);
 }
 
-caf::result<void> arrive(store_actor* self, store_barrier& b) {
+caf::result<void> arrive(store_self self, store_barrier& b) {
   auto& s = self->state;
   auto& e = s.barriers[b.name];
   if (e.promises.empty()) {
@@ -101,17 +98,17 @@ caf::result<void> arrive(store_actor* self, store_barrier& b) {
     return to_caf_error(errc::bad_argument, "store barrier '" + b.name + "': rank " + std::to_string(b.rank) + " says world size " +
                                                 std::to_string(b.world_size) + ", others " + std::to_string(e.world_size));
   e.arrived.insert(b.rank);
-  e.promises.push_back(self->make_response_promise());
+  e.promises.push_back(self->make_response_promise<void>());
   if (static_cast<std::int32_t>(e.arrived.size()) >= e.world_size) {
-    for (auto& p : e.promises) p.deliver(caf::unit);
+    for (auto& p : e.promises) static_cast<caf::response_promise&>(p).deliver(caf::unit);  // typed<void> has no deliver()
     s.barriers.erase(b.name);
   } else {
-    self->delayed_send(self, std::chrono::milliseconds(b.timeout_ms), bexpire_atom::value, b.name, e.generation);
+    self->delayed_send(self, std::chrono::milliseconds(b.timeout_ms), store_bexpire_atom::value, b.name, e.generation);
   }
   return caf::delegated<void>();
 }
 
-void barrier_expire(store_actor* self, const std::string& name, std::uint64_t generation) {
+void barrier_expire(store_self self, const std::string& name, std::uint64_t generation) {
   auto& s = self->state;
   auto it = s.barriers.find(name);
   if (it == s.barriers.end() || it->second.generation != generation) return;
@@ -123,7 +120,7 @@ void barrier_expire(store_actor* self, const std::string& name, std::uint64_t ge
   s.barriers.erase(it);
 }
 
-caf::result<std::int64_t> add(store_actor* self, store_add& m) {
+caf::result<std::int64_t> add(store_self self, store_add& m) {
   auto& v = self->state.kv[m.key];
   std::int64_t cur = 0;
   if (!v.empty()) {
@@ -141,7 +138,7 @@ caf::result<std::int64_t> add(store_actor* self, store_add& m) {
   return cur;
 }
 
-caf::behavior store(store_actor* self, std::shared_ptr<auth_set> auth) {
+store_handle::behavior_type store(store_self self, std::shared_ptr<auth_set> auth) {
   self->state.auth = std::move(auth);
   return {
       [=](store_set& m) -> caf::result<void> {
@@ -186,13 +183,21 @@ caf::behavior store(store_actor* self, std::shared_ptr<auth_set> auth) {
         if (!authorized(self)) return refused();
         return arrive(self, m);
       },
-      [=](expire_atom, std::uint64_t id) { expire(self, id); },
-      [=](bexpire_atom, const std::string& name, std::uint64_t gen) { barrier_expire(self, name, gen); },
+      // Timers come only from the store itself; anything else (a remote node sending the atom)
+      // is ignored so it cannot expire someone's wait early.
+      [=](store_expire_atom, std::uint64_t id) {
+        if (self->current_sender() == self->ctrl()) expire(self, id);
+      },
+      [=](store_bexpire_atom, const std::string& name, std::uint64_t gen) {
+        if (self->current_sender() == self->ctrl()) barrier_expire(self, name, gen);
+      },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_store(caf::actor_system& sys, std::shared_ptr<auth_set> auth) { return sys.spawn(store, std::move(auth)); }
+caf::actor spawn_store(caf::actor_system& sys, std::shared_ptr<auth_set> auth) {
+  return caf::actor_cast<caf::actor>(sys.spawn(store, std::move(auth)));
+}
 
 }  // namespace troupe::detail

@@ -1,4 +1,21 @@
 // The blocking store client (troupe/actors/store.hpp).
+//
+// Note [store client]
+// A user thread never talks to the store directly: it hands a job to the node's store proxy (an
+// event-based actor, one per client) and blocks on a promise. The proxy sends the typed request
+// with a deadline (the operation's timeout plus a grace period) and monitors the store when it is
+// remote, so each call ends exactly once:
+//
+//   user --job--> proxy --request(deadline)--> store
+//   user <--promise-- proxy <--reply | error | deadline (timeout) | store down (peer_lost)
+//
+// A store host that dies fails every pending and later call with peer_lost naming the host
+// within the runtime's peer-loss bound (the down_msg), not after the timeout. The user thread
+// also bounds its own wait (deadline + 1 s) in case the proxy itself is gone. Stopping the
+// client (destructor) exits the proxy, which fails what is still pending with invalid_state.
+#include <future>
+#include <map>
+
 #include <caf/all.hpp>
 
 #include "store_actor.hpp"
@@ -8,32 +25,112 @@
 
 namespace troupe {
 
+namespace detail {
+
+/// One call's outcome, delivered once by the proxy.
+struct store_outcome {
+  caf::error err;
+  caf::message value;
+};
+
+/// A job run on the proxy; the proxy may end it early (store lost, proxy stopped).
+struct store_job {
+  std::function<void(caf::event_based_actor*, const std::function<void(store_outcome)>&)> run;
+  std::shared_ptr<std::promise<store_outcome>> done;
+};
+
+}  // namespace detail
+}  // namespace troupe
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::store_job)
+
+namespace troupe {
+
 namespace {
 
 // Requests that do not wait on the store's side still need a bound in case its host is gone.
 constexpr auto quick_timeout = std::chrono::milliseconds(10000);
 constexpr auto grace = std::chrono::milliseconds(2000);
 
-template <class R, class Msg>
-R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeout, const std::string& what) {
-  if (!impl.sys || !impl.store) throw error(errc::invalid_state, what + ": the node has no store connection");
-  caf::scoped_actor self{*impl.sys};
-  std::conditional_t<std::is_void_v<R>, caf::unit_t, R> out{};
-  caf::error err;
-  if constexpr (std::is_void_v<R>) {
-    self->request(impl.store, timeout + grace, std::move(msg)).receive([&]() {}, [&](caf::error& e) { err = std::move(e); });
-  } else {
-    self->request(impl.store, timeout + grace, std::move(msg)).receive([&](R& v) { out = std::move(v); },
-                                                                          [&](caf::error& e) { err = std::move(e); });
+struct proxy_state {
+  std::map<std::uint64_t, std::shared_ptr<std::promise<detail::store_outcome>>> pending;
+  caf::error lost;  // set once the store is gone
+  std::uint64_t next_id = 1;
+
+  ~proxy_state() {
+    for (auto& [id, p] : pending)
+      p->set_value({to_caf_error(errc::invalid_state, "store client stopped while a call was pending"), {}});
   }
-  if (err) throw from_caf_error(err, what);
-  if constexpr (!std::is_void_v<R>) return out;
+};
+
+using proxy_actor = caf::stateful_actor<proxy_state>;
+
+caf::behavior store_proxy(proxy_actor* self, caf::actor store, std::string host) {
+  if (store && store.node() != self->node()) self->monitor(store);
+  self->set_down_handler([=](caf::down_msg& dm) {
+    self->state.lost = to_caf_error(errc::peer_lost, "the store host (" + host + ") is gone: " + caf::to_string(dm.reason));
+    auto pending = std::move(self->state.pending);
+    self->state.pending.clear();
+    for (auto& [id, p] : pending) p->set_value({self->state.lost, {}});
+  });
+  return {
+      [=](detail::store_job& job) {
+        if (self->state.lost) {
+          job.done->set_value({self->state.lost, {}});
+          return;
+        }
+        const auto id = self->state.next_id++;
+        self->state.pending.emplace(id, job.done);
+        auto finish = [self, id](detail::store_outcome out) {
+          auto it = self->state.pending.find(id);
+          if (it == self->state.pending.end()) return;  // already failed by the down handler
+          auto p = std::move(it->second);
+          self->state.pending.erase(it);
+          p->set_value(std::move(out));
+        };
+        job.run(self, finish);
+      },
+  };
+}
+
+template <class R, class Msg>
+R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeout,
+      const std::string& what) {
+  if (!impl.sys || !impl.proxy) throw error(errc::invalid_state, what + ": the node has no store connection");
+  auto store = caf::actor_cast<detail::store_handle>(impl.store);
+  const auto deadline = timeout + grace;
+  detail::store_job job;
+  job.done = std::make_shared<std::promise<detail::store_outcome>>();
+  auto result = job.done->get_future();
+  job.run = [store, deadline, msg = std::move(msg)](caf::event_based_actor* self, const std::function<void(detail::store_outcome)>& finish) {
+    auto on_error = [finish](caf::error& e) { finish({std::move(e), {}}); };
+    if constexpr (std::is_void_v<R>) {
+      self->request(store, deadline, msg).then([finish]() { finish({{}, caf::make_message()}); }, on_error);
+    } else {
+      self->request(store, deadline, msg).then([finish](R& v) { finish({{}, caf::make_message(std::move(v))}); }, on_error);
+    }
+  };
+  caf::anon_send(impl.proxy, std::move(job));
+  if (result.wait_for(deadline + std::chrono::seconds(1)) != std::future_status::ready)
+    throw error(errc::timeout, what + ": no answer from the store host (" + impl.host + ")");
+  auto out = result.get();
+  if (out.err) {
+    auto e = from_caf_error(out.err, what);
+    if (e.message().find(what) == std::string::npos) throw error(e.code(), what + ": " + e.message());
+    throw e;
+  }
+  if constexpr (!std::is_void_v<R>) return out.value.get_as<R>(0);
 }
 
 }  // namespace
 
-store_client::store_client(std::unique_ptr<detail::store_client_impl> impl) : impl_(std::move(impl)) {}
-store_client::~store_client() = default;
+store_client::store_client(std::unique_ptr<detail::store_client_impl> impl) : impl_(std::move(impl)) {
+  if (impl_->sys && impl_->store) impl_->proxy = impl_->sys->spawn(store_proxy, impl_->store, impl_->host);
+}
+
+store_client::~store_client() {
+  if (impl_->proxy) caf::anon_send_exit(impl_->proxy, caf::exit_reason::user_shutdown);
+}
 
 void store_client::set(const std::string& key, const std::string& value) {
   ask<void>(*impl_, store_set{key, value}, quick_timeout, "store set '" + key + "'");
@@ -59,7 +156,9 @@ bool store_client::erase(const std::string& key) {
   return ask<bool>(*impl_, store_erase{key}, quick_timeout, "store erase '" + key + "'");
 }
 
-std::int64_t store_client::num_keys() { return ask<std::int64_t>(*impl_, store_num_keys{}, quick_timeout, "store num_keys"); }
+std::int64_t store_client::num_keys() {
+  return ask<std::int64_t>(*impl_, store_num_keys{}, quick_timeout, "store num_keys");
+}
 
 void store_client::barrier(const std::string& name, std::int32_t rank, std::int32_t world_size, std::chrono::milliseconds timeout) {
   ask<void>(*impl_, store_barrier{name, rank, world_size, timeout.count()}, timeout, "store barrier '" + name + "'");

@@ -1,4 +1,7 @@
 // Multi-process tests of the rendezvous store (Note [store]).
+#include <csignal>
+#include <future>
+
 #include <catch2/catch.hpp>
 
 #include "integration/node_harness.hpp"
@@ -90,4 +93,36 @@ TEST_CASE("graceful shutdown with a missing rank times out naming it", "[actors]
     CHECK_THAT(e.message(), Catch::Contains("did not arrive: 1"));
   }
   CHECK_THROWS_AS(n.store(), troupe::error);  // torn down anyway
+}
+
+TEST_CASE("store calls pending when the store host is killed fail with peer_lost naming it", "[actors][store]") {
+  troupe::test::port_pipe pipe;  // used backwards: the child (rank 0) publishes, the parent reads
+  auto children = troupe::spawn(1, [&](int) {
+    troupe::node n(troupe::test::test_options(0, 2, 0));
+    pipe.publish(n.port(), 1);
+    n.store().get("never", 30s);  // parked until the parent kills us
+  });
+  troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
+  n.store().set("ready", "1");  // the store answers: the connection is up
+  auto pending = std::async(std::launch::async, [&] {
+    try {
+      n.store().get("never", 20s);
+    } catch (const troupe::error& e) {
+      return e;
+    }
+    return troupe::error(troupe::errc::invalid_state, "get of a missing key returned");
+  });
+  const auto killed = std::chrono::steady_clock::now();
+  children.kill(0, SIGKILL);
+  REQUIRE(pending.wait_for(5s) == std::future_status::ready);
+  const auto waited = std::chrono::steady_clock::now() - killed;
+  const auto e = pending.get();
+  CHECK(e.code() == errc::peer_lost);
+  CHECK_THAT(e.message(), Catch::Contains("store host") && Catch::Contains("never"));
+  CHECK(waited < 1500ms);
+  // Later calls fail at once the same way.
+  CHECK_THROWS_MATCHES(n.store().set("after", "1"), troupe::error, Catch::Predicate<troupe::error>([](const troupe::error& x) {
+                         return x.code() == errc::peer_lost;
+                       }));
+  CHECK_THROWS_AS(children.join(5s), troupe::error);  // the child died of SIGKILL
 }

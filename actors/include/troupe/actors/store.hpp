@@ -14,8 +14,9 @@
 ///   rank r --store_barrier{name, r, world, timeout}--> store
 ///   store: arrived[name] += r; all arrived? -> unit to each; deadline? -> timeout "missing 2,3"
 ///
-/// Clients bound every request by its timeout plus a grace period, so a dead store host ends in
-/// `timeout` rather than a hang.
+/// Clients bound every request by its timeout plus a grace period and watch the store host, so a
+/// dead store host ends every pending call in `peer_lost` naming it (Note [store client] in
+/// src/store_client.cpp), never in a hang.
 
 #include <chrono>
 #include <cstdint>
@@ -30,8 +31,9 @@ struct store_client_impl;
 }
 
 /// Blocking client of the store. Thread-safe; each call blocks the calling thread (never use it
-/// inside an actor). Every call throws troupe::error: `timeout`, `unauthorized`, `bad_argument`
-/// (add on a non-integer value), `invalid_state` after shutdown.
+/// inside an actor). Every call throws troupe::error: `timeout`, `peer_lost` (the store host is
+/// gone), `unauthorized`, `bad_argument` (add on a non-integer value), `invalid_state` after
+/// shutdown.
 class store_client {
  public:
   explicit store_client(std::unique_ptr<detail::store_client_impl> impl);
