@@ -23,8 +23,10 @@ TEST_CASE("context ids are unique, carry the worker rank, and contexts are relea
     CHECK(a.id() != b.id());
     CHECK((a.id() >> 48) == 0);
     CHECK(c.num_contexts() == 2);
+    CHECK(c.current_context() == b.id());  // the innermost context is current
   }
   CHECK(c.num_contexts() == 0);
+  CHECK(c.current_context() == 0);
   CHECK_THROWS_AS(c.get_gradients(12345), troupe::error);
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
 }

@@ -1,96 +1,72 @@
-// Multi-process tests of the distributed backward: a forward split over two workers through
-// rpc_sync (x: worker0 -> worker1, y: worker1 -> worker0), errors, and release on every worker.
+// Distributed backward through plain RPCs recorded automatically (Note [dist autograd recording]):
+// forwards split over in-process workers equal the local computation bitwise, nested calls,
+// errors, retain_graph, concurrent contexts, release on every worker.
 #include <atomic>
 #include <stdexcept>
 #include <thread>
-#include <tuple>
 
 #include <catch2/catch.hpp>
 
-#include "integration/node_harness.hpp"
+#include "dist_autograd/dist_job.hpp"
 #include "troupe/actors/rpc/api.hpp"
-#include "troupe/actors/spawn.hpp"
 #include "troupe/autograd/variable.hpp"
-#include "troupe/dist_autograd/container.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/factories.hpp"
 #include "troupe/tensors/generator.hpp"
 #include "troupe/tensors/linalg.hpp"
 #include "troupe/tensors/reduction.hpp"
 
-using namespace std::chrono_literals;
 using troupe::errc;
 using troupe::tensor;
 namespace da = troupe::dist_autograd;
 
 namespace {
 
-using fwd_result = std::tuple<std::uint64_t, tensor>;
-
-tensor make_w() {
-  troupe::generator gen(11);
+tensor make_w(std::uint64_t seed = 11) {
+  troupe::generator gen(seed);
   return troupe::randn({3, 4}, gen);
 }
 tensor make_x() {
   troupe::generator gen(5);
   return troupe::randn({2, 3}, gen);
 }
-
-// worker1: holds w; "fwd" computes y = x @ w inside the caller's context (fail = a hook that
-// throws in backward); "wgrad" returns w's gradient in a context; "contexts" counts contexts.
-void worker1(troupe::test::port_pipe& pipe) {
-  troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
-  da::container c(n);
-  tensor w = make_w();
-  troupe::set_requires_grad(w);
-  n.functions().add("fwd", [&](std::uint64_t ctx, std::uint64_t msg, tensor x, bool fail) {
-    tensor xr = c.record_recv(ctx, msg, "worker0", {x})[0];
-    tensor y = troupe::matmul(xr, w);
-    if (fail) troupe::register_hook(y, [](const tensor&) -> tensor { throw std::runtime_error("boom in worker1"); });
-    const std::uint64_t back = c.record_send(ctx, {y}, "worker0");
-    return fwd_result{back, y};
-  });
-  n.functions().add("wgrad", [&](std::uint64_t ctx) { return c.get_gradients(ctx).at(w); });
-  n.functions().add("contexts", [&] { return static_cast<std::int64_t>(c.num_contexts()); });
-  n.store().set("ready/1", "1");
-  n.store().get("done", 60s);
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+tensor leaf(tensor t) {
+  troupe::set_requires_grad(t);
+  return t;
 }
 
-// worker0's part of the forward: x -> worker1 -> y; returns sum(y * y).
-tensor distributed_loss(troupe::node& n, da::container& c, da::context_id ctx, const tensor& x, bool fail) {
-  const auto msg = c.record_send(ctx, {x}, "worker1");
-  auto [back, y] = troupe::rpc_sync<fwd_result>(n, "worker1", "fwd", ctx, msg, x, fail);
-  tensor yr = c.record_recv(ctx, back, "worker1", {y})[0];
-  return troupe::sum(troupe::mul(yr, yr));
-}
-
-std::int64_t remote_contexts(troupe::node& n) { return troupe::rpc_sync<std::int64_t>(n, "worker1", "contexts"); }
-
-// This process as worker0 with worker1 forked beside it (spawned before the node: fork safety).
+/// worker1 holds w: "fwd" computes x @ w (with `fail`, its backward throws); "fwd_nested"
+/// computes y = x @ w, sends y back to worker0's "square" and returns square(y) * y.
 struct two_workers {
-  troupe::test::port_pipe pipe;
-  troupe::spawn_context children = troupe::spawn(1, [this](int) { worker1(pipe); });
-  troupe::node n{troupe::test::test_options(0, 2, 0)};
-  da::container c{n};
+  troupe::test::dist_job job{2};
+  tensor w = leaf(make_w());
 
   two_workers() {
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready/1"}, 10s);
+    auto& n1 = job.at(1);
+    n1.functions().add("fwd", [this](tensor x, bool fail) {
+      tensor y = troupe::matmul(x, w);
+      if (fail) troupe::register_hook(y, [](const tensor&) -> tensor { throw std::runtime_error("boom in worker1"); });
+      return y;
+    });
+    n1.functions().add("fwd_nested", [this, &n1](tensor x) {
+      tensor y = troupe::matmul(x, w);
+      tensor z = troupe::rpc_sync<tensor>(n1, "worker0", "square", y);
+      return troupe::mul(z, y);
+    });
+    job.at(0).functions().add("square", [](tensor y) { return troupe::mul(y, y); });
   }
-  /// Lets worker1 finish, shuts down gracefully; true if worker1 exited cleanly.
-  bool finish() {
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-    return children.join(10s);
-  }
+  tensor wgrad(da::context_id ctx) { return job[1].get_gradients(ctx).at(w); }
 };
 
-// The same computation done locally: leaves x and w whose .grad holds the reference gradients.
+/// worker0's part: x -> worker1 -> y; returns sum(y * y).
+tensor distributed_loss(troupe::node& n, const tensor& x, bool fail) {
+  tensor y = troupe::rpc_sync<tensor>(n, "worker1", "fwd", x, fail);
+  return troupe::sum(troupe::mul(y, y));
+}
+
+/// The same computation done locally: leaves x and w whose .grad holds the reference gradients.
 std::pair<tensor, tensor> local_reference() {
-  tensor xl = make_x(), wl = make_w();
-  troupe::set_requires_grad(xl);
-  troupe::set_requires_grad(wl);
+  tensor xl = leaf(make_x()), wl = leaf(make_w());
   tensor yl = troupe::matmul(xl, wl);
   troupe::backward(troupe::sum(troupe::mul(yl, yl)));
   return {xl, wl};
@@ -98,84 +74,110 @@ std::pair<tensor, tensor> local_reference() {
 
 }  // namespace
 
-TEST_CASE("gradients of a forward split over two workers equal the local ones bitwise and contexts are released",
+TEST_CASE("gradients of a forward split over two workers by rpc equal the local ones bitwise and contexts are released",
           "[dist_autograd]") {
-  two_workers job;
-  auto& n = job.n;
-  auto& c = job.c;
-
+  two_workers t;
   const auto [xl, wl] = local_reference();
-
-  tensor x = make_x();
-  troupe::set_requires_grad(x);
+  tensor x = leaf(make_x());
   for (int iter = 0; iter < 20; ++iter) {
-    da::context ctx(c);
-    c.backward(ctx.id(), {distributed_loss(n, c, ctx.id(), x, false)});
-    CHECK(troupe::equal(c.get_gradients(ctx.id()).at(x), troupe::grad(xl)));
-    CHECK(troupe::equal(troupe::rpc_sync<tensor>(n, "worker1", "wgrad", ctx.id()), troupe::grad(wl)));
+    da::context ctx(t.job[0]);
+    CHECK(t.job[0].current_context() == ctx.id());
+    t.job[0].backward(ctx.id(), {distributed_loss(t.job.at(0), x, false)});
+    CHECK(troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::grad(xl)));
+    CHECK(troupe::equal(t.wgrad(ctx.id()), troupe::grad(wl)));
     CHECK_FALSE(troupe::grad(x).defined());
-    CHECK(remote_contexts(n) == 1);
+    CHECK_FALSE(troupe::grad(t.w).defined());
+    CHECK(t.job[1].num_contexts() == 1);
   }
-  CHECK(c.num_contexts() == 0);
-  CHECK(remote_contexts(n) == 0);
-  CHECK(job.finish());
+  CHECK(t.job[0].current_context() == 0);
+  CHECK(t.job.contexts() == 0);
 }
 
-TEST_CASE("an exception in a remote backward fails the backward at the caller with the remote text",
+TEST_CASE("a tensor that travels worker0 -> worker1 -> worker0 in a nested call gives the local gradients bitwise",
           "[dist_autograd]") {
-  two_workers job;
-  auto& n = job.n;
-  auto& c = job.c;
-  tensor x = make_x();
-  troupe::set_requires_grad(x);
+  two_workers t;
+  tensor xl = leaf(make_x()), wl = leaf(make_w());
+  tensor yl = troupe::matmul(xl, wl);
+  troupe::backward(troupe::sum(troupe::mul(troupe::mul(yl, yl), yl)));
+  tensor x = leaf(make_x());
+  for (int iter = 0; iter < 10; ++iter) {
+    da::context ctx(t.job[0]);
+    tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "fwd_nested", x);
+    t.job[0].backward(ctx.id(), {troupe::sum(out)});
+    CHECK(troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::grad(xl)));
+    CHECK(troupe::equal(t.wgrad(ctx.id()), troupe::grad(wl)));
+  }
+  CHECK(t.job.contexts() == 0);
+}
+
+TEST_CASE("an exception in a remote backward fails the caller's backward with the remote text and releases the context",
+          "[dist_autograd]") {
+  two_workers t;
+  tensor x = leaf(make_x());
   {
-    da::context ctx(c);
-    tensor loss = distributed_loss(n, c, ctx.id(), x, true);
+    da::context ctx(t.job[0]);
+    tensor loss = distributed_loss(t.job.at(0), x, true);
+    REQUIRE(t.job[1].num_contexts() == 1);
     try {
-      c.backward(ctx.id(), {loss});
+      t.job[0].backward(ctx.id(), {loss});
       FAIL("the remote exception did not reach the caller");
     } catch (const troupe::error& e) {
       CHECK(e.code() == errc::remote_exception);
       CHECK_THAT(e.what(), Catch::Contains("boom in worker1"));
     }
-    CHECK_FALSE(c.get_gradients(ctx.id()).contains(x));
+    CHECK_FALSE(t.job[0].get_gradients(ctx.id()).contains(x));
+    CHECK(t.job[1].num_contexts() == 0);  // a failed backward released it on the other worker
   }
-  CHECK(remote_contexts(n) == 0);
-  CHECK(job.finish());
+  CHECK(t.job.contexts() == 0);
+  try {
+    da::context ctx(t.job[0]);
+    tensor plain = troupe::ones({1});
+    t.job[0].backward(ctx.id(), {plain});
+    FAIL("a root without grad was accepted");
+  } catch (const troupe::error& e) {
+    CHECK(e.code() == errc::autograd_error);
+  }
 }
 
-TEST_CASE("retain_graph allows a second distributed backward and concurrent contexts do not mix gradients",
-          "[dist_autograd]") {
-  two_workers job;
-  auto& n = job.n;
-  auto& c = job.c;
+TEST_CASE("retain_graph allows a second distributed backward that accumulates in the context", "[dist_autograd]") {
+  two_workers t;
   const auto [xl, wl] = local_reference();
-  tensor x = make_x();
-  troupe::set_requires_grad(x);
-  {
-    da::context ctx(c);
-    tensor loss = distributed_loss(n, c, ctx.id(), x, false);
-    c.backward(ctx.id(), {loss}, /*retain_graph=*/true);
-    c.backward(ctx.id(), {loss});
-    CHECK(troupe::equal(c.get_gradients(ctx.id()).at(x), troupe::mul(troupe::grad(xl), 2.0)));
-    CHECK(troupe::equal(troupe::rpc_sync<tensor>(n, "worker1", "wgrad", ctx.id()), troupe::mul(troupe::grad(wl), 2.0)));
-  }
-  // Two threads, one context each, the same leaf: each context holds exactly one pass's gradients.
+  tensor x = leaf(make_x());
+  da::context ctx(t.job[0]);
+  tensor loss = distributed_loss(t.job.at(0), x, false);
+  t.job[0].backward(ctx.id(), {loss}, /*retain_graph=*/true);
+  t.job[0].backward(ctx.id(), {loss}, /*retain_graph=*/true);
+  t.job[0].backward(ctx.id(), {loss});
+  CHECK(troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::mul(troupe::grad(xl), 3.0)));
+  CHECK(troupe::equal(t.wgrad(ctx.id()), troupe::mul(troupe::grad(wl), 3.0)));
+  CHECK_THROWS_AS(t.job[0].backward(ctx.id(), {loss}), troupe::error);  // the graph was freed
+}
+
+TEST_CASE("two threads running distributed backward in their own contexts do not mix gradients", "[dist_autograd]") {
+  two_workers t;
+  const auto [xl, wl] = local_reference();
+  tensor x = leaf(make_x());
   std::atomic<int> good{0};
   auto one = [&] {
     for (int i = 0; i < 50; ++i) {
-      da::context ctx(c);
-      c.backward(ctx.id(), {distributed_loss(n, c, ctx.id(), x, false)});
-      const bool ok = troupe::equal(c.get_gradients(ctx.id()).at(x), troupe::grad(xl)) &&
-                      troupe::equal(troupe::rpc_sync<tensor>(n, "worker1", "wgrad", ctx.id()), troupe::grad(wl));
-      if (ok) good.fetch_add(1);
+      da::context ctx(t.job[0]);
+      t.job[0].backward(ctx.id(), {distributed_loss(t.job.at(0), x, false)});
+      if (troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::grad(xl)) &&
+          troupe::equal(t.wgrad(ctx.id()), troupe::grad(wl)))
+        good.fetch_add(1);
     }
   };
   std::thread t1(one), t2(one);
   t1.join();
   t2.join();
   CHECK(good.load() == 100);
-  CHECK(c.num_contexts() == 0);
-  CHECK(remote_contexts(n) == 0);
-  CHECK(job.finish());
+  CHECK(t.job.contexts() == 0);
+}
+
+TEST_CASE("an rpc outside any context records nothing and creates no context", "[dist_autograd]") {
+  two_workers t;
+  tensor x = leaf(make_x());
+  tensor y = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "fwd", x, false);
+  CHECK_FALSE(y.requires_grad());
+  CHECK(t.job.contexts() == 0);
 }

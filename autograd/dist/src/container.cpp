@@ -1,13 +1,13 @@
+// Contexts, PropagateGradients and release (Notes [dist autograd recording] in container.hpp and
+// [FAST mode backward] in fast_engine.hpp).
 #include "troupe/dist_autograd/container.hpp"
 
-#include <atomic>
-#include <mutex>
-#include <set>
-#include <unordered_map>
+#include <thread>
 
+#include "container_impl.hpp"
+#include "fast_engine.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/autograd/autograd_meta.hpp"
-#include "troupe/autograd/engine.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/error.hpp"
@@ -16,10 +16,17 @@
 namespace troupe::dist_autograd {
 
 namespace {
-constexpr const char* propagate_name = "__troupe_dist_autograd_propagate";
-constexpr const char* release_name = "__troupe_dist_autograd_release";
-constexpr int release_attempts = 3;
+constexpr std::size_t max_remembered_releases = 65536;
+thread_local current_context_slot tls_current;
+
+/// Installs `ic` on `n` once the runtime offers node::set_interceptor (Note [call interceptor]).
+template <class Node>
+void install_interceptor(Node& n, std::shared_ptr<rpc::call_interceptor> ic) {
+  if constexpr (requires(Node& x) { x.set_interceptor(ic); }) n.set_interceptor(std::move(ic));
+}
 }  // namespace
+
+current_context_slot& current_slot() { return tls_current; }
 
 // ---- gradient_map ----------------------------------------------------------------------------
 
@@ -41,251 +48,268 @@ void gradient_map::accumulate(const tensor& leaf, const tensor& grad) {
   it->second.second = fresh ? grad.detach().clone() : add(it->second.second, grad);
 }
 
-// ---- the per-worker state --------------------------------------------------------------------
+// ---- contexts --------------------------------------------------------------------------------
+
+container::impl::impl(node& nd, container_options o)
+    : n(nd), opts(o), worker_bits(static_cast<std::uint64_t>(nd.info().rank) << 48) {}
+
+std::shared_ptr<context_state> container::impl::find_if(context_id id) const {
+  std::lock_guard<std::mutex> lock(m);
+  auto it = contexts.find(id);
+  return it == contexts.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<context_state> container::impl::find(context_id id, const char* op) const {
+  auto ctx = find_if(id);
+  if (!ctx)
+    throw error(errc::bad_argument, std::string("dist_autograd::") + op + ": unknown context " + std::to_string(id) +
+                                        " on " + n.info().name);
+  return ctx;
+}
+
+std::shared_ptr<context_state> container::impl::find_or_create(context_id id) {
+  std::lock_guard<std::mutex> lock(m);
+  if (released.count(id)) return nullptr;
+  auto& slot = contexts[id];
+  if (!slot) slot = std::make_shared<context_state>(id);
+  return slot;
+}
+
+message_id container::impl::record_send(context_state& ctx, const tensor_list& tensors, const std::string& to) {
+  edge_list edges;
+  for (const auto& t : tensors) edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : edge{});
+  const message_id msg = new_id();
+  auto send = std::make_shared<send_function>(std::move(edges));
+  std::lock_guard<std::mutex> lock(ctx.m);
+  ctx.sends.emplace(msg, std::move(send));
+  ctx.workers.insert(to);
+  return msg;
+}
+
+std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, message_id msg,
+                                                             const std::string& from, std::uint32_t num) {
+  std::weak_ptr<impl> weak = weak_from_this();
+  auto propagate = [weak, id = ctx.id, msg, from](const tensor_list& grads) {
+    run_info* run = current_run();
+    auto self = weak.lock();
+    if (!run || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
+    propagation p{from, id, msg, run->pass, run->retain, grads, 0, {}};
+    start_propagation(self->n, self->opts, p);
+    run->started->push_back(std::move(p));
+  };
+  auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
+  std::lock_guard<std::mutex> lock(ctx.m);
+  ctx.recvs.emplace(msg, recv);
+  ctx.workers.insert(from);
+  return recv;
+}
+
+// ---- PropagateGradients ------------------------------------------------------------------------
+
+void start_propagation(node& n, const container_options& opts, propagation& p) {
+  p.result = rpc_async<std::int32_t>(n, p.to, propagate_name, rpc::deadline{opts.propagate_timeout}, p.ctx, p.msg,
+                                     p.pass, static_cast<std::int32_t>(p.attempt), p.grads, p.retain);
+}
+
+void container::impl::drain(context_state& ctx, std::vector<propagation>& started) {
+  std::exception_ptr first;
+  for (auto& p : started) {
+    for (;;) {
+      try {
+        p.result.get();  // bounded by the attempt's deadline
+        break;
+      } catch (const error& e) {
+        if (e.code() == errc::timeout && p.attempt + 1 < opts.attempts) {
+          std::this_thread::sleep_for(opts.backoff * (1 << p.attempt));  // backoff before a retry
+          ++p.attempt;
+          start_propagation(n, opts, p);
+          continue;
+        }
+        if (e.code() == errc::peer_lost) {
+          std::lock_guard<std::mutex> lock(ctx.m);
+          ctx.lost.insert(p.to);
+        }
+        if (!first) first = std::current_exception();
+        break;
+      }
+    }
+  }
+  started.clear();
+  if (first) std::rethrow_exception(first);
+}
+
+void container::impl::run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads,
+                                      bool retain) {
+  std::shared_ptr<send_function> send;
+  {
+    std::lock_guard<std::mutex> lock(ctx.m);
+    if (auto it = ctx.sends.find(msg); it != ctx.sends.end()) send = it->second;
+  }
+  if (!send)
+    throw error(errc::bad_argument, "dist_autograd::propagate on " + n.info().name + ": no send function for message " +
+                                        std::to_string(msg) + " in context " + std::to_string(ctx.id));
+  if (grads.size() != send->next_edges().size())
+    throw error(errc::bad_argument, "dist_autograd::propagate on " + n.info().name + ": " +
+                                        std::to_string(grads.size()) + " gradients for a send of " +
+                                        std::to_string(send->next_edges().size()) + " tensors");
+  std::vector<propagation> started;
+  std::exception_ptr err;
+  try {
+    execute_fast(ctx, pass, retain, send, grads, started);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  try {
+    drain(ctx, started);  // even after an error: nothing this run started is left behind
+  } catch (...) {
+    if (!err) err = std::current_exception();
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t /*attempt*/,
+                                   const tensor_list& grads, bool retain) {
+  auto ctx = find(id, "propagate");
+  std::shared_ptr<handled_propagation> h;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(ctx->m);
+    auto& slot = ctx->handled[{msg, pass}];
+    if (!slot) {
+      slot = std::make_shared<handled_propagation>();
+      first = true;
+    }
+    h = slot;
+  }
+  if (!first) {  // a duplicate or a retry: answer with the first one's outcome
+    std::unique_lock<std::mutex> lock(h->m);
+    if (!h->cv.wait_for(lock, opts.propagate_timeout, [&] { return h->done; }))
+      throw error(errc::timeout, "dist_autograd::propagate on " + n.info().name + ": the first attempt of message " +
+                                     std::to_string(msg) + " did not finish in time");
+    if (h->error) std::rethrow_exception(h->error);
+    return;
+  }
+  std::exception_ptr err;
+  try {
+    run_propagation(*ctx, msg, pass, grads, retain);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(h->m);
+    h->done = true;
+    h->error = err;
+  }
+  h->cv.notify_all();
+  if (err) std::rethrow_exception(err);
+}
+
+// ---- release ---------------------------------------------------------------------------------
+
+std::set<std::string> container::impl::drop(context_id id) {
+  std::shared_ptr<context_state> ctx;
+  {
+    std::lock_guard<std::mutex> lock(m);
+    if (released.insert(id).second) {
+      released_order.push_back(id);
+      if (released_order.size() > max_remembered_releases) {
+        released.erase(released_order.front());
+        released_order.pop_front();
+      }
+    }
+    auto it = contexts.find(id);
+    if (it == contexts.end()) return {};
+    ctx = std::move(it->second);
+    contexts.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(ctx->m);
+  std::set<std::string> out;
+  for (const auto& w : ctx->workers)
+    if (!ctx->lost.count(w)) out.insert(w);
+  return out;
+}
 
 namespace {
-/// One context on one worker.
-struct context_state {
-  std::mutex m;
-  std::unordered_map<message_id, std::shared_ptr<send_function>> sends;
-  std::unordered_map<message_id, std::shared_ptr<recv_function>> recvs;
-  gradient_map grads;
-  std::set<std::string> workers;  ///< the workers this context exchanged tensors with
-  std::vector<std::pair<std::string, rpc::future<std::int32_t>>> outstanding;  ///< (to, propagation) not waited for
-  std::set<std::string> lost;  ///< workers a propagation found dead (no release is sent to them)
-  bool retain = false;  ///< retain_graph of the latest pass here (forwarded with propagations)
-};
+/// Sends release(id) to `workers` in parallel, retrying timed-out attempts with backoff.
+void send_releases(node& n, const container_options& opts, context_id id, const std::set<std::string>& workers) {
+  struct attempt {
+    std::string to;
+    rpc::future<std::int32_t> f;
+  };
+  std::vector<attempt> pending;
+  auto start = [&](const std::string& to) {
+    return rpc_async<std::int32_t>(n, to, release_name, rpc::deadline{opts.release_timeout}, id, n.info().name);
+  };
+  for (const auto& w : workers) pending.push_back({w, start(w)});
+  for (int round = 1; !pending.empty(); ++round) {
+    std::vector<attempt> retry;
+    for (auto& a : pending) {
+      try {
+        a.f.get();
+      } catch (const error& e) {
+        if (e.code() == errc::timeout && round < opts.attempts) retry.push_back(std::move(a));
+        // Otherwise the peer is gone or refused: nothing is left to release there.
+      }
+    }
+    if (!retry.empty()) std::this_thread::sleep_for(opts.backoff * (1 << (round - 1)));
+    for (auto& a : retry) a.f = start(a.to);
+    pending = std::move(retry);
+  }
+}
 }  // namespace
 
-struct container::impl : std::enable_shared_from_this<container::impl> {
-  node& n;
-  std::uint64_t worker_bits;
-  std::atomic<std::uint64_t> next_context{0};
-  std::atomic<std::uint64_t> next_message{0};
-  mutable std::mutex m;
-  std::unordered_map<context_id, std::shared_ptr<context_state>> contexts;
-
-  explicit impl(node& nd)
-      : n(nd), worker_bits(static_cast<std::uint64_t>(nd.info().rank) << 48) {}
-
-  std::shared_ptr<context_state> find(context_id id, const char* op) const {
-    std::lock_guard<std::mutex> lock(m);
-    auto it = contexts.find(id);
-    if (it == contexts.end())
-      throw error(errc::bad_argument, std::string("dist_autograd::") + op + ": unknown context " + std::to_string(id) +
-                                          " on " + n.info().name);
-    return it->second;
-  }
-
-  std::shared_ptr<context_state> find_or_create(context_id id) {
-    std::lock_guard<std::mutex> lock(m);
-    auto& slot = contexts[id];
-    if (!slot) slot = std::make_shared<context_state>();
-    return slot;
-  }
-
-  /// Runs the engine from `roots`, capturing leaf gradients into `ctx`.
-  static void run_pass(context_state& ctx, std::vector<std::pair<edge, tensor>> roots, bool retain) {
-    graph_task task;
-    task.roots = std::move(roots);
-    task.retain_graph = retain;
-    task.capture_leaves = true;
-    task.capture = [&ctx](const edge& e, const tensor& g) {
-      auto* acc = dynamic_cast<accumulate_grad*>(e.fn.get());
-      if (!acc) return;
-      std::lock_guard<std::mutex> lock(ctx.m);
-      ctx.grads.accumulate(acc->variable(), g);
-    };
-    engine().execute(task);
-  }
-
-  /// Waits for every propagation recorded in `ctx` (also those added meanwhile); rethrows the
-  /// first error after all completed or failed.
-  void drain(context_state& ctx) const {
-    std::exception_ptr first;
-    for (;;) {
-      std::vector<std::pair<std::string, rpc::future<std::int32_t>>> batch;
-      {
-        std::lock_guard<std::mutex> lock(ctx.m);
-        batch.swap(ctx.outstanding);
-      }
-      if (batch.empty()) break;
-      for (auto& [to, f] : batch) {
-        try {
-          f.get();  // bounded by the call's deadline
-        } catch (const error& e) {
-          if (e.code() == errc::peer_lost) {
-            std::lock_guard<std::mutex> lock(ctx.m);
-            ctx.lost.insert(to);
-          }
-          if (!first) first = std::current_exception();
-        } catch (...) {
-          if (!first) first = std::current_exception();
-        }
-      }
-    }
-    if (first) std::rethrow_exception(first);
-  }
-
-  /// The propagate callback of a recv_function recorded under (ctx, msg) from `from`.
-  recv_function::propagate_fn propagator(context_id id, message_id msg, std::string from) {
-    std::weak_ptr<impl> weak = weak_from_this();
-    return [weak, id, msg, from = std::move(from)](const tensor_list& grads) {
-      auto self = weak.lock();
-      if (!self) throw error(errc::invalid_state, "dist_autograd: the container was destroyed during backward");
-      auto ctx = self->find(id, "backward");
-      bool retain = false;
-      {
-        std::lock_guard<std::mutex> lock(ctx->m);
-        retain = ctx->retain;
-      }
-      auto f = rpc_async<std::int32_t>(self->n, from, propagate_name, id, msg, grads, retain);
-      std::lock_guard<std::mutex> lock(ctx->m);
-      ctx->outstanding.emplace_back(from, std::move(f));
-    };
-  }
-
-  /// The handler of PropagateGradients: runs the send function `msg` of context `id`.
-  std::int32_t on_propagate(context_id id, message_id msg, const tensor_list& grads, bool retain) {
-    auto ctx = find(id, "propagate");
-    std::shared_ptr<send_function> send;
-    {
-      std::lock_guard<std::mutex> lock(ctx->m);
-      auto it = ctx->sends.find(msg);
-      if (it != ctx->sends.end()) send = it->second;
-    }
-    if (!send)
-      throw error(errc::bad_argument, "dist_autograd::propagate: no send function for message " +
-                                          std::to_string(msg) + " in context " + std::to_string(id));
-    if (grads.size() != send->next_edges().size())
-      throw error(errc::bad_argument, "dist_autograd::propagate: " + std::to_string(grads.size()) +
-                                          " gradients for a send of " + std::to_string(send->next_edges().size()));
-    {
-      std::lock_guard<std::mutex> lock(ctx->m);
-      ctx->retain = retain;
-    }
-    std::vector<std::pair<edge, tensor>> roots;
-    for (std::size_t i = 0; i < grads.size(); ++i)
-      roots.emplace_back(edge{send, static_cast<std::uint32_t>(i)}, grads[i]);
-    std::exception_ptr err;
-    try {
-      run_pass(*ctx, std::move(roots), retain);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    finish(*ctx, err);
-    return 0;
-  }
-
-  /// Waits for what a pass started, even after an error, then rethrows the first error.
-  void finish(context_state& ctx, std::exception_ptr err) const {
-    try {
-      drain(ctx);
-    } catch (...) {
-      if (!err) err = std::current_exception();
-    }
-    if (err) std::rethrow_exception(err);
-  }
-
-  /// Removes the context here; returns the workers to forward the release to (not those lost).
-  std::set<std::string> drop(context_id id) {
-    std::shared_ptr<context_state> ctx;
-    {
-      std::lock_guard<std::mutex> lock(m);
-      auto it = contexts.find(id);
-      if (it == contexts.end()) return {};
-      ctx = std::move(it->second);
-      contexts.erase(it);
-    }
-    std::lock_guard<std::mutex> lock(ctx->m);
-    std::set<std::string> out;
-    for (const auto& w : ctx->workers)
-      if (!ctx->lost.count(w)) out.insert(w);
-    return out;
-  }
-
-  void release_everywhere(context_id id) {
-    for (const auto& w : drop(id)) {
-      for (int attempt = 0; attempt < release_attempts; ++attempt) {
-        try {
-          rpc_sync<std::int32_t>(n, w, release_name, id);
-          break;
-        } catch (const error& e) {
-          if (e.code() != errc::timeout) break;  // peer gone or refused: nothing left to release
-        }
-      }
-    }
-  }
-};
+void container::impl::release_everywhere(context_id id, const std::string& except) {
+  auto workers = drop(id);
+  workers.erase(except);
+  send_releases(n, opts, id, workers);
+}
 
 // ---- container ------------------------------------------------------------------------------
 
-container::container(node& n) : impl_(std::make_shared<impl>(n)) {
+container::container(node& n, container_options opts) : impl_(std::make_shared<impl>(n, opts)) {
   std::weak_ptr<impl> weak = impl_;
-  n.functions().add(propagate_name, [weak](std::uint64_t id, std::uint64_t msg, tensor_list grads, bool retain) {
+  n.functions().add(propagate_name, [weak](std::uint64_t id, std::uint64_t msg, std::uint64_t pass,
+                                           std::int32_t attempt, tensor_list grads, bool retain) {
     auto self = weak.lock();
     if (!self) throw error(errc::invalid_state, "dist_autograd: no container on this worker");
-    return self->on_propagate(id, msg, grads, retain);
-  });
-  n.functions().add(release_name, [weak](std::uint64_t id) {
-    if (auto self = weak.lock()) self->release_everywhere(id);
+    self->on_propagate(id, msg, pass, attempt, grads, retain);
     return std::int32_t{0};
   });
+  n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {
+    if (auto self = weak.lock()) self->release_everywhere(id, from);
+    return std::int32_t{0};
+  });
+  impl_->recorder = make_recorder(impl_);
+  install_interceptor(n, impl_->recorder);
 }
+
+std::shared_ptr<rpc::call_interceptor> container::interceptor() const { return impl_->recorder; }
 
 container::~container() = default;
 
+node& container::this_node() noexcept { return impl_->n; }
+
 context_id container::create_context() {
-  const context_id id = impl_->worker_bits | (impl_->next_context.fetch_add(1) + 1);
+  const context_id id = impl_->new_id();
   impl_->find_or_create(id);
   return id;
 }
 
-void container::release(context_id id) { impl_->release_everywhere(id); }
+void container::release(context_id id) { impl_->release_everywhere(id, std::string()); }
 
 std::size_t container::num_contexts() const {
   std::lock_guard<std::mutex> lock(impl_->m);
   return impl_->contexts.size();
 }
 
-message_id container::record_send(context_id ctx_id, const tensor_list& tensors, const std::string& to) {
-  auto ctx = impl_->find(ctx_id, "record_send");
-  edge_list edges;
-  for (const auto& t : tensors) edges.push_back(t.defined() ? gradient_edge(t) : edge{});
-  const message_id msg = impl_->worker_bits | (impl_->next_message.fetch_add(1) + 1);
-  std::lock_guard<std::mutex> lock(ctx->m);
-  ctx->sends.emplace(msg, std::make_shared<send_function>(std::move(edges)));
-  ctx->workers.insert(to);
-  return msg;
-}
-
-tensor_list container::record_recv(context_id ctx_id, message_id msg, const std::string& from,
-                                   const tensor_list& tensors) {
-  auto ctx = impl_->find_or_create(ctx_id);
-  auto recv = std::make_shared<recv_function>(static_cast<std::uint32_t>(tensors.size()), from,
-                                              impl_->propagator(ctx_id, msg, from));
-  tensor_list out;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const tensor& t = tensors[i];
-    if (!t.defined() || !is_floating(t.dtype())) {
-      out.push_back(t);
-      continue;
-    }
-    tensor r = t.detach();
-    auto& meta = materialize_meta(r);
-    meta.grad_fn = recv;
-    meta.output_nr = static_cast<std::uint32_t>(i);
-    out.push_back(std::move(r));
-  }
-  std::lock_guard<std::mutex> lock(ctx->m);
-  ctx->recvs.emplace(msg, std::move(recv));
-  ctx->workers.insert(from);
-  return out;
+context_id container::current_context() const {
+  return tls_current.owner == impl_.get() ? tls_current.id : 0;
 }
 
 void container::backward(context_id ctx_id, const tensor_list& roots, bool retain_graph) {
   auto ctx = impl_->find(ctx_id, "backward");
-  std::vector<std::pair<edge, tensor>> task_roots;
+  edge_list edges;
+  tensor_list grads;
   for (std::size_t i = 0; i < roots.size(); ++i) {
     const tensor& r = roots[i];
     if (!r.defined() || !r.requires_grad())
@@ -293,19 +317,31 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
     if (r.numel() != 1)
       throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " has " +
                                             std::to_string(r.numel()) + " elements, expected one");
-    task_roots.emplace_back(gradient_edge(r), ones_like(r));
+    edges.push_back(gradient_edge(r));
+    grads.push_back(ones_like(r));
   }
-  {
-    std::lock_guard<std::mutex> lock(ctx->m);
-    ctx->retain = retain_graph;
-  }
+  auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
+  std::vector<propagation> started;
   std::exception_ptr err;
   try {
-    impl::run_pass(*ctx, std::move(task_roots), retain_graph);
+    execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, started);
   } catch (...) {
     err = std::current_exception();
   }
-  impl_->finish(*ctx, err);
+  try {
+    impl_->drain(*ctx, started);
+  } catch (...) {
+    if (!err) err = std::current_exception();
+  }
+  if (!err) return;
+  std::set<std::string> others;  // a failed backward releases the context on the other workers
+  {
+    std::lock_guard<std::mutex> lock(ctx->m);
+    for (const auto& w : ctx->workers)
+      if (!ctx->lost.count(w)) others.insert(w);
+  }
+  send_releases(impl_->n, impl_->opts, ctx_id, others);
+  std::rethrow_exception(err);
 }
 
 gradient_map container::get_gradients(context_id ctx_id) const {
@@ -316,9 +352,13 @@ gradient_map container::get_gradients(context_id ctx_id) const {
 
 // ---- context --------------------------------------------------------------------------------
 
-context::context(container& c) : c_(c), id_(c.create_context()) {}
+context::context(container& c)
+    : c_(c), id_(c.create_context()), previous_owner_(tls_current.owner), previous_(tls_current.id) {
+  tls_current = {c.impl_.get(), id_};
+}
 
 context::~context() {
+  tls_current = {static_cast<const container::impl*>(previous_owner_), previous_};
   try {
     c_.release(id_);
   } catch (...) {  // a destructor never throws; release is best effort by design

@@ -1,34 +1,35 @@
 #pragma once
 /// \file container.hpp
-/// Distributed autograd contexts (FAST mode), first slice.
+/// Distributed autograd contexts (FAST mode).
 ///
 ///   troupe::dist_autograd::container dist(n);          // one per node, owned by the caller
 ///   {
-///     troupe::dist_autograd::context ctx(dist);
-///     auto msg = dist.record_send(ctx.id(), {x}, "worker1");
-///     auto [m2, y] = troupe::rpc_sync<std::tuple<std::uint64_t, tensor>>(n, "worker1", "fwd", ctx.id(), msg, x);
-///     tensor y2 = dist.record_recv(ctx.id(), m2, "worker1", {y})[0];
-///     dist.backward(ctx.id(), {sum(y2)});
+///     troupe::dist_autograd::context ctx(dist);        // current on this thread until its end
+///     tensor y = troupe::rpc_sync<tensor>(n, "worker1", "fwd", x);  // send/recv recorded
+///     dist.backward(ctx.id(), {sum(y)});
 ///     auto g = dist.get_gradients(ctx.id());           // leaf -> gradient, this worker only
 ///   }                                                   // released on every worker involved
 ///
-/// Note [dist backward, this slice]
-/// - The RPC layer does not yet record send/recv functions by itself (the interception
-///   interface is not wired into the codec): the caller records them with record_send /
-///   record_recv on both ends, passing the context and message ids in the call.
-/// - backward runs the local engine from the roots with leaf capture (gradients go into the
-///   context, never into .grad). A recv_function's backward sends PropagateGradients
-///   (`__troupe_dist_autograd_propagate`) to the sender asynchronously and records the future
-///   in the context; the sender's handler runs the matching send_function's subgraph the same
-///   way and waits for the propagations it started itself before answering. backward returns
-///   when all futures it (transitively) waited for completed; the first error (the remote text,
-///   or peer_lost / timeout from the RPC future) is rethrown after all were waited for.
-/// - Each propagation runs its send function's subgraph as a separate engine pass: when two
-///   send functions of one worker share an intermediate node, that node runs once per pass.
-///   Dependencies across send functions (the design's first-time computation) are not done yet.
-/// - Release: ~context (or release()) drops the local state and sends
-///   `__troupe_dist_autograd_release` to every worker this context exchanged tensors with, up to
-///   3 attempts each; a worker forwards it to its own peers. Unknown ids are ignored (idempotent).
+/// Note [dist autograd recording]
+/// The container installs a call interceptor on its node (Note [call interceptor]). While a
+/// context is current on the calling thread, every RPC (rpc_sync / rpc_async, remote, RRef
+/// methods, to_here) carries meta bytes (context id, message id, sender, one requires-grad flag
+/// per tensor of the payload). When a tensor of the payload requires grad, the sender records a
+/// send_function and the receiver a recv_function under (context id, message id); the same holds
+/// for the response. A served call runs with the caller's context current, so RPCs the callee
+/// makes propagate it; a worker that sees a context id for the first time creates the context and
+/// remembers the caller as a worker involved (and the caller remembers the callee).
+///
+///   worker0 (ctx current)                          worker1
+///   rpc(x) --meta{ctx, m1, worker0, [1]}----------> recv_fn m1 = grad_fn(x')   [ctx current]
+///          send_fn m1 -> edge(x)                    y = f(x')
+///   recv_fn m2 = grad_fn(y') <----meta{ctx, m2, worker1, [1]}-- send_fn m2 -> edge(y)
+///
+/// Note [FAST mode backward] is in fast_engine.hpp (private). Release: ~context (or release())
+/// drops the local state and sends `__troupe_dist_autograd_release` to every worker involved
+/// (in parallel, retried with backoff on timeout); a worker forwards it to its own peers.
+/// Unknown ids are ignored; a released id is remembered for a while so a late message does not
+/// recreate it (idempotent).
 
 #include <chrono>
 #include <cstdint>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "troupe/actors/node.hpp"
+#include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/dist_autograd/functions.hpp"
 #include "troupe/tensors/tensor.hpp"
 
@@ -59,9 +61,23 @@ class gradient_map {
   std::map<const void*, std::pair<tensor, tensor>> entries_;  // key: the leaf's autograd metadata
 };
 
+/// Timeouts and retries of the container's control messages.
+struct container_options {
+  /// Deadline of one PropagateGradients attempt (a lost one is retried after it).
+  std::chrono::milliseconds propagate_timeout{10000};
+  /// Deadline of one release attempt.
+  std::chrono::milliseconds release_timeout{2000};
+  /// Attempts per control message (propagate, release) before giving up.
+  int attempts = 4;
+  /// Backoff before the second attempt; doubles on each later one.
+  std::chrono::milliseconds backoff{20};
+};
+
 class container;
 
-/// RAII: a new context on `c` for this object's lifetime; released on every worker at the end.
+/// RAII: a new context on `c`, current on this thread for this object's lifetime (RPCs made
+/// meanwhile are recorded in it); released on every worker at the end. Create and destroy it on
+/// the same thread.
 class context {
  public:
   explicit context(container& c);
@@ -74,46 +90,53 @@ class context {
  private:
   container& c_;
   context_id id_;
+  const void* previous_owner_;
+  context_id previous_;
 };
 
 /// The distributed autograd state of one worker: its contexts, by id. Attach one per node (it
-/// registers the reserved functions on the node); it must outlive calls made through it.
+/// registers the reserved functions and the call interceptor on the node); it must outlive calls
+/// made through it.
 class container {
  public:
-  /// Registers `__troupe_dist_autograd_propagate` and `__troupe_dist_autograd_release` on `n`.
-  explicit container(node& n);
+  /// Registers `__troupe_dist_autograd_propagate` / `_release` and the interceptor on `n`.
+  explicit container(node& n, container_options opts = {});
   ~container();
   container(const container&) = delete;
   container& operator=(const container&) = delete;
 
-  /// Creates a context with a new globally unique id (worker rank << 48 | counter).
+  /// Creates a context with a new globally unique id (worker rank << 48 | counter). It is not
+  /// made current (context does that).
   context_id create_context();
-  /// Drops the context here and on every worker it exchanged tensors with (best effort,
-  /// bounded, idempotent). Unknown ids are ignored.
+  /// Drops the context here and on every worker involved (bounded, idempotent, retried). Unknown
+  /// ids are ignored. Blocks up to attempts × release_timeout per hop.
   void release(context_id id);
   /// Number of live contexts on this worker (for leak checks).
   std::size_t num_contexts() const;
+  /// The context current on this thread for this container (0: none).
+  context_id current_context() const;
 
-  /// Sender side: records a send_function for `tensors` sent to `to`; returns its message id
-  /// (pass it to the receiver). Throws bad_argument for an unknown context.
-  message_id record_send(context_id ctx, const tensor_list& tensors, const std::string& to);
-  /// Receiver side: records a recv_function for tensors that came from `from` under
-  /// (ctx, msg) and returns them with it as grad_fn (floating tensors only). Creates the
-  /// context here if this worker has not seen it yet.
-  tensor_list record_recv(context_id ctx, message_id msg, const std::string& from, const tensor_list& tensors);
-
-  /// Runs the distributed backward of `roots` (local tensors of one element each, gradient 1)
-  /// in context `ctx`; returns when every worker's part finished. Throws autograd_error for a
-  /// root that does not require grad or has more than one element, bad_argument for an
-  /// unknown context, or the first error of any worker (remote_exception with the remote text,
-  /// peer_lost, timeout).
+  /// Runs the distributed backward of `roots` (local one-element tensors, gradient 1) in context
+  /// `ctx`; returns when every worker's part and every propagation finished. Throws
+  /// autograd_error for a root that does not require grad or has more than one element,
+  /// bad_argument for an unknown context, or the first error of any worker (remote_exception with
+  /// the remote text, peer_lost naming the worker, timeout). A failed backward releases the
+  /// context on the other workers (the local one stays until the context ends).
   void backward(context_id ctx, const tensor_list& roots, bool retain_graph = false);
-  /// The gradients accumulated in `ctx` on this worker (a copy).
+  /// The gradients accumulated in `ctx` on this worker (a copy). Throws bad_argument for an
+  /// unknown context.
   gradient_map get_gradients(context_id ctx) const;
+
+  /// The node this container is attached to.
+  node& this_node() noexcept;
+  /// The call interceptor the container installed on its node (the same object each time); a
+  /// runtime or a test may drive it by hand (Note [call interceptor]).
+  std::shared_ptr<rpc::call_interceptor> interceptor() const;
 
   struct impl;
 
  private:
+  friend class context;
   std::shared_ptr<impl> impl_;
 };
 

@@ -1,0 +1,52 @@
+#pragma once
+// The distributed engine, FAST mode (Note [FAST mode backward]).
+//
+// Note [FAST mode backward]
+// A backward pass has an id (pass = a new id of the worker that holds the roots); every
+// PropagateGradients carries it. The first time a worker runs anything of a pass for a context
+// (the root worker: backward(); the others: the first propagation that arrives) it computes the
+// dependencies of the context once, from the roots (if here) and ALL send functions of the
+// context, and keeps them with the input buffers in the context (graph_pass). Each later entry
+// (a propagation running its send function) feeds the same counters, so a node shared by the
+// subgraphs of two send functions runs once, after the gradients of both arrived, exactly as the
+// local engine would run it.
+//
+//   worker0                          worker1 (first propagation of pass p: computes deps)
+//   backward: deps(roots + sends)    send_a ──┐
+//   recv_b ──PropagateGradients(p)──>         ├─> shared node (deps 2) ─> acc(w) -> context grads
+//   recv_c ──PropagateGradients(p)──> send_b ─┘
+//
+// Runs of one context on one worker are serialised (context_state::run). A leaf's gradient goes
+// into the context (the leaf's tensor hooks run first; .grad is never touched); recv functions
+// start a PropagateGradients to their sender and the run that started it waits for it (with
+// retries) before it answers its own caller, so the root's backward returns only when every
+// worker's part finished. Limitation (as in PyTorch's FAST mode): a node that depends on a send
+// function whose gradients never arrive in the pass (its tensor was not used) never runs.
+// A new pass (retain_graph) recomputes the dependencies; buffers of the previous pass are dropped.
+
+#include <memory>
+#include <vector>
+
+#include "container_impl.hpp"
+
+namespace troupe::dist_autograd {
+
+/// The engine run executing on the current thread, read by recv functions.
+struct run_info {
+  context_id ctx = 0;
+  std::uint64_t pass = 0;
+  bool retain = false;
+  std::vector<propagation>* started = nullptr;
+};
+
+/// The run on this thread, or null outside a run.
+run_info* current_run();
+
+/// Runs `entry` (a graph_root on the root worker, a send function elsewhere) with `inputs` as
+/// part of pass `pass` of `ctx`, computing the pass's dependencies first if this worker has not
+/// seen it. Propagations started go to `started`. Blocks the calling thread; throws the first
+/// node error (troupe::error naming the node).
+void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std::shared_ptr<grad_node>& entry,
+                  tensor_list inputs, std::vector<propagation>& started);
+
+}  // namespace troupe::dist_autograd
