@@ -2,6 +2,7 @@
 // [FAST mode backward] in fast_engine.hpp).
 #include "troupe/dist_autograd/container.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include "container_impl.hpp"
@@ -114,24 +115,29 @@ void start_propagation(node& n, const container_options& opts, propagation& p) {
 void container::impl::drain(context_state& ctx, std::vector<propagation>& started) {
   std::exception_ptr first;
   for (auto& p : started) {
+    const auto give_up = std::chrono::steady_clock::now() + opts.backward_timeout;
+    int failures = 0;
     for (;;) {
       try {
-        p.result.get();  // bounded by the attempt's deadline
-        break;
+        if (p.result.get() == propagate_done) break;  // bounded by the attempt's deadline
+        if (std::chrono::steady_clock::now() > give_up)  // still running there: poll again, bounded
+          throw error(errc::timeout, "dist_autograd: the propagation of message " + std::to_string(p.msg) + " to " +
+                                         p.to + " did not finish within backward_timeout");
       } catch (const error& e) {
-        if (e.code() == errc::timeout && p.attempt + 1 < opts.attempts) {
-          std::this_thread::sleep_for(opts.backoff * (1 << p.attempt));  // backoff before a retry
-          ++p.attempt;
-          start_propagation(n, opts, p);
-          continue;
+        const bool retry = e.code() == errc::timeout && ++failures < opts.attempts &&
+                           std::chrono::steady_clock::now() < give_up;
+        if (!retry) {
+          if (e.code() == errc::peer_lost) {
+            std::lock_guard<std::mutex> lock(ctx.m);
+            ctx.lost.insert(p.to);
+          }
+          if (!first) first = std::current_exception();
+          break;
         }
-        if (e.code() == errc::peer_lost) {
-          std::lock_guard<std::mutex> lock(ctx.m);
-          ctx.lost.insert(p.to);
-        }
-        if (!first) first = std::current_exception();
-        break;
       }
+      std::this_thread::sleep_for(opts.backoff * (1 << std::min(p.attempt, 6)));  // backoff before the next attempt
+      ++p.attempt;
+      start_propagation(n, opts, p);
     }
   }
   started.clear();
@@ -167,8 +173,8 @@ void container::impl::run_propagation(context_state& ctx, message_id msg, std::u
   if (err) std::rethrow_exception(err);
 }
 
-void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t /*attempt*/,
-                                   const tensor_list& grads, bool retain) {
+std::int32_t container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t /*attempt*/,
+                                           const tensor_list& grads, bool retain) {
   auto ctx = find(id, "propagate");
   std::shared_ptr<handled_propagation> h;
   bool first = false;
@@ -181,13 +187,11 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
     }
     h = slot;
   }
-  if (!first) {  // a duplicate or a retry: answer with the first one's outcome
+  if (!first) {  // a duplicate or a retry: the first one's outcome, or "still running"
     std::unique_lock<std::mutex> lock(h->m);
-    if (!h->cv.wait_for(lock, opts.propagate_timeout, [&] { return h->done; }))
-      throw error(errc::timeout, "dist_autograd::propagate on " + n.info().name + ": the first attempt of message " +
-                                     std::to_string(msg) + " did not finish in time");
+    if (!h->cv.wait_for(lock, opts.propagate_timeout / 2, [&] { return h->done; })) return propagate_running;
     if (h->error) std::rethrow_exception(h->error);
-    return;
+    return propagate_done;
   }
   std::exception_ptr err;
   try {
@@ -202,6 +206,7 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
   }
   h->cv.notify_all();
   if (err) std::rethrow_exception(err);
+  return propagate_done;
 }
 
 // ---- release ---------------------------------------------------------------------------------
@@ -272,8 +277,7 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
                                            std::int32_t attempt, tensor_list grads, bool retain) {
     auto self = weak.lock();
     if (!self) throw error(errc::invalid_state, "dist_autograd: no container on this worker");
-    self->on_propagate(id, msg, pass, attempt, grads, retain);
-    return std::int32_t{0};
+    return self->on_propagate(id, msg, pass, attempt, grads, retain);
   });
   n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {
     if (auto self = weak.lock()) self->release_everywhere(id, from);

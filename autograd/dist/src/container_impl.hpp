@@ -26,6 +26,10 @@ namespace troupe::dist_autograd {
 
 inline constexpr const char* propagate_name = "__troupe_dist_autograd_propagate";
 inline constexpr const char* release_name = "__troupe_dist_autograd_release";
+/// Answers of PropagateGradients: finished here (and everything it started), or a duplicate /
+/// retry that found the first attempt still running (the sender polls again after a backoff).
+inline constexpr std::int32_t propagate_done = 0;
+inline constexpr std::int32_t propagate_running = 1;
 
 /// One PropagateGradients in flight; awaited (and retried) by the run that started it.
 struct propagation {
@@ -101,8 +105,8 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
 
   /// Waits for `started` (retrying timed-out attempts); rethrows the first error after all ended.
   void drain(context_state& ctx, std::vector<propagation>& started);
-  /// Handler of PropagateGradients (deduplicated by (msg, pass)).
-  void on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t attempt, const tensor_list& grads,
+  /// Handler of PropagateGradients (deduplicated by (msg, pass)); propagate_done / _running.
+  std::int32_t on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t attempt, const tensor_list& grads,
                     bool retain);
   void run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
   /// Drops the context here; returns the workers to forward the release to (not those lost).

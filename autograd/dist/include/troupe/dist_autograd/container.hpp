@@ -71,6 +71,8 @@ struct container_options {
   int attempts = 4;
   /// Backoff before the second attempt; doubles on each later one.
   std::chrono::milliseconds backoff{20};
+  /// Bound on one propagation including the nested work it waits for (polls included).
+  std::chrono::milliseconds backward_timeout{60000};
 };
 
 class container;

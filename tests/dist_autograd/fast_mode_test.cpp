@@ -1,0 +1,131 @@
+// FAST mode (Note [FAST mode backward]): a chain over three workers, a node shared by two send
+// functions runs once per pass, and PropagateGradients / release survive the fault plan.
+#include <atomic>
+
+#include <catch2/catch.hpp>
+
+#include "dist_autograd/dist_job.hpp"
+#include "troupe/actors/fault_plan.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/autograd/variable.hpp"
+#include "troupe/tensors/elementwise.hpp"
+#include "troupe/tensors/factories.hpp"
+#include "troupe/tensors/generator.hpp"
+#include "troupe/tensors/linalg.hpp"
+#include "troupe/tensors/reduction.hpp"
+
+using namespace std::chrono_literals;
+using troupe::tensor;
+namespace da = troupe::dist_autograd;
+
+namespace {
+
+tensor leaf(std::uint64_t seed, troupe::shape_t shape) {
+  troupe::generator gen(seed);
+  tensor t = troupe::randn(shape, gen);
+  troupe::set_requires_grad(t);
+  return t;
+}
+
+/// worker1 "fan": h = x @ w; a = square(h) on worker0, b = square(h) on worker0 (two sends of
+/// the same h); returns a + b. `h_runs` counts the backward runs of h's node (a tensor hook).
+/// worker1 "relay": y = x * x -> worker2 "fwd2" (y @ w2) -> z; returns z * z.
+struct three_workers {
+  troupe::test::dist_job job;
+  tensor w = leaf(11, {3, 4}), w2 = leaf(12, {3, 4});
+  std::atomic<int> h_runs{0};
+
+  explicit three_workers(da::container_options o = {}) : job(3, o) {
+    auto& n1 = job.at(1);
+    job.at(0).functions().add("square", [](tensor h) { return troupe::mul(h, h); });
+    n1.functions().add("fan", [this, &n1](tensor x) {
+      tensor h = troupe::matmul(x, w);
+      troupe::register_hook(h, [this](const tensor&) -> tensor {
+        h_runs.fetch_add(1);
+        return {};
+      });
+      tensor a = troupe::rpc_sync<tensor>(n1, "worker0", "square", h);
+      tensor b = troupe::rpc_sync<tensor>(n1, "worker0", "square", h);
+      return troupe::add(a, b);
+    });
+    n1.functions().add("relay", [&n1](tensor x) {
+      tensor z = troupe::rpc_sync<tensor>(n1, "worker2", "fwd2", troupe::mul(x, x));
+      return troupe::mul(z, z);
+    });
+    job.at(2).functions().add("fwd2", [this](tensor y) { return troupe::matmul(y, w2); });
+  }
+};
+
+/// Local reference of "fan": the gradients of x and w in their .grad.
+std::pair<tensor, tensor> fan_reference() {
+  tensor xl = leaf(5, {2, 3}), wl = leaf(11, {3, 4});
+  tensor h = troupe::matmul(xl, wl);
+  troupe::backward(troupe::sum(troupe::add(troupe::mul(h, h), troupe::mul(h, h))));
+  return {xl, wl};
+}
+
+/// One distributed "fan" iteration; checks the gradients on worker0 and worker1 bitwise.
+void check_fan(three_workers& t, const tensor& x, const tensor& xl, const tensor& wl) {
+  da::context ctx(t.job[0]);
+  tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "fan", x);
+  t.job[0].backward(ctx.id(), {troupe::sum(out)});
+  CHECK(troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::grad(xl)));
+  CHECK(troupe::equal(t.job[1].get_gradients(ctx.id()).at(t.w), troupe::grad(wl)));
+}
+
+}  // namespace
+
+TEST_CASE("a chain worker0 -> worker1 -> worker2 -> worker1 -> worker0 gives the local gradients bitwise",
+          "[dist_autograd]") {
+  three_workers t;
+  tensor xl = leaf(5, {2, 3}), w2l = leaf(12, {3, 4});
+  tensor zl = troupe::matmul(troupe::mul(xl, xl), w2l);
+  troupe::backward(troupe::sum(troupe::mul(zl, zl)));
+  tensor x = leaf(5, {2, 3});
+  for (int iter = 0; iter < 20; ++iter) {
+    da::context ctx(t.job[0]);
+    tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "relay", x);
+    t.job[0].backward(ctx.id(), {troupe::sum(out)});
+    CHECK(troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::grad(xl)));
+    CHECK(troupe::equal(t.job[2].get_gradients(ctx.id()).at(t.w2), troupe::grad(w2l)));
+    CHECK(t.job[2].num_contexts() == 1);  // worker2 learnt the context from worker1's nested call
+  }
+  CHECK(t.job.contexts() == 0);
+}
+
+TEST_CASE("a node shared by two send functions runs once per pass, after both propagations arrived",
+          "[dist_autograd]") {
+  three_workers t;
+  const auto [xl, wl] = fan_reference();
+  tensor x = leaf(5, {2, 3});
+  for (int iter = 0; iter < 10; ++iter) {
+    t.h_runs = 0;
+    check_fan(t, x, xl, wl);
+    CHECK(t.h_runs.load() == 1);
+  }
+  CHECK(t.job.contexts() == 0);
+}
+
+TEST_CASE("propagate and release survive dropped, duplicated and lost-reply control messages", "[dist_autograd][fault]") {
+  da::container_options o;
+  o.propagate_timeout = 300ms;
+  o.release_timeout = 300ms;
+  o.attempts = 8;
+  o.backoff = 5ms;
+  three_workers t(o);
+  auto plan = troupe::fault_plan::parse(
+      "seed 7\n"
+      "rule __troupe_dist_autograd_propagate fail_first=2 drop_reply=0.1 duplicate=0.2\n"
+      "rule __troupe_dist_autograd_release fail_first=2 drop=0.1 drop_reply=0.1 duplicate=0.2\n");
+  auto injector = std::make_shared<troupe::fault_injector>(plan);
+  t.job.c.hook->use(injector);
+  const auto [xl, wl] = fan_reference();
+  tensor x = leaf(5, {2, 3});
+  for (int iter = 0; iter < 20; ++iter) check_fan(t, x, xl, wl);
+  t.job.c.hook->use(nullptr);
+  CHECK(t.job.contexts() == 0);
+  const auto n = injector->counters();
+  CHECK(n.dropped_requests >= 4);
+  CHECK(n.dropped_replies >= 1);
+  CHECK(n.duplicated >= 1);
+}
