@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -13,6 +14,7 @@
 #include "executor.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/bulk.hpp"
+#include "rpc/fast_path.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -28,12 +30,19 @@ struct node::impl {
   std::shared_ptr<rpc::registry> functions;
   std::shared_ptr<detail::executor> exec;
   std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
+  std::shared_ptr<rpc::detail::interceptor_slot> interceptor = std::make_shared<rpc::detail::interceptor_slot>();
+  std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]; null when disabled
   caf::actor agent;
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
   std::mutex peers_mutex;
-  std::map<std::string, caf::actor> peers;  // name -> agent
+  // A peer: its agent, and the direct connection to it (null: calls go through the agents).
+  struct link {
+    caf::actor agent;
+    std::shared_ptr<detail::fast_conn> conn;
+  };
+  std::map<std::string, link> peers;  // name -> link
   std::mutex calls_mutex;
   std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
   std::size_t calls_prune_at = 1024;
@@ -43,7 +52,9 @@ struct node::impl {
   void start(std::shared_ptr<transport_hook> hook);
   hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
   caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
-  caf::actor resolve(const std::string& name, std::chrono::milliseconds timeout);
+  link resolve(const std::string& name, std::chrono::milliseconds timeout);
+  link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
+  void start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac);
   void track(const std::shared_ptr<rpc::detail::call_state>& st);
   void await_actors_gone(std::chrono::milliseconds bound);
   void teardown();
@@ -92,10 +103,14 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   auth->add(sys->node());
   exec = std::make_shared<detail::executor>(opts.executor_threads);
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
-  detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, std::move(hook), store_actor, nullptr};
-  ac.on_peer_down = [this](const std::string& name) {
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    peers.erase(name);
+  detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr};
+  if (opts.rpc_fast_path) start_fast_path(hook, ac);
+  ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& name, const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(peers_mutex);
+      peers.erase(name);
+    }
+    if (auto f = weak.lock()) f->peer_down(name, reason);
   };
   agent = detail::spawn_agent(*sys, std::move(ac));
   const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
@@ -106,15 +121,41 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
     auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
     auto ack = say_hello(master, opts.join_timeout);
     store_actor = ack.store;
+    auto l = make_link(ack, opts.master_addr, opts.join_timeout);
     std::lock_guard<std::mutex> lock(peers_mutex);
-    peers[ack.info.name] = ack.agent;
+    peers[ack.info.name] = std::move(l);
   }
   store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor}));
   store->set("troupe/addr/" + me.name, opts.listen_addr + ":" + std::to_string(port));
 }
 
-caf::actor node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
-  if (name == me.name) return agent;
+void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
+  fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor});
+  fast->start();
+  ac.issue_ticket = [weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& peer, const caf::node_id& node) {
+    auto f = weak.lock();
+    return f ? std::make_pair(f->port(), f->issue_ticket(peer, node)) : std::make_pair(std::uint16_t{0}, std::string());
+  };
+}
+
+// A peer we said hello to: its agent (monitored by ours from now on, so a frozen peer is seen by
+// the heartbeat even when every call goes direct) and, when both sides have one, the direct
+// connection. A direct connection that cannot be opened leaves the calls on the CAF path.
+node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout) {
+  link l{ack.agent, nullptr};
+  caf::anon_send(agent, detail::watch_peer_msg{ack.agent, ack.info.name});
+  if (fast && ack.fast_port != 0) {
+    try {
+      l.conn = fast->connect(ack.info.name, ack.agent.node(), host, ack.fast_port, ack.fast_secret, timeout);
+    } catch (const error& e) {
+      std::fprintf(stderr, "[troupe] %s: %s; calls to %s use the CAF path\n", me.name.c_str(), e.message().c_str(), ack.info.name.c_str());
+    }
+  }
+  return l;
+}
+
+node::impl::link node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
+  if (name == me.name) return link{agent, nullptr};
   {
     std::lock_guard<std::mutex> lock(peers_mutex);
     auto it = peers.find(name);
@@ -124,9 +165,10 @@ caf::actor node::impl::resolve(const std::string& name, std::chrono::millisecond
   const auto colon = addr.rfind(':');
   auto remote = connect(addr.substr(0, colon), static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1))), timeout);
   auto ack = say_hello(remote, timeout);
+  auto l = make_link(ack, addr.substr(0, colon), timeout);
   std::lock_guard<std::mutex> lock(peers_mutex);
-  peers[name] = ack.agent;
-  return ack.agent;
+  peers[name] = l;
+  return l;
 }
 
 void node::impl::track(const std::shared_ptr<rpc::detail::call_state>& st) {
@@ -169,6 +211,7 @@ void node::impl::teardown() {
   if (down.exchange(true)) return;
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
+  if (fast) fast->stop();  // fails its pending calls; served calls finishing below write to closed sockets
   exec->stop();
   bulk->unlink_all();  // Note [tensor over shared memory]: segments nobody decoded
   {
@@ -209,12 +252,21 @@ node::~node() {
 
 const worker_info& node::info() const { return impl_->me; }
 std::uint16_t node::port() const { return impl_->port; }
+std::uint16_t node::rpc_port() const { return impl_->fast ? impl_->fast->port() : 0; }
 rpc::registry& node::functions() { return *impl_->functions; }
 store_client& node::store() {
   if (!impl_->store) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
   return *impl_->store;
 }
 std::chrono::milliseconds node::default_timeout() const { return impl_->opts.default_timeout; }
+
+namespace {
+std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::call_interceptor>& ic, const std::string& to,
+                                                  const std::string& function) {
+  if (!ic) return nullptr;
+  return rpc::detail::guarded("begin_call", [&] { return ic->begin_call(to, function); });
+}
+}  // namespace
 
 std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function,
                                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
@@ -227,7 +279,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->complete(errc::invalid_state, what + ": the node is shut down", {});
     return st;
   }
-  caf::actor peer;
+  impl::link peer;
   try {
     peer = im.resolve(to, timeout);
   } catch (const error& e) {
@@ -235,18 +287,29 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->complete(code, what + ": cannot reach worker " + to + ": " + e.message(), {});
     return st;
   }
-  std::vector<char> payload;
+  std::vector<char> payload, meta;
   try {
-    detail::bulk_scope scope(detail::same_host(peer.node(), im.sys->node()), im.bulk.get(), peer.node());
+    detail::bulk_scope scope(detail::same_host(peer.agent.node(), im.sys->node()), im.bulk.get(), peer.agent.node());
+    auto intercepted = begin_call_scope(im.interceptor->get(), to, function);
+    std::optional<rpc::scope_guard> active;
+    rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
     payload = encode();
+    if (intercepted) meta = rpc::detail::guarded("take_meta", [&] { return intercepted->take_meta(); });
+    st->set_scope(std::move(intercepted));
+  } catch (const rpc::detail::interceptor_failure& e) {
+    st->complete(e.code(), what + ": " + e.message(), {});
+    return st;
   } catch (const std::exception& e) {
     st->complete(errc::bad_argument, what + ": cannot encode the arguments: " + e.what(), {});
     return st;
   }
   im.track(st);
-  caf::anon_send(im.agent, detail::local_call{st, std::move(peer), to, function, std::move(payload)});
+  if (peer.conn) im.fast->call(peer.conn, st, function, std::move(payload), std::move(meta));  // Note [rpc fast path]
+  else caf::anon_send(im.agent, detail::local_call{st, std::move(peer.agent), to, function, std::move(payload), std::move(meta)});
   return st;
 }
+
+void node::set_interceptor(std::shared_ptr<rpc::call_interceptor> interceptor) { impl_->interceptor->set(std::move(interceptor)); }
 
 void node::shutdown(shutdown_mode mode, std::chrono::milliseconds timeout) {
   auto& im = *impl_;

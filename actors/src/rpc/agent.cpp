@@ -4,13 +4,14 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include <caf/all.hpp>
 
+#include "rpc/serve.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
-#include "troupe/actors/rref/caller.hpp"
 
 namespace troupe::detail {
 
@@ -44,13 +45,14 @@ struct agent_state {
 
 using agent_actor = caf::stateful_actor<agent_state>;
 
-void complete(agent_actor* self, std::uint64_t id, errc code, std::string msg, std::vector<char> payload) {
+void complete(agent_actor* self, std::uint64_t id, errc code, std::string msg, std::vector<char> payload,
+              std::vector<char> meta = {}) {
   auto it = self->state.pending.find(id);
   if (it == self->state.pending.end()) return;  // late, duplicate or already failed: ignore
   auto st = std::move(it->second.state);
   self->state.deadlines.erase(it->second.deadline);
   self->state.pending.erase(it);
-  st->complete(code, std::move(msg), std::move(payload));
+  st->complete(code, std::move(msg), std::move(payload), std::move(meta));
 }
 
 void watch_peer(agent_actor* self, const caf::actor& peer, const std::string& name) {
@@ -102,11 +104,11 @@ void start_call(agent_actor* self, local_call& c) {
   s.pending.emplace(id, pending_call{c.state, c.peer.address(), c.peer_name, c.function, dl});
   watch_peer(self, c.peer, c.peer_name);
   if (!s.cfg.hook) {  // the pass-through transport: no envelope, no copies
-    self->send(c.peer, rpc_request{id, std::move(c.function), s.cfg.me.name, std::move(c.payload)});
+    self->send(c.peer, rpc_request{id, std::move(c.function), s.cfg.me.name, std::move(c.payload), std::move(c.meta)});
   } else {
-    envelope env{message_kind::rpc_request, s.cfg.me.name, c.peer_name, id, c.function, std::move(c.payload)};
+    envelope env{message_kind::rpc_request, s.cfg.me.name, c.peer_name, id, c.function, std::move(c.payload), std::move(c.meta)};
     const auto d = s.cfg.hook->on_send(env);
-    deliver(self, c.peer, rpc_request{id, std::move(env.function), s.cfg.me.name, std::move(env.payload)}, d);
+    deliver(self, c.peer, rpc_request{id, std::move(env.function), s.cfg.me.name, std::move(env.payload), std::move(env.meta)}, d);
   }
   schedule_sweep(self);
 }
@@ -117,27 +119,6 @@ bool authorized(agent_actor* self, const char* what) {
   std::fprintf(stderr, "[troupe] %s: refused %s from unauthenticated node %s\n", self->state.cfg.me.name.c_str(), what,
                sender ? caf::to_string(sender->node()).c_str() : "<anonymous>");
   return false;
-}
-
-rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me) {
-  rpc_response resp;
-  resp.id = req.id;
-  bool started = false;
-  auto fail = [&](errc decode_code, const std::string& text) {
-    resp.code = static_cast<std::uint8_t>(started ? errc::remote_exception : decode_code);
-    resp.message = started ? "function '" + fn.name + "' on worker " + me + " (called by " + req.caller + ") threw: " + text
-                           : text + " (on worker " + me + ")";
-  };
-  try {
-    resp.payload = fn.invoke(req.payload, [&] { started = true; });
-  } catch (const troupe::error& e) {
-    fail(e.code(), started ? std::string(to_string(e.code())) + ": " + e.message() : e.message());
-  } catch (const std::exception& e) {
-    fail(errc::bad_argument, e.what());
-  } catch (...) {
-    fail(errc::bad_argument, "unknown exception");
-  }
-  return resp;
 }
 
 void serve_request(agent_actor* self, rpc_request& req) {
@@ -151,10 +132,11 @@ void serve_request(agent_actor* self, rpc_request& req) {
   }
   transport_decision d;
   if (s.cfg.hook) {
-    envelope env{message_kind::rpc_request, req.caller, s.cfg.me.name, req.id, req.function, std::move(req.payload)};
+    envelope env{message_kind::rpc_request, req.caller, s.cfg.me.name, req.id, req.function, std::move(req.payload), std::move(req.meta)};
     d = s.cfg.hook->on_receive(env);
     if (d.copies == 0) return;
     req.payload = std::move(env.payload);
+    req.meta = std::move(env.meta);
   }
   auto fn = s.cfg.functions->find(req.function);
   if (!fn) {
@@ -164,10 +146,9 @@ void serve_request(agent_actor* self, rpc_request& req) {
   }
   auto me = caf::actor_cast<caf::actor>(self);
   for (int i = 0; i < d.copies; ++i) {
-    auto job = [fn, req, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk.get(), local = same_host(reply_to.node(), self->node())] {
-      bulk_scope scope(local, bulk, reply_to.node());  // the result may go through shared memory
-      rref_detail::caller_scope caller(req.caller);  // RRefs in the result know where they go
-      caf::anon_send(me, outgoing_response{reply_to, req.caller, run_function(*fn, req, name)});
+    auto job = [fn, req, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk.get(), local = same_host(reply_to.node(), self->node()),
+                ic = s.cfg.interceptor ? s.cfg.interceptor->get() : nullptr] {
+      caf::anon_send(me, outgoing_response{reply_to, req.caller, serve_job(*fn, req, name, {local, bulk, reply_to.node()}, ic.get())});
     };
     if (!s.cfg.exec->post(std::move(job)))
       self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state),
@@ -188,11 +169,12 @@ void on_response(agent_actor* self, rpc_response& r) {
   }
   const std::string peer = it->second.peer_name;
   if (s.cfg.hook) {
-    envelope env{message_kind::rpc_response, peer, s.cfg.me.name, r.id, {}, std::move(r.payload)};
+    envelope env{message_kind::rpc_response, peer, s.cfg.me.name, r.id, {}, std::move(r.payload), std::move(r.meta)};
     if (s.cfg.hook->on_receive(env).copies == 0) return;
     r.payload = std::move(env.payload);
+    r.meta = std::move(env.meta);
   }
-  complete(self, r.id, static_cast<errc>(r.code), std::move(r.message), std::move(r.payload));
+  complete(self, r.id, static_cast<errc>(r.code), std::move(r.message), std::move(r.payload), std::move(r.meta));
 }
 
 void on_peer_down(agent_actor* self, const caf::down_msg& dm) {
@@ -209,7 +191,7 @@ void on_peer_down(agent_actor* self, const caf::down_msg& dm) {
     complete(self, id, errc::peer_lost,
              "worker " + name + " was lost (" + caf::to_string(dm.reason) + ") during call to '" + fn + "' from " + s.cfg.me.name, {});
   }
-  if (s.cfg.on_peer_down) s.cfg.on_peer_down(name);
+  if (s.cfg.on_peer_down) s.cfg.on_peer_down(name, caf::to_string(dm.reason));
 }
 
 caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
@@ -222,7 +204,9 @@ caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
   }
   s.cfg.auth->add(sender->node());
   if (h.agent) watch_peer(self, h.agent, h.info.name);
-  return hello_ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store};
+  hello_ack ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store, 0, {}};
+  if (s.cfg.issue_ticket) std::tie(ack.fast_port, ack.fast_secret) = s.cfg.issue_ticket(h.info.name, sender->node());
+  return ack;
 }
 
 caf::behavior agent(agent_actor* self, agent_config cfg) {
@@ -231,14 +215,17 @@ caf::behavior agent(agent_actor* self, agent_config cfg) {
   return {
       [=](hello& h) { return on_hello(self, h); },
       [=](local_call& c) { start_call(self, c); },
+      [=](watch_peer_msg& w) { watch_peer(self, w.peer, w.name); },
       [=](rpc_request& r) { serve_request(self, r); },
       [=](rpc_response& r) { on_response(self, r); },
       [=](outgoing_response& o) {
         transport_decision d;
         if (self->state.cfg.hook) {
-          envelope env{message_kind::rpc_response, self->state.cfg.me.name, o.peer, o.response.id, {}, std::move(o.response.payload)};
+          envelope env{message_kind::rpc_response, self->state.cfg.me.name, o.peer, o.response.id, {}, std::move(o.response.payload),
+                       std::move(o.response.meta)};
           d = self->state.cfg.hook->on_send(env);
           o.response.payload = std::move(env.payload);
+          o.response.meta = std::move(env.meta);
         }
         if (o.to) deliver(self, o.to, std::move(o.response), d);
       },

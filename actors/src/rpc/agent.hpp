@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/actor.hpp>
@@ -31,6 +32,7 @@
 #include "auth_set.hpp"
 #include "executor.hpp"
 #include "rpc/bulk.hpp"
+#include "rpc/intercept.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/transport.hpp"
@@ -45,6 +47,7 @@ struct local_call {
   std::string peer_name;
   std::string function;
   std::vector<char> payload;
+  std::vector<char> meta;  ///< Note [call interceptor]
 };
 
 /// Everything an agent needs; shared with the node.
@@ -56,9 +59,19 @@ struct agent_config {
   std::shared_ptr<executor> exec;
   std::shared_ptr<bulk_names> bulk;  ///< Note [tensor over shared memory]
   std::shared_ptr<transport_hook> hook;
+  std::shared_ptr<rpc::detail::interceptor_slot> interceptor;  ///< Note [call interceptor]
   caf::actor store;  ///< rank 0 only
   /// Called on the agent's thread when a peer agent goes down (must not block).
-  std::function<void(const std::string& peer)> on_peer_down;
+  std::function<void(const std::string& peer, const std::string& reason)> on_peer_down;
+  /// The direct rpc port and a one-use secret for a peer that presented the token (Note [rpc
+  /// fast path]); unset: no fast path.
+  std::function<std::pair<std::uint16_t, std::string>(const std::string& peer, const caf::node_id& node)> issue_ticket;
+};
+
+/// Asks the agent to monitor a peer agent it has not called through CAF (local only).
+struct watch_peer_msg {
+  caf::actor peer;
+  std::string name;
 };
 
 /// Spawns the agent (see Note [rpc call]).
@@ -67,3 +80,4 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_config cfg);
 }  // namespace troupe::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::local_call)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::watch_peer_msg)

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "intercept.hpp"
 #include "troupe/tensors/factories.hpp"
 
 namespace troupe::rpc::detail {
@@ -19,7 +20,11 @@ std::string demangle(const char* mangled) {
   return status == 0 && p ? std::string(p.get()) : std::string(mangled);
 }
 
+// Note [call interceptor]: only defined tensors are reported, on both sides, so the n-th tensor
+// written is the n-th tensor read.
 void write_tensor(oarchive& ar, const tensor& t) {
+  if (t.defined())
+    if (auto* s = active_scope()) guarded("on_tensor_written", [&] { s->on_tensor_written(t); });
   if (!t.defined()) {
     const std::uint8_t kind = 0, defined = 0;
     ar << kind << defined;
@@ -38,7 +43,8 @@ void write_tensor(oarchive& ar, const tensor& t) {
   if (nbytes > 0) ar.save_binary(h.data_ptr(), nbytes);
 }
 
-tensor read_tensor(iarchive& ar) {
+namespace {
+tensor read_tensor_bytes(iarchive& ar) {
   std::uint8_t kind = 0, defined = 0, dt = 0;
   ar >> kind >> defined;
   if (kind > 1) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
@@ -58,6 +64,15 @@ tensor read_tensor(iarchive& ar) {
   if (kind == 1) return read_tensor_bulk(ar, sizes, type, nbytes);  // a view of a pooled segment: no copy
   tensor t = empty(sizes, tensor_options{type});
   if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
+  return t;
+}
+
+}  // namespace
+
+tensor read_tensor(iarchive& ar) {
+  tensor t = read_tensor_bytes(ar);
+  if (t.defined())
+    if (auto* s = active_scope()) return guarded("on_tensor_read", [&] { return s->on_tensor_read(std::move(t)); });
   return t;
 }
 

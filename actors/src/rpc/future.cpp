@@ -1,5 +1,9 @@
 #include "troupe/actors/rpc/future.hpp"
 
+#include <optional>
+
+#include "intercept.hpp"
+
 namespace troupe::rpc::detail {
 
 namespace {
@@ -8,7 +12,7 @@ namespace {
 constexpr auto deadline_grace = std::chrono::seconds(2);
 }  // namespace
 
-bool call_state::complete(errc code, std::string message, std::vector<char> payload) {
+bool call_state::complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta) {
   std::vector<std::function<void()>> conts;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -17,6 +21,7 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
     code_ = code;
     message_ = std::move(message);
     payload_ = std::move(payload);
+    meta_ = std::move(meta);
     conts.swap(continuations_);
   }
   cv_.notify_all();
@@ -52,6 +57,29 @@ void call_state::on_complete(std::function<void()> fn) {
     }
   }
   if (!post_ || !post_(fn)) fn();
+}
+
+void call_state::set_scope(std::shared_ptr<call_scope> scope) {
+  scope_ = std::move(scope);
+  intercepted_ = scope_ != nullptr;
+}
+
+std::shared_ptr<void> call_state::decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&)>& decode) {
+  std::lock_guard<std::mutex> lock(decode_mutex_);
+  if (!decoded_) {
+    decoded_ = true;
+    try {
+      std::optional<scope_guard> active;
+      guarded("enter", [&] { active.emplace(scope_.get()); });
+      guarded("on_meta", [&] { scope_->on_meta(meta_); });
+      decoded_value_ = decode(payload_);
+    } catch (...) {
+      decode_error_ = std::current_exception();
+    }
+    scope_.reset();  // the exchange is over: the interceptor's state may go
+  }
+  if (decode_error_) std::rethrow_exception(decode_error_);
+  return decoded_value_;
 }
 
 }  // namespace troupe::rpc::detail

@@ -36,39 +36,47 @@ typename Inspector::result_type inspect(Inspector& f, hello& x) {
   return f(caf::meta::type_name("troupe.hello"), x.token, x.info, x.agent);
 }
 
-/// Answer to a hello with the right token: the callee's identity, its agent and (rank 0) the store.
+/// Answer to a hello with the right token: the callee's identity, its agent, (rank 0) the store,
+/// and its direct rpc port with a one-use secret for this caller (Note [rpc fast path]; port 0:
+/// none).
 struct hello_ack {
   worker_info info;
   caf::actor agent;
   caf::actor store;
+  std::uint16_t fast_port = 0;
+  std::string fast_secret;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hello_ack& x) {
-  return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store);
+  return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store, x.fast_port, x.fast_secret);
 }
 
-/// One RPC, agent to agent (Note [rpc call]). `payload` is the codec's byte vector.
+/// One RPC, agent to agent (Note [rpc call]). `payload` is the codec's byte vector; `meta` the
+/// call interceptor's bytes (Note [call interceptor]; empty when none), copied raw.
 struct rpc_request {
   std::uint64_t id = 0;
   std::string function;
   std::string caller;
   std::vector<char> payload;
+  std::vector<char> meta;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rpc_request& x) {
-  return f(caf::meta::type_name("troupe.rpc_request"), x.id, x.function, x.caller, x.payload);
+  return f(caf::meta::type_name("troupe.rpc_request"), x.id, x.function, x.caller, x.payload, x.meta);
 }
 
-/// The answer to an rpc_request: code 0 and the encoded result, or an errc and its message.
+/// The answer to an rpc_request: code 0 and the encoded result, or an errc and its message;
+/// `meta` as in rpc_request (the serve scope's bytes).
 struct rpc_response {
   std::uint64_t id = 0;
   std::uint8_t code = 0;
   std::string message;
   std::vector<char> payload;
+  std::vector<char> meta;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rpc_response& x) {
-  return f(caf::meta::type_name("troupe.rpc_response"), x.id, x.code, x.message, x.payload);
+  return f(caf::meta::type_name("troupe.rpc_response"), x.id, x.code, x.message, x.payload, x.meta);
 }
 
 /// A response produced on the executor, handed to the local agent to send (so it passes the

@@ -27,6 +27,7 @@
 
 #include "troupe/actors/node_options.hpp"
 #include "troupe/actors/rpc/future.hpp"
+#include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/actors/transport.hpp"
@@ -59,6 +60,8 @@ class node {
   const worker_info& info() const;
   /// The port this node's agent listens on (rank 0: the master port).
   std::uint16_t port() const;
+  /// The port of this node's direct RPC channel (Note [rpc fast path]); 0 when disabled.
+  std::uint16_t rpc_port() const;
   /// The functions this node serves; add() is thread-safe at any time.
   rpc::registry& functions();
   /// The blocking store client.
@@ -66,10 +69,16 @@ class node {
   /// The default call deadline (node_options::default_timeout).
   std::chrono::milliseconds default_timeout() const;
 
+  /// Installs the node's call interceptor (Note [call interceptor]); null uninstalls it.
+  /// Thread-safe; calls already encoded keep the scopes they began with.
+  void set_interceptor(std::shared_ptr<rpc::call_interceptor> interceptor);
+
   /// Sends a call to worker `to` (by name); `encode` produces the payload once the peer is known
   /// (so large tensors to a same-host peer go through shared memory). The future completes by
   /// `timeout` at the latest. Blocks only to resolve a peer the first time (store lookup +
-  /// connect + hello). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
+  /// connect + hello). With an interceptor, `encode` runs under the call's scope and the scope's
+  /// meta travels with the request (Note [call interceptor]). Used by rpc_sync/rpc_async
+  /// (rpc/api.hpp). Errors arrive through the state.
   std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
                                                 const std::function<std::vector<char>()>& encode,
                                                 std::chrono::milliseconds timeout);

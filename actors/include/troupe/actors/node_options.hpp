@@ -26,6 +26,9 @@ struct node_options {
   std::string listen_addr = "127.0.0.1";
   /// The shared secret every connection must present (hello) before it can call anything.
   std::string job_token;
+  /// Calls to other nodes travel over a direct, authenticated TCP connection per peer instead of
+  /// the CAF agents (Note [rpc fast path]); false keeps every call on the CAF path.
+  bool rpc_fast_path = true;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;
   /// Default deadline of an RPC and of store operations.

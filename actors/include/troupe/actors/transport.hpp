@@ -7,7 +7,7 @@
 /// Every rpc_request and rpc_response an agent sends passes `on_send` on the sender's agent, and
 /// every one it receives passes `on_receive` on the receiver's agent, before anything else looks
 /// at it. A hook runs on the agent actor (a CAF scheduler thread): it must not block. It may
-/// rewrite the payload, and its decision drops, delays or duplicates the message.
+/// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the message.
 ///
 ///   user thread -> agent --on_send--> [CAF/TCP] --on_receive--> agent -> executor
 ///
@@ -33,6 +33,7 @@ struct envelope {
   std::uint64_t call_id = 0;
   std::string function;  ///< the function (requests only)
   std::vector<char> payload;
+  std::vector<char> meta;  ///< the call interceptor's bytes (Note [call interceptor]); may be rewritten
 };
 
 /// What to do with an intercepted message.

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "troupe/actors/rpc/codec.hpp"
+#include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::rpc {
@@ -27,8 +29,18 @@ class call_state {
   call_state(std::string what, clock::time_point deadline, std::function<bool(std::function<void()>)> post)
       : what_(std::move(what)), deadline_(deadline), post_(std::move(post)) {}
 
-  /// Completes the call; later completions are ignored. Returns whether this one won.
-  bool complete(errc code, std::string message, std::vector<char> payload);
+  /// Completes the call; later completions are ignored. Returns whether this one won. `meta`:
+  /// the response's interceptor bytes (Note [call interceptor]).
+  bool complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta = {});
+  /// Attaches the caller's interceptor scope (before the request is sent); the result is then
+  /// decoded once, under it, by decode_once.
+  void set_scope(std::shared_ptr<call_scope> scope);
+  /// Whether a call scope was attached.
+  bool intercepted() const { return intercepted_; }
+  /// For an intercepted call: the first caller runs `decode(payload)` with the scope active,
+  /// after scope->on_meta(response meta); every caller gets that value (or its exception).
+  /// Call only after value() succeeded.
+  std::shared_ptr<void> decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&)>& decode);
   /// Blocks until complete or `timeout` passed; returns whether complete.
   bool wait_for(std::chrono::milliseconds timeout) const;
   bool ready() const;
@@ -51,6 +63,14 @@ class call_state {
   std::string message_;
   std::vector<char> payload_;
   std::vector<std::function<void()>> continuations_;
+  // Note [call interceptor]: the caller's scope and the response's meta; decoded at most once.
+  bool intercepted_ = false;
+  std::shared_ptr<call_scope> scope_;
+  std::vector<char> meta_;
+  std::mutex decode_mutex_;
+  bool decoded_ = false;
+  std::shared_ptr<void> decoded_value_;
+  std::exception_ptr decode_error_;
 };
 
 }  // namespace detail
@@ -67,10 +87,20 @@ class future {
   /// Blocks the caller up to `timeout`; returns whether the call completed.
   bool wait(std::chrono::milliseconds timeout) const { return st_ && st_->wait_for(timeout); }
   /// Blocks until the call completes and returns its value, or throws its troupe::error
-  /// (timeout, peer_lost, unknown_function, bad_argument, remote_exception, protocol_violation).
+  /// (timeout, peer_lost, unknown_function, bad_argument, remote_exception, protocol_violation,
+  /// or the code of an exception the call interceptor threw). With an interceptor the result is
+  /// decoded by the first get() only; later ones return copies of it.
   R get() const {
     if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
     const auto& bytes = st_->value();
+    if (st_->intercepted()) {  // decoded once, under the call's scope (Note [call interceptor])
+      auto v = st_->decode_once([this](const std::vector<char>& b) -> std::shared_ptr<void> {
+        if constexpr (std::is_void_v<R>) return nullptr;
+        else return std::make_shared<R>(decode_result<R>(b, st_->what()));
+      });
+      if constexpr (!std::is_void_v<R>) return *std::static_pointer_cast<R>(v);
+      else return;
+    }
     if constexpr (std::is_void_v<R>) {
       (void)bytes;
     } else {

@@ -1,0 +1,162 @@
+// The direct RPC channel: calls, serving, responses and the pending table
+// (Note [rpc fast path] in rpc/fast_path.hpp).
+#include "rpc/fast_path.hpp"
+#include "rpc/serve.hpp"
+#include "rpc/wire.hpp"
+
+#include <tuple>
+
+namespace troupe::detail {
+
+void fast_path::send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d) {
+  if (d.copies <= 0) return;
+  auto send = [c, frame = std::move(frame), copies = d.copies] {
+    for (int i = 0; i < copies; ++i)
+      if (!c->write(frame.data(), frame.size())) return;  // closed: the I/O thread fails the calls
+  };
+  if (d.delay.count() > 0) later(d.delay, std::move(send));
+  else send();
+}
+
+void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
+                     const std::string& function, std::vector<char> payload, std::vector<char> meta) {
+  std::uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    if (stopping_) {
+      st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
+      return;
+    }
+    id = next_id_++;
+    const auto dl = deadlines_.emplace(st->deadline(), id);
+    pending_.emplace(id, pending_call{st, c.get(), function, dl});
+  }
+  if (c->closed()) {  // lost before we could send: fail now rather than at the deadline
+    finish(c.get(), id, errc::peer_lost, "worker " + c->peer + " was lost (connection closed) before call to '" + function + "' from " + cfg_.me.name, {}, {});
+    return;
+  }
+  rpc_request req{id, function, cfg_.me.name, std::move(payload), std::move(meta)};
+  transport_decision d;
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_request, cfg_.me.name, c->peer, id, function, std::move(req.payload), std::move(req.meta)};
+    d = cfg_.hook->on_send(env);
+    req.payload = std::move(env.payload);
+    req.meta = std::move(env.meta);
+  }
+  std::vector<char> frame;
+  if (!append_frame(frame, frame_kind::request, req)) {
+    finish(c.get(), id, errc::bad_argument, st->what() + ": cannot serialize the request", {}, {});
+    return;
+  }
+  wake_if_first_deadline(st->deadline());
+  send_copies(c, std::move(frame), d);
+}
+
+void fast_path::wake_if_first_deadline(clock::time_point deadline) {
+  // The I/O thread sleeps until the earliest deadline it knew of; an earlier one needs a wake.
+  if (deadline < clock::now() + std::chrono::milliseconds(max_poll_ms)) wake();
+}
+
+void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req) {
+  req.caller = c->peer;  // the ticket names the caller, not the request
+  transport_decision d;
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_request, req.caller, cfg_.me.name, req.id, req.function, std::move(req.payload), std::move(req.meta)};
+    d = cfg_.hook->on_receive(env);
+    req.payload = std::move(env.payload);
+    req.meta = std::move(env.meta);
+  }
+  if (d.copies <= 0) return;
+  if (d.delay.count() > 0) {
+    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies] { self->serve(c, req, copies); });
+    return;
+  }
+  serve(c, req, d.copies);
+}
+
+void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies) {
+  auto fn = cfg_.functions->find(req.function);
+  if (!fn) {
+    respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
+                            "worker " + cfg_.me.name + " has no function '" + req.function + "'", {}, {}});
+    return;
+  }
+  const serve_target to{same_host(c->peer_node, cfg_.my_node), cfg_.bulk.get(), c->peer_node};
+  for (int i = 0; i < copies; ++i) {
+    auto job = [self = shared_from_this(), c, fn, req, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
+      self->respond(c, serve_job(*fn, req, self->cfg_.me.name, to, ic.get()));
+    };
+    if (!cfg_.exec->post(std::move(job)))
+      respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
+  }
+}
+
+void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) {
+  transport_decision d;
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_response, cfg_.me.name, c->peer, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
+    d = cfg_.hook->on_send(env);
+    resp.payload = std::move(env.payload);
+    resp.meta = std::move(env.meta);
+  }
+  std::vector<char> frame;
+  if (!append_frame(frame, frame_kind::response, resp)) return;  // cannot happen: bytes and strings only
+  send_copies(c, std::move(frame), d);
+}
+
+void fast_path::on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp) {
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_response, c->peer, cfg_.me.name, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
+    const auto d = cfg_.hook->on_receive(env);
+    if (d.copies <= 0) return;
+    resp.payload = std::move(env.payload);
+    resp.meta = std::move(env.meta);
+    if (d.delay.count() > 0) {
+      later(d.delay, [self = shared_from_this(), c, resp = std::move(resp)]() mutable {
+        self->finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
+      });
+      return;
+    }
+  }
+  finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
+}
+
+void fast_path::finish(const fast_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
+  std::shared_ptr<rpc::detail::call_state> st;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    auto it = pending_.find(id);
+    // Late, duplicated, or not sent on this connection (a response can only answer its own call).
+    if (it == pending_.end() || it->second.conn != c) return;
+    st = std::move(it->second.state);
+    deadlines_.erase(it->second.deadline);
+    pending_.erase(it);
+  }
+  st->complete(code, std::move(msg), std::move(payload), std::move(meta));
+}
+
+void fast_path::fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why) {
+  std::vector<std::pair<std::uint64_t, std::string>> lost;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    for (const auto& [id, p] : pending_)
+      if (p.conn == c) lost.emplace_back(id, p.function);
+  }
+  for (auto& [id, fn] : lost)
+    finish(c, id, errc::peer_lost, "worker " + peer + " was lost (" + why + ") during call to '" + fn + "' from " + cfg_.me.name, {}, {});
+}
+
+void fast_path::sweep_deadlines() {
+  const auto now = clock::now();
+  std::vector<std::tuple<const fast_conn*, std::uint64_t, std::string>> expired;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
+      const auto& p = pending_.at(it->second);
+      expired.emplace_back(p.conn, it->second, p.state->what());
+    }
+  }
+  for (auto& [c, id, what] : expired) finish(c, id, errc::timeout, what + ": no answer by the deadline", {}, {});
+}
+
+}  // namespace troupe::detail

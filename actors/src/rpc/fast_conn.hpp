@@ -1,0 +1,59 @@
+#pragma once
+// One direct RPC connection (Note [rpc fast path] in rpc/fast_path.hpp): a non-blocking TCP
+// socket, its read buffer (the I/O thread's), and a write side that combines concurrent writes.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/node_id.hpp>
+
+namespace troupe::detail {
+
+/// A socket owned by the connection (closed with it). Move-only through shared_ptr.
+class fast_conn {
+ public:
+  /// Takes `fd` (made non-blocking, TCP_NODELAY). `outgoing`: this node connected (it sends
+  /// requests and reads responses); otherwise it accepted (reads requests, sends responses).
+  fast_conn(int fd, bool outgoing);
+  ~fast_conn();
+  fast_conn(const fast_conn&) = delete;
+  fast_conn& operator=(const fast_conn&) = delete;
+
+  int fd() const { return fd_; }
+  bool outgoing() const { return outgoing_; }
+
+  /// Appends `n` bytes of whole frames and flushes them. A writer that finds another one
+  /// flushing leaves its bytes to it (write combining: under load one send carries many frames).
+  /// Blocks while the socket is full (bounded: a closed connection ends the wait). Returns false
+  /// when the connection is closed or the send failed (it is then closed).
+  bool write(const char* data, std::size_t n);
+  /// Shuts the socket down (the I/O thread then sees the hang-up); idempotent, thread-safe.
+  void close();
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+  /// Reads what is available into `in`; returns false on EOF or error. I/O thread only.
+  bool read_available();
+
+  // Identity of the peer: set before the connection is shared (outgoing) or by the I/O thread on
+  // the auth frame (accepted; `authed` then true). Read by executor threads after that.
+  std::string peer;
+  caf::node_id peer_node;
+  std::atomic<bool> authed{false};
+  std::vector<char> in;        ///< unparsed bytes (I/O thread only)
+  std::size_t in_offset = 0;   ///< start of the unparsed bytes in `in`
+
+ private:
+  bool send_all(const char* p, std::size_t n);
+  int fd_;
+  bool outgoing_;
+  std::atomic<bool> closed_{false};
+  std::mutex mutex_;
+  std::vector<char> out_, spare_;
+  bool flushing_ = false;
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,307 @@
+// The direct RPC channel: listening, the I/O thread, connections, tickets and timers
+// (Note [rpc fast path] in rpc/fast_path.hpp). The call side is in fast_calls.cpp.
+#include "rpc/fast_path.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "rpc/wire.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+// Tickets nobody redeemed (a caller that never connected) are dropped beyond this many.
+constexpr std::size_t max_tickets = 4096;
+
+std::string random_secret() {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 8; ++i) {
+    const auto v = rd();
+    for (int k = 0; k < 8; ++k) s += hex[(v >> (4 * k)) & 0xf];
+  }
+  return s;
+}
+
+// A connected socket to host:port, or -1; bounded by `timeout`.
+int connect_to(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+  ::freeaddrinfo(res);
+  if (fd < 0) return -1;
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+      rc = 0;
+  }
+  if (rc != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  socklen_t len = sizeof addr;
+  if (listen_fd_ < 0 || ::inet_pton(AF_INET, cfg_.listen_addr.c_str(), &addr.sin_addr) != 1 ||
+      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0 ||
+      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    throw error(errc::io_error, cfg_.me.name + ": cannot listen for direct rpc on " + cfg_.listen_addr + ": " + why);
+  }
+  port_ = ntohs(addr.sin_port);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+fast_path::~fast_path() {
+  stop();
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+}
+
+void fast_path::start() { io_ = std::thread([this] { run(); }); }
+
+void fast_path::wake() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
+}
+
+std::string fast_path::issue_ticket(const std::string& peer, const caf::node_id& node) {
+  auto secret = random_secret();
+  std::lock_guard<std::mutex> lock(conns_mutex_);
+  if (tickets_.size() >= max_tickets) tickets_.erase(tickets_.begin());
+  tickets_[secret] = ticket{peer, node};
+  return secret;
+}
+
+std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
+                                              std::uint16_t port, const std::string& secret, std::chrono::milliseconds timeout) {
+  const int fd = connect_to(host, port, timeout);
+  if (fd < 0) throw error(errc::peer_lost, cfg_.me.name + ": cannot open the direct rpc connection to " + peer + " at " + host + ":" + std::to_string(port));
+  auto c = std::make_shared<fast_conn>(fd, true);
+  c->peer = peer;
+  c->peer_node = node;
+  std::vector<char> frame;
+  fast_auth auth{cfg_.me.name, secret};
+  if (!append_frame(frame, frame_kind::auth, auth) || !c->write(frame.data(), frame.size()))
+    throw error(errc::peer_lost, cfg_.me.name + ": the direct rpc connection to " + peer + " failed during authentication");
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    if (stopping_) throw error(errc::invalid_state, cfg_.me.name + " is shutting down");
+    conns_.push_back(c);
+  }
+  wake();  // the I/O thread polls the new connection from now on
+  return c;
+}
+
+void fast_path::stop() {
+  if (stopping_.exchange(true)) return;
+  wake();
+  if (io_.joinable()) io_.join();
+  std::vector<std::shared_ptr<fast_conn>> conns;
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    conns.swap(conns_);
+    tickets_.clear();
+  }
+  for (auto& c : conns) c->close();
+  {
+    std::lock_guard<std::mutex> lock(timers_mutex_);
+    timers_.clear();
+  }
+  std::unordered_map<std::uint64_t, pending_call> left;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    left.swap(pending_);
+    deadlines_.clear();
+  }
+  for (auto& [id, p] : left)
+    p.state->complete(errc::invalid_state, p.state->what() + ": node " + cfg_.me.name + " shut down", {});
+}
+
+void fast_path::peer_down(const std::string& peer, const std::string& reason) {
+  std::vector<std::shared_ptr<fast_conn>> gone;
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    for (auto& c : conns_)
+      if (c->peer == peer) gone.push_back(c);
+  }
+  for (auto& c : gone) {
+    c->close();
+    fail_calls_on(c.get(), peer, reason);
+  }
+}
+
+void fast_path::drop(const std::shared_ptr<fast_conn>& c, const std::string& why) {
+  c->close();
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    std::erase(conns_, c);
+  }
+  if (c->outgoing()) fail_calls_on(c.get(), c->peer, why);
+}
+
+void fast_path::later(std::chrono::milliseconds delay, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(timers_mutex_);
+    timers_.emplace(clock::now() + delay, std::move(fn));
+  }
+  wake();
+}
+
+void fast_path::run_timers() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(timers_mutex_);
+      if (timers_.empty() || timers_.begin()->first > clock::now()) return;
+      fn = std::move(timers_.begin()->second);
+      timers_.erase(timers_.begin());
+    }
+    fn();
+  }
+}
+
+int fast_path::poll_timeout_ms() {
+  auto next = clock::now() + std::chrono::milliseconds(max_poll_ms);
+  {
+    std::lock_guard<std::mutex> lock(timers_mutex_);
+    if (!timers_.empty()) next = std::min(next, timers_.begin()->first);
+  }
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    if (!deadlines_.empty()) next = std::min(next, deadlines_.begin()->first);
+  }
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
+}
+
+void fast_path::accept_all() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    conns_.push_back(std::make_shared<fast_conn>(fd, false));
+  }
+}
+
+void fast_path::run() {
+  std::vector<pollfd> fds;
+  std::vector<std::shared_ptr<fast_conn>> polled;
+  while (!stopping_) {
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex_);
+      polled = conns_;
+    }
+    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
+    for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR) break;
+    if (fds[0].revents) {
+      std::uint64_t n = 0;
+      [[maybe_unused]] auto r = ::read(wake_fd_, &n, sizeof n);
+    }
+    if (fds[1].revents) accept_all();
+    for (std::size_t i = 0; i < polled.size(); ++i)
+      if (fds[i + 2].revents) on_readable(polled[i]);
+    run_timers();
+    sweep_deadlines();
+  }
+}
+
+void fast_path::on_readable(const std::shared_ptr<fast_conn>& c) {
+  const bool open = c->read_available();
+  std::size_t at = 0;
+  auto& in = c->in;
+  while (in.size() - at >= frame_header_size) {
+    const std::uint32_t len = frame_length(in.data() + at);
+    // Before its ticket, a connection may send one small auth frame and nothing else: judge the
+    // header at once rather than wait for a body a scanner announced.
+    const bool unauthenticated = !c->outgoing() && !c->authed;
+    if (len > (unauthenticated ? max_auth_body : max_frame_body) ||
+        (unauthenticated && in[at + 4] != static_cast<char>(frame_kind::auth))) {
+      std::fprintf(stderr, "[troupe] %s: dropped a direct rpc connection: bad frame header\n", cfg_.me.name.c_str());
+      return drop(c, "protocol violation: bad frame header");
+    }
+    if (in.size() - at < frame_header_size + len) break;
+    const auto kind = static_cast<std::uint8_t>(in[at + 4]);
+    if (!handle_frame(c, kind, in.data() + at + frame_header_size, len)) return;
+    at += frame_header_size + len;
+  }
+  in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(at));
+  if (!open) drop(c, "connection closed");
+}
+
+bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
+  fast_auth a;
+  bool ok = parse_body(body, n, a);
+  if (ok) {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    auto it = tickets_.find(a.secret);
+    ok = it != tickets_.end() && it->second.peer == a.name;
+    if (ok) {
+      c->peer = it->second.peer;
+      c->peer_node = it->second.node;
+      tickets_.erase(it);  // one use
+    }
+  }
+  if (!ok) {
+    std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection: no valid ticket\n", cfg_.me.name.c_str());
+    drop(c, "unauthenticated");
+    return false;
+  }
+  c->authed = true;
+  return true;
+}
+
+bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n) {
+  if (!c->outgoing() && !c->authed) {
+    if (kind == static_cast<std::uint8_t>(frame_kind::auth)) return on_auth(c, body, n);
+    std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection that did not authenticate first\n", cfg_.me.name.c_str());
+    drop(c, "unauthenticated");
+    return false;
+  }
+  if (!c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::request)) {
+    rpc_request req;
+    if (parse_body(body, n, req)) {
+      on_request(c, std::move(req));
+      return true;
+    }
+  } else if (c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::response)) {
+    rpc_response resp;
+    if (parse_body(body, n, resp)) {
+      on_response(c, std::move(resp));
+      return true;
+    }
+  }
+  std::fprintf(stderr, "[troupe] %s: dropped the direct rpc connection of %s: malformed frame\n", cfg_.me.name.c_str(), c->peer.c_str());
+  drop(c, "protocol violation: malformed frame");
+  return false;
+}
+
+}  // namespace troupe::detail

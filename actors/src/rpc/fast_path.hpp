@@ -1,0 +1,155 @@
+#pragma once
+// The direct RPC channel between nodes.
+//
+// Note [rpc fast path]
+// Calls between two nodes travel over their own TCP connection instead of the CAF agents and the
+// BASP broker, which cost four extra thread hops per round trip (see "measured" below). The CAF
+// connection still carries the hello (job token), the store, RRef-free fallbacks (calls to self,
+// rpc_fast_path = false) and the supervision (monitor + middleman heartbeat).
+//
+//   caller                                          callee
+//   hello{token} ===CAF===> agent: token ok, issue_ticket(name, node) -> one-use secret
+//             <===CAF=== hello_ack{..., fast_port, secret}
+//   connect(fast_port) --fast_auth{name, secret}--> I/O thread: ticket consumed -> authenticated
+//   user thread: hook.on_send, write --rpc_request--> I/O thread: hook.on_receive -> executor:
+//                                                      serve_job (interceptor, bulk, rref caller)
+//   I/O thread: hook.on_receive, complete <--rpc_response-- executor: hook.on_send, write
+//
+// Frames are typed structs (rpc_request, rpc_response, fast_auth) written by CAF's binary
+// serializer (rpc/wire.hpp). A connection is one-directional in purpose: the connecting side
+// sends requests, the accepting side answers them; nothing but a valid auth frame is accepted
+// first (garbage, an unknown or reused secret, an oversized frame: the connection is dropped and
+// logged, the node keeps serving). The callee names the caller from the ticket, never from the
+// request. The secret travels only over the CAF connection that presented the job token.
+//
+// Guarantees kept from Note [rpc call] and Note [transport hook]:
+//   * every request and response passes on_send on its sender and on_receive on its receiver,
+//     with the same decisions (drop: the call stays pending; copies; delay, run by the I/O thread
+//     from a timer queue, so reordering works);
+//   * every pending call completes exactly once: response, deadline (swept by the I/O thread),
+//     connection EOF or error (peer_lost naming the worker, ~0.2 ms after a SIGKILL), the peer's
+//     CAF down message (a frozen peer: heartbeat; peer_down()), or stop() (invalid_state);
+//   * user functions run only on the executor; writers block only on a full socket, and a closed
+//     connection ends that wait; a large same-host tensor still goes through shared memory.
+// Threads: one I/O thread per node (accept, read, timers); joined by stop().
+// Measured hop costs: see docs/runtime.md ("RPC fast path").
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/node_id.hpp>
+
+#include "executor.hpp"
+#include "rpc/bulk.hpp"
+#include "rpc/fast_conn.hpp"
+#include "rpc/intercept.hpp"
+#include "troupe/actors/messages.hpp"
+#include "troupe/actors/rpc/future.hpp"
+#include "troupe/actors/rpc/registry.hpp"
+#include "troupe/actors/transport.hpp"
+#include "troupe/actors/worker_info.hpp"
+
+namespace troupe::detail {
+
+/// What the fast path needs from its node.
+struct fast_path_config {
+  worker_info me;
+  caf::node_id my_node;
+  std::string listen_addr;
+  std::shared_ptr<rpc::registry> functions;
+  std::shared_ptr<executor> exec;
+  std::shared_ptr<bulk_names> bulk;
+  std::shared_ptr<transport_hook> hook;
+  std::shared_ptr<rpc::detail::interceptor_slot> interceptor;
+};
+
+/// One node's direct RPC channel (see the note). Thread-safe.
+class fast_path : public std::enable_shared_from_this<fast_path> {
+ public:
+  using clock = std::chrono::steady_clock;
+  /// Listens on cfg.listen_addr (ephemeral port); throws io_error. Call start() next.
+  explicit fast_path(fast_path_config cfg);
+  ~fast_path();
+  fast_path(const fast_path&) = delete;
+  fast_path& operator=(const fast_path&) = delete;
+
+  /// Starts the I/O thread.
+  void start();
+  std::uint16_t port() const { return port_; }
+  /// A fresh one-use secret for `peer` (which just presented the job token). Agent thread.
+  std::string issue_ticket(const std::string& peer, const caf::node_id& node);
+  /// Connects to `peer`'s fast port and authenticates; blocks up to `timeout`. Throws peer_lost.
+  std::shared_ptr<fast_conn> connect(const std::string& peer, const caf::node_id& node, const std::string& host,
+                                     std::uint16_t port, const std::string& secret, std::chrono::milliseconds timeout);
+  /// Sends one call over `c` (the calling user thread writes it). Errors complete `st`.
+  void call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st, const std::string& function,
+            std::vector<char> payload, std::vector<char> meta);
+  /// `peer`'s node went down (CAF down message): its connections close, its calls fail (peer_lost).
+  void peer_down(const std::string& peer, const std::string& reason);
+  /// Closes everything, fails pending calls (invalid_state), joins the I/O thread. Idempotent.
+  void stop();
+
+ private:
+  struct pending_call {
+    std::shared_ptr<rpc::detail::call_state> state;
+    const fast_conn* conn;
+    std::string function;
+    std::multimap<clock::time_point, std::uint64_t>::iterator deadline;
+  };
+  struct ticket {
+    std::string peer;
+    caf::node_id node;
+  };
+
+  void run();
+  int poll_timeout_ms();
+  void accept_all();
+  void on_readable(const std::shared_ptr<fast_conn>& c);
+  bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n);
+  bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
+  void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req);
+  void serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies);
+  void respond(const std::shared_ptr<fast_conn>& c, rpc_response resp);
+  void on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp);
+  void finish(const fast_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
+  void fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why);
+  void drop(const std::shared_ptr<fast_conn>& c, const std::string& why);
+  void send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d);
+  void later(std::chrono::milliseconds delay, std::function<void()> fn);
+  void run_timers();
+  void sweep_deadlines();
+  void wake();
+  void wake_if_first_deadline(clock::time_point deadline);
+  // The I/O thread never sleeps longer than this (a bound, not a polling period: wakes are events).
+  static constexpr int max_poll_ms = 200;
+
+  fast_path_config cfg_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread io_;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex conns_mutex_;
+  std::vector<std::shared_ptr<fast_conn>> conns_;
+  std::map<std::string, ticket> tickets_;  // secret -> issued for
+
+  std::mutex pending_mutex_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, pending_call> pending_;
+  std::multimap<clock::time_point, std::uint64_t> deadlines_;
+
+  std::mutex timers_mutex_;
+  std::multimap<clock::time_point, std::function<void()>> timers_;
+};
+
+}  // namespace troupe::detail

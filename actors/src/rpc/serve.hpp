@@ -1,0 +1,29 @@
+#pragma once
+// Serving one call on an executor thread; shared by the agent (Note [rpc call]) and the fast path
+// (Note [rpc fast path]).
+
+#include <string>
+
+#include <caf/node_id.hpp>
+
+#include "rpc/bulk.hpp"
+#include "troupe/actors/messages.hpp"
+#include "troupe/actors/rpc/interceptor.hpp"
+#include "troupe/actors/rpc/registry.hpp"
+
+namespace troupe::detail {
+
+/// Where the result of a served call goes, for Note [tensor over shared memory].
+struct serve_target {
+  bool same_host = false;
+  bulk_names* bulk = nullptr;
+  caf::node_id node;
+};
+
+/// Decodes, runs and encodes one call with the caller's name as rref current_caller(), the bulk
+/// scope of `to`, and the interceptor's serve scope (Note [call interceptor]). Never throws: every
+/// failure becomes the response's code (bad_argument, remote_exception, ...).
+rpc_response serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
+                       rpc::call_interceptor* ic);
+
+}  // namespace troupe::detail
