@@ -4,7 +4,11 @@
 // run is the limit. The first timed result is checked against the exact sum on every rank.
 //
 // Metrics (BENCH.md): allreduce_busbw_100mb_2r_gbps, allreduce_1mb_2r_ms (headline), and
-// allreduce_busbw_<S>mb_<N>r_gbps / allreduce_<S>mb_<N>r_ms for every size and rank count,
+// allreduce_busbw_<S>mb_<N>r_gbps / allreduce_<S>mb_<N>r_ms for every size and rank count: the
+// tensors come from process_group::empty_shared, so the allreduce works in place in the shared
+// arena (Note [shm zero copy]; DDP's bucket buffers are made this way). The same for ordinary
+// tensors (copied through the staging slots): allreduce_ordinary_busbw_<S>mb_<N>r_gbps and
+// allreduce_ordinary_<S>mb_<N>r_ms,
 // limit_memcpy_gbps (bytes read + written per second, as tensor_bench), limit_memcpy_copy_gbps
 // (bytes copied per second, the unit of busbw). --quick: 2 ranks, few iterations.
 // The TCP ring (transport = tcp on loopback, Note [tcp ring]) on 2 ranks:
@@ -39,6 +43,7 @@ struct result {
   double median_s = 0, p99_s = 0;
   int ok = 0;
   int tcp = 0;
+  int shared = 0;
 };
 
 /// Carries rank 0's results to the parent.
@@ -53,13 +58,18 @@ struct result_pipe {
   }
 };
 
-result measure(ddp::process_group& pg, int mb, int iters) {
+result measure(ddp::process_group& pg, int mb, int iters, bool shared) {
   const std::int64_t n = static_cast<std::int64_t>(mb) * (1 << 20) / 4;
-  tensor t = full({n}, static_cast<double>(pg.rank() + 1));
+  tensor t = shared ? pg.empty_shared({n}) : empty({n});
+  t.fill_(static_cast<double>(pg.rank() + 1));
+  if (shared && !pg.is_shared(t)) throw error(errc::invalid_state, "allreduce_bench: empty_shared gave an ordinary tensor");
   const int w = pg.world_size();
   pg.allreduce(t).wait();
   const float want = static_cast<float>(w * (w + 1) / 2);
-  result r{w, mb, 0, 0, t.data<float>()[0] == want && t.data<float>()[n - 1] == want && t.data<float>()[n / 2] == want};
+  bool ok = true;
+  const float* v = t.data<float>();
+  for (std::int64_t i = 0; i < n && ok; ++i) ok = v[i] == want;
+  result r{w, mb, 0, 0, ok ? 1 : 0, 0, shared ? 1 : 0};
   t.zero_();  // sums of zeros stay zeros: every later iteration does the same work
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
@@ -74,7 +84,7 @@ result measure(ddp::process_group& pg, int mb, int iters) {
   return r;
 }
 
-void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp, std::size_t tcp_chunk) {
+void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp, bool shared, std::size_t tcp_chunk) {
   auto store = ddp::file_store::make_temp();
   auto ctx = spawn(world, [&](int rank) {
     ddp::process_group_options opts;
@@ -84,7 +94,7 @@ void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool t
     ddp::process_group pg(store, rank, world, "bench", opts);
     for (int mb : {1, 25, 100}) {
       const int iters = quick ? (mb == 1 ? 50 : 3) : (mb == 1 ? 400 : mb == 25 ? 30 : 12);
-      result r = measure(pg, mb, iters);
+      result r = measure(pg, mb, iters, shared);
       r.tcp = tcp ? 1 : 0;
       if (rank == 0 && ::write(out_fd, &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r)))
         throw error(errc::io_error, "allreduce_bench: result write");
@@ -160,12 +170,16 @@ int main(int argc, char** argv) {
     rep.add("limit_tcp_stream_gbps", static_cast<double>(bytes) / tb::summarize(stream).median / 1e9, "GB/s",
             "\"bytes\": 104857600");
     result_pipe pipe;
-    // {world, tcp}: the shared-memory path on 2-4 ranks, the TCP ring on 2.
-    std::vector<std::pair<int, bool>> runs = {{2, false}, {2, true}};
-    if (!quick) runs = {{2, false}, {3, false}, {4, false}, {2, true}};
-    if (tcp_only) runs = {{2, true}};
-    for (auto [w, tcp] : runs) {
-      run_world(w, quick, pipe.fds[1], slot_bytes, tcp, tcp_chunk);
+    // {world, tcp, shared tensors}: shared memory in place and through the slots on 2-4 ranks,
+    // the TCP ring on 2.
+    struct run { int world; bool tcp; bool shared; };
+    std::vector<run> runs = {{2, false, true}, {2, false, false}, {2, true, false}};
+    if (!quick)
+      runs = {{2, false, true}, {3, false, true}, {4, false, true}, {2, false, false},
+              {3, false, false}, {4, false, false}, {2, true, false}};
+    if (tcp_only) runs = {{2, true, false}};
+    for (const auto& [w, tcp, shared] : runs) {
+      run_world(w, quick, pipe.fds[1], slot_bytes, tcp, shared, tcp_chunk);
       for (int k = 0; k < 3; ++k) {
         result r;
         pollfd p{pipe.fds[0], POLLIN, 0};
@@ -176,7 +190,7 @@ int main(int argc, char** argv) {
         const std::string params = "\"ranks\": " + std::to_string(r.world) + ", \"mb\": " + std::to_string(r.mb) +
                                    ", \"p99_ms\": " + std::to_string(r.p99_s * 1e3);
         const std::string tag = std::to_string(r.mb) + "mb_" + std::to_string(r.world) + "r";
-        const std::string kind = r.tcp ? "allreduce_tcp_" : "allreduce_";
+        const std::string kind = r.tcp ? "allreduce_tcp_" : r.shared ? "allreduce_" : "allreduce_ordinary_";
         rep.add(kind + "busbw_" + tag + "_gbps", busbw, "GB/s", params);
         rep.add(kind + tag + "_ms", r.median_s * 1e3, "ms", params);
       }

@@ -1,16 +1,27 @@
 // DDP training step of an MLP 1024-1024-1024-10 (2.1 M parameters), batch 64 per rank, 2 ranks
-// on this host, against the same step without DDP: in one process alone (the limit BENCH.md
-// names) and in 2 concurrent processes without communication (the same CPU contention as the
-// DDP run, so the ratio to it isolates the cost of communication). Correctness beside the
-// timing: after the timed steps the parameters are bitwise identical on both ranks.
+// on this host, against the same step without DDP. The comparison is made with the same CPU per
+// rank: every rank (and the limit process) runs BLAS on cores / 2 threads, so 2 ranks x threads
+// = cores. Correctness beside the timing: after the timed steps the parameters are bitwise
+// identical on both ranks. Overlap beside the timing: each DDP step's reduction timeline
+// (distributed_data_parallel::last_timeline) gives how much of the collectives' time fell
+// before the last gradient was ready (hidden behind backward) and the tail after it.
 //
-// Metrics: ddp_step_ms, limit_local_step_ms, ddp_overhead_ratio (ddp / local alone),
-// local_step_2proc_ms, ddp_comm_overhead_ratio (ddp / local in 2 processes). --quick: few steps.
+// Metrics: ddp_step_ms (defaults: 25 MB buckets in the shared arena), limit_local_step_ms (one
+// process, cores / 2 BLAS threads: the CPU one rank has), ddp_overhead_ratio (ddp /
+// limit_local), local_step_2proc_ms and ddp_comm_overhead_ratio (2 concurrent processes, no
+// communication: the same contention), local_step_all_cores_ms and
+// ddp_overhead_vs_all_cores_ratio (one process on every core: what 2 ranks on this machine are
+// up against), ddp_comm_hidden_fraction, ddp_tail_ms, ddp_step_as_view_ms
+// (gradient_as_bucket_view), ddp_step_unshared_ms (bucket buffers outside the arena: the copying
+// allreduce). --quick: few steps.
+#include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -24,11 +35,21 @@
 #include "troupe/ddp/distributed_data_parallel.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/tensors/factories.hpp"
+#include "troupe/tensors/nn_ops.hpp"
 
 namespace tb = troupe::bench;
 using namespace troupe;
 
 namespace {
+
+/// Sets OpenBLAS's thread count when the BLAS in use is OpenBLAS; false otherwise.
+bool set_blas_threads(int n) {
+  using setter = void (*)(int);
+  auto fn = reinterpret_cast<setter>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (fn == nullptr) return false;
+  fn(n);
+  return true;
+}
 
 std::shared_ptr<nn::sequential> make_mlp(int rank) {
   generator g(static_cast<std::uint64_t>(11 + rank));
@@ -41,22 +62,36 @@ std::shared_ptr<nn::sequential> make_mlp(int rank) {
   return m;
 }
 
-/// Median seconds of `iters` steps of `forward` + MSE + backward + SGD.
+/// Median seconds of `iters` steps of `forward` + MSE + backward + SGD; `after` runs after each
+/// timed step (outside the timing).
 template <class Forward>
-tb::stats time_steps(Forward forward, const tensor_list& params, int rank, int warmup, int iters) {
+tb::stats time_steps(Forward forward, const tensor_list& params, int rank, int warmup, int iters,
+                     const std::function<void()>& after = {}) {
   optim::sgd opt(params, {.lr = 1e-3});
   generator g(static_cast<std::uint64_t>(77 + rank));
   const tensor x = randn({64, 1024}, g), y = randn({64, 10}, g);
-  return tb::summarize(tb::time_runs(warmup, iters, [&] {
+  auto step = [&] {
     opt.zero_grad();
     backward(nn::mse_loss(forward(x), y));
     opt.step();
-  }));
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = tb::clock::now();
+    step();
+    times.push_back(tb::seconds_since(t0));
+    if (after) after();
+  }
+  return tb::summarize(times);
 }
 
 struct result {
   double median_s = 0, p99_s = 0;
   int ok = 0;
+  double hidden = 0;   // median fraction of collective time before the last gradient
+  double tail_ms = 0;  // median ms from the last gradient to the averaged gradients in place
+  int buckets = 0;
 };
 
 /// Runs `body(rank, store)` on 2 spawned ranks; rank 0 returns its result through a pipe.
@@ -87,50 +122,104 @@ result run_two(const std::function<result(int, const ddp::file_store&)>& body) {
   return r;
 }
 
+/// True when the module's parameters are bitwise identical on both ranks.
+bool same_on_both(ddp::process_group& pg, nn::module& m) {
+  tensor_list flat;
+  for (const auto& p : m.parameters()) flat.push_back(p.detach().reshape({-1}));
+  const tensor mine = cat(flat, 0).contiguous();
+  tensor both = empty({2 * mine.numel()});
+  pg.allgather(both, mine).wait();
+  return std::memcmp(both.data_ptr(), static_cast<char*>(both.data_ptr()) + mine.nbytes(), mine.nbytes()) == 0;
+}
+
+/// `iters` DDP steps on one rank with `opts`, with the overlap figures of each step.
+result ddp_rank(int rank, const ddp::file_store& store, ddp::ddp_options opts, int threads, int warmup, int iters) {
+  set_blas_threads(threads);
+  ddp::process_group pg(store, rank, 2, "ddp_bench");
+  auto m = make_mlp(rank);
+  ddp::distributed_data_parallel d(m, pg, opts);
+  std::vector<double> hidden, tail;
+  const auto s = time_steps([&](const tensor& x) { return d(x); }, d.parameters(), rank, warmup, iters, [&] {
+    const auto tl = d.last_timeline();
+    double total = 0, before = 0;
+    for (std::size_t b = 0; b < tl.launched_ms.size(); ++b) {
+      total += tl.completed_ms[b] - tl.launched_ms[b];
+      before += std::max(0.0, std::min(tl.completed_ms[b], tl.last_grad_ms) - tl.launched_ms[b]);
+    }
+    hidden.push_back(total > 0 ? before / total : 0.0);
+    tail.push_back(tl.finished_ms - tl.last_grad_ms);
+  });
+  result r{s.median, s.p99, same_on_both(pg, *m) ? 1 : 0, tb::summarize(hidden).median, tb::summarize(tail).median,
+           static_cast<int>(d.bucket_assignment().size())};
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const bool quick = tb::quick_mode(argc, argv);
   const int warmup = quick ? 2 : 5, iters = quick ? 5 : 40;
-  const std::string params = "\"ranks\": 2, \"batch_per_rank\": 64, \"iters\": " + std::to_string(iters);
+  const int cores = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
+  const int per_rank = cores / 2;
+  const std::string params = "\"ranks\": 2, \"batch_per_rank\": 64, \"iters\": " + std::to_string(iters) +
+                             ", \"cores\": " + std::to_string(cores) + ", \"blas_threads_per_rank\": " +
+                             std::to_string(per_rank);
   tb::report rep("ddp");
   try {
-    const result ddp_r = run_two([&](int rank, const ddp::file_store& store) {
-      ddp::process_group pg(store, rank, 2, "ddp_bench");
-      auto m = make_mlp(rank);
-      ddp::distributed_data_parallel d(m, pg);
-      const auto s = time_steps([&](const tensor& x) { return d(x); }, d.parameters(), rank, warmup, iters);
-      // Correctness beside the timing: identical parameters on both ranks.
-      tensor_list flat;
-      for (const auto& p : m->parameters()) flat.push_back(p.detach().reshape({-1}));
-      tensor mine = zeros({0});
-      std::int64_t n = 0;
-      for (const auto& f : flat) n += f.numel();
-      mine = empty({n});
-      std::int64_t off = 0;
-      for (const auto& f : flat) {
-        mine.narrow(0, off, f.numel()).copy_(f);
-        off += f.numel();
-      }
-      tensor both = empty({2 * n});
-      pg.allgather(both, mine).wait();
-      const bool same = std::memcmp(both.data_ptr(), static_cast<char*>(both.data_ptr()) + n * 4, static_cast<std::size_t>(n) * 4) == 0;
-      return result{s.median, s.p99, same ? 1 : 0};
-    });
-    if (!ddp_r.ok) throw error(errc::invalid_state, "ddp_bench: parameters differ across ranks after DDP steps");
-    const result two = run_two([&](int rank, const ddp::file_store&) {
-      auto m = make_mlp(rank);
-      const auto s = time_steps([&](const tensor& x) { return m->forward(x); }, m->parameters(), rank, warmup, iters);
+    if (!set_blas_threads(cores)) std::fprintf(stderr, "ddp_bench: not OpenBLAS, BLAS threads left as they are\n");
+    auto ddp_run = [&](ddp::ddp_options opts) {
+      const result r = run_two([&](int rank, const ddp::file_store& store) {
+        return ddp_rank(rank, store, opts, per_rank, warmup, iters);
+      });
+      if (!r.ok) throw error(errc::invalid_state, "ddp_bench: parameters differ across ranks after DDP steps");
+      return r;
+    };
+    auto local_run = [&](int threads) {
+      auto m = make_mlp(0);
+      set_blas_threads(threads);
+      const auto s = time_steps([&](const tensor& x) { return m->forward(x); }, m->parameters(), 0, warmup, iters);
+      set_blas_threads(cores);
       return result{s.median, s.p99, 1};
-    });
-    auto m = make_mlp(0);
-    const auto local = time_steps([&](const tensor& x) { return m->forward(x); }, m->parameters(), 0, warmup, iters);
-    rep.add("ddp_step_ms", ddp_r.median_s * 1e3, "ms", params);
-    rep.add("ddp_step_p99_ms", ddp_r.p99_s * 1e3, "ms", params);
-    rep.add("limit_local_step_ms", local.median * 1e3, "ms", params);
-    rep.add("ddp_overhead_ratio", ddp_r.median_s / local.median, "ratio", params);
+    };
+    ddp::ddp_options view, unshared;
+    view.gradient_as_bucket_view = true;
+    unshared.shared_buckets = false;
+    // The machine is shared: every configuration runs once per round, rounds interleave them,
+    // and each figure is the median over the rounds (load changes hit all alike).
+    std::vector<std::vector<result>> rounds(6);
+    for (int round = 0; round < (quick ? 1 : 3); ++round) {
+      rounds[0].push_back(ddp_run({}));
+      rounds[1].push_back(ddp_run(view));
+      rounds[2].push_back(ddp_run(unshared));
+      rounds[3].push_back(run_two([&](int rank, const ddp::file_store&) {
+        set_blas_threads(per_rank);
+        auto m = make_mlp(rank);
+        const auto s = time_steps([&](const tensor& x) { return m->forward(x); }, m->parameters(), rank, warmup, iters);
+        return result{s.median, s.p99, 1};
+      }));
+      rounds[4].push_back(local_run(per_rank));
+      rounds[5].push_back(local_run(cores));
+    }
+    auto med = [](std::vector<result> v) {
+      std::sort(v.begin(), v.end(), [](const result& a, const result& b) { return a.median_s < b.median_s; });
+      return v[v.size() / 2];
+    };
+    const result ddp_r = med(rounds[0]), view_r = med(rounds[1]), unshared_r = med(rounds[2]);
+    const result two = med(rounds[3]), local = med(rounds[4]), local_all = med(rounds[5]);
+    const std::string bparams = params + ", \"rounds\": " + std::to_string(rounds[0].size()) + ", \"buckets\": " +
+                                std::to_string(ddp_r.buckets);
+    rep.add("ddp_step_ms", ddp_r.median_s * 1e3, "ms", bparams);
+    rep.add("ddp_step_p99_ms", ddp_r.p99_s * 1e3, "ms", bparams);
+    rep.add("limit_local_step_ms", local.median_s * 1e3, "ms", params);
+    rep.add("ddp_overhead_ratio", ddp_r.median_s / local.median_s, "ratio", params);
     rep.add("local_step_2proc_ms", two.median_s * 1e3, "ms", params);
     rep.add("ddp_comm_overhead_ratio", ddp_r.median_s / two.median_s, "ratio", params);
+    rep.add("local_step_all_cores_ms", local_all.median_s * 1e3, "ms", params);
+    rep.add("ddp_overhead_vs_all_cores_ratio", ddp_r.median_s / local_all.median_s, "ratio", params);
+    rep.add("ddp_comm_hidden_fraction", ddp_r.hidden, "ratio", bparams);
+    rep.add("ddp_tail_ms", ddp_r.tail_ms, "ms", bparams);
+    rep.add("ddp_step_as_view_ms", view_r.median_s * 1e3, "ms", params);
+    rep.add("ddp_step_unshared_ms", unshared_r.median_s * 1e3, "ms", params);
   } catch (const error& e) {
     std::fprintf(stderr, "ddp_bench failed: %s\n", e.what());
     return 1;

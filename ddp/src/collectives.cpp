@@ -24,10 +24,60 @@ std::uint32_t begin_chunk(shm_transport& tp) {
 /// Shard k of a chunk of m elements split over w ranks: [lo, hi).
 std::size_t shard_lo(std::size_t m, int w, int k) { return m * static_cast<std::size_t>(k) / static_cast<std::size_t>(w); }
 
+/// Shard k of n elements over w ranks, its bounds rounded to 64-byte lines: [lo, hi).
+std::size_t line_shard_lo(std::size_t n, int w, int k, std::size_t es) {
+  if (k >= w) return n;
+  const std::size_t per_line = std::max<std::size_t>(1, 64 / es);
+  return std::min(n, shard_lo(n, w, k) / per_line * per_line);
+}
+
+/// Elements per piece of the in-place pipeline (Note [shm zero copy]).
+constexpr std::size_t piece_bytes = std::size_t{256} << 10;
+
+/// Allreduce in place over every rank's arena tensor (Note [shm zero copy]).
+void allreduce_in_place(shm_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op) {
+  const int w = tp.world(), r = tp.rank();
+  const std::size_t es = t.element_size(), n = static_cast<std::size_t>(t.numel());
+  std::vector<std::byte*> data(static_cast<std::size_t>(w));
+  for (int k = 0; k < w; ++k) data[k] = k == r ? bytes_of(t) : tp.peer_data(k, seq);
+  std::size_t longest = 0;
+  for (int k = 0; k < w; ++k) longest = std::max(longest, line_shard_lo(n, w, k + 1, es) - line_shard_lo(n, w, k, es));
+  const std::size_t piece = piece_bytes / es;
+  const std::uint32_t pieces = static_cast<std::uint32_t>((longest + piece - 1) / piece);
+  const std::uint32_t g0 = tp.chunk_counter();
+  tp.chunk_counter() += pieces;
+  std::vector<const std::byte*> srcs(static_cast<std::size_t>(w));
+  const std::size_t lo = line_shard_lo(n, w, r, es), hi = line_shard_lo(n, w, r + 1, es);
+  for (std::uint32_t j = 0; j < pieces; ++j) {  // fold my shard, piece by piece
+    const std::size_t a = std::min(hi, lo + j * piece), b = std::min(hi, a + piece);
+    for (int k = 0; k < w; ++k) srcs[k] = data[k] + a * es;
+    if (b > a) reduce_arrays(t.dtype(), op, w, srcs.data(), w, data[r] + a * es, nullptr, b - a);
+    tp.publish(in_cnt, g0 + j + 1);
+    tp.publish(red_cnt, g0 + j + 1);
+  }
+  for (std::uint32_t j = 0; j < pieces; ++j) {  // copy the peers' folded pieces
+    for (int k = 0; k < w; ++k) {
+      if (k == r) continue;
+      const std::size_t klo = line_shard_lo(n, w, k, es), khi = line_shard_lo(n, w, k + 1, es);
+      const std::size_t a = std::min(khi, klo + j * piece), b = std::min(khi, a + piece);
+      if (b == a) continue;
+      tp.wait_ge(k, tp.ctl(k).counters[red_cnt].v, g0 + j + 1);
+      std::memcpy(data[r] + a * es, data[k] + a * es, (b - a) * es);
+    }
+    tp.publish(out_cnt, g0 + j + 1);
+  }
+  if (pieces > 0) tp.wait_all(out_cnt, g0 + pieces);  // nobody reads my tensor any more
+  if (n > 0) t.bump_version();
+}
+
 }  // namespace
 
 void run_allreduce(shm_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op) {
-  tp.enter(make_fp(seq, collective_kind::allreduce, op, &t, -1));
+  const std::uint64_t off = tp.arena() ? tp.arena()->offset_of(t.data_ptr(), t.nbytes()) : 0;
+  tp.enter(make_fp(seq, collective_kind::allreduce, op, &t, -1), off);
+  bool in_place = t.numel() > 0;
+  for (int k = 0; k < tp.world() && in_place; ++k) in_place = tp.peer_data(k, seq) != nullptr;
+  if (in_place) return allreduce_in_place(tp, seq, t, op);
   const int w = tp.world(), r = tp.rank();
   const std::size_t es = t.element_size(), n = static_cast<std::size_t>(t.numel());
   const std::size_t chunk = tp.slot_bytes() / es;

@@ -165,5 +165,6 @@ std::vector<std::vector<std::size_t>> distributed_data_parallel::bucket_assignme
 }
 std::vector<std::size_t> distributed_data_parallel::last_ready_order() const { return impl_->reducer->ready_order(); }
 std::vector<int> distributed_data_parallel::last_launch_order() const { return impl_->reducer->launch_order(); }
+reduction_timeline distributed_data_parallel::last_timeline() const { return impl_->reducer->timeline(); }
 
 }  // namespace troupe::ddp

@@ -13,6 +13,7 @@
 #include "tcp_transport.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
+#include "troupe/tensors/factories.hpp"
 
 namespace troupe::ddp {
 
@@ -35,11 +36,13 @@ struct work::state {
   std::string description;
   std::function<void()> body;
   bool breaks_group = true;
+  std::chrono::steady_clock::time_point finished_at;
 
   void finish(std::optional<troupe::error> e) {
     {
       std::lock_guard<std::mutex> lock(mu);
       done = true;
+      finished_at = std::chrono::steady_clock::now();
       err = std::move(e);
       body = nullptr;  // releases the tensors
     }
@@ -66,6 +69,13 @@ std::optional<troupe::error> work::error() const {
   if (!state_) return std::nullopt;
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->err;
+}
+
+std::optional<std::chrono::steady_clock::time_point> work::completed_at() const {
+  if (!state_) return std::nullopt;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (!state_->done) return std::nullopt;
+  return state_->finished_at;
 }
 
 std::string work::description() const { return state_ ? state_->description : std::string("(empty work)"); }
@@ -322,6 +332,21 @@ work process_group::recv(tensor t, int src, int tag) {
   return impl_->submit("recv " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " from " +
                            std::to_string(src),
                        [im, t, src, tag] { im->visit([&](auto& tp) { detail::run_recv(tp, im->p2p, t, src, tag); }); }, impl::recvs);
+}
+
+tensor process_group::empty_shared(shape_t shape, troupe::dtype dt) {
+  for (auto d : shape)
+    if (d < 0) throw error(errc::bad_argument, "process_group::empty_shared: negative size in shape " + shape_to_string(shape));
+  if (impl_->shm && impl_->shm->arena()) {
+    tensor t = impl_->shm->arena()->allocate(shape, dt);
+    if (t.defined()) return t;
+  }
+  return zeros(std::move(shape), {dt});
+}
+
+bool process_group::is_shared(const tensor& t) const {
+  if (!t.defined() || !t.is_cpu() || !impl_->shm || !impl_->shm->arena()) return false;
+  return impl_->shm->arena()->offset_of(t.data_ptr(), t.nbytes()) != 0;
 }
 
 }  // namespace troupe::ddp

@@ -66,23 +66,48 @@ void reduce_typed(reduce_op op, int divisor, const std::byte* const* srcs, int n
   }
 }
 
+/// o = the rank-ordered sum of 2-4 sources (divided by `div` when not 1), vectorisable.
+template <class T>
+void sum_sources(T* __restrict o, const T* const* s, int nsrc, T div, std::size_t n) {
+  const T* __restrict a = s[0];
+  const T* __restrict b = s[1];
+  const T* __restrict c = nsrc > 2 ? s[2] : nullptr;
+  const T* __restrict d = nsrc > 3 ? s[3] : nullptr;
+  if (nsrc == 2) for (std::size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+  else if (nsrc == 3) for (std::size_t i = 0; i < n; ++i) o[i] = (a[i] + b[i]) + c[i];
+  else for (std::size_t i = 0; i < n; ++i) o[i] = ((a[i] + b[i]) + c[i]) + d[i];
+  if (div != T(1))
+    for (std::size_t i = 0; i < n; ++i) o[i] = o[i] / div;
+}
+
+/// In place (out aliases a source, no out2): sums a block into an L1-resident buffer, then
+/// stores it, so the vector loop never sees aliasing pointers.
+template <class T>
+void reduce_fast_in_place(T div, const std::byte* const* srcs, int nsrc, std::byte* out, std::size_t n) {
+  constexpr std::size_t blk = 4096;
+  alignas(64) T tmp[blk];
+  const T* s[4];
+  for (std::size_t b0 = 0; b0 < n; b0 += blk) {
+    const std::size_t m = std::min(blk, n - b0);
+    for (int k = 0; k < nsrc; ++k) s[k] = reinterpret_cast<const T*>(srcs[k]) + b0;
+    sum_sources<T>(tmp, s, nsrc, div, m);
+    std::memcpy(reinterpret_cast<T*>(out) + b0, tmp, m * sizeof(T));
+  }
+}
+
 /// Fast path for float/double sum/avg: vectorisable, writes `out2` (never a source) first.
 template <class T>
 bool reduce_fast(reduce_op op, int divisor, const std::byte* const* srcs, int nsrc, std::byte* out, std::byte* out2,
                  std::size_t n) {
-  if (out2 == nullptr || nsrc < 2 || nsrc > 4 || (op != reduce_op::sum && op != reduce_op::avg)) return false;
-  T* __restrict o = reinterpret_cast<T*>(out2);
-  const T* __restrict a = reinterpret_cast<const T*>(srcs[0]);
-  const T* __restrict b = reinterpret_cast<const T*>(srcs[1]);
-  const T* __restrict c = nsrc > 2 ? reinterpret_cast<const T*>(srcs[2]) : nullptr;
-  const T* __restrict d = nsrc > 3 ? reinterpret_cast<const T*>(srcs[3]) : nullptr;
-  if (nsrc == 2) for (std::size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
-  else if (nsrc == 3) for (std::size_t i = 0; i < n; ++i) o[i] = (a[i] + b[i]) + c[i];
-  else for (std::size_t i = 0; i < n; ++i) o[i] = ((a[i] + b[i]) + c[i]) + d[i];
-  if (op == reduce_op::avg && divisor > 1) {
-    const T div = static_cast<T>(divisor);
-    for (std::size_t i = 0; i < n; ++i) o[i] = o[i] / div;
+  if (nsrc < 2 || nsrc > 4 || (op != reduce_op::sum && op != reduce_op::avg)) return false;
+  const T div = op == reduce_op::avg && divisor > 1 ? static_cast<T>(divisor) : T(1);
+  if (out2 == nullptr) {
+    reduce_fast_in_place<T>(div, srcs, nsrc, out, n);
+    return true;
   }
+  const T* s[4];
+  for (int k = 0; k < nsrc; ++k) s[k] = reinterpret_cast<const T*>(srcs[k]);
+  sum_sources<T>(reinterpret_cast<T*>(out2), s, nsrc, div, n);
   std::memcpy(out, out2, n * sizeof(T));
   return true;
 }

@@ -44,6 +44,7 @@ reducer::reducer(tensor_list params, std::vector<std::string> names, process_gro
   cfg_.set("logger.console", caf::atom("none"));
   system_ = std::make_unique<caf::actor_system>(cfg_);
   ready_.assign(params_.size(), false);
+  locally_used_.assign(params_.size(), 0);
 }
 
 reducer::~reducer() {
@@ -69,7 +70,7 @@ void reducer::build(const std::vector<std::vector<std::size_t>>& assignment) {
       bk.offsets.push_back(n);
       n += params_[i].numel();
     }
-    bk.buffer = zeros({n}, {bk.dtype});
+    bk.buffer = opts_.shared_buckets ? group_.empty_shared({n}, bk.dtype) : zeros({n}, {bk.dtype});
     grad_bucket gb;
     gb.index = static_cast<int>(b);
     gb.buffer = bk.buffer;
@@ -126,35 +127,36 @@ void reducer::prepare(bool sync, const tensor_list& outputs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     launched_.assign(buckets_.size(), std::nullopt);
+    launched_at_.assign(buckets_.size(), {});
     launched_count_ = 0;
     launch_order_.clear();
+    armed_at_ = std::chrono::steady_clock::now();
   }
   if (!opts_.find_unused_parameters) return;
   const std::vector<bool> used = reachable(outputs);
   for (std::size_t i = 0; i < params_.size(); ++i)
-    if (!used[i]) mark_ready(i, false);
+    if (!used[i]) mark_ready(i);
 }
 
 void reducer::on_grad_ready(std::size_t i) {
-  if (!armed_) return;  // no_sync, or a backward without a DDP forward
+  locally_used_[i] = 1;  // also under no_sync: the accumulated gradient is part of the next sum
+  if (!armed_) return;    // no_sync, or a backward without a DDP forward
   if (ready_[i])
     throw error(errc::autograd_error, "distributed_data_parallel: parameter '" + names_[i] +
                                           "' was marked ready twice in one iteration (was it marked unused by "
                                           "find_unused_parameters but still got a gradient, or used by two backward passes?)");
-  mark_ready(i, true);
+  mark_ready(i);
 }
 
-void reducer::mark_ready(std::size_t i, bool used) {
+void reducer::mark_ready(std::size_t i) {
   no_grad_guard guard;
   const auto [b, k] = slot_of_[i];
   tensor& view = buckets_[b].views[k];
-  if (used) {
-    const tensor g = grad(params_[i]);
-    if (!g.defined()) view.zero_();
-    else if (g.data_ptr() != view.data_ptr()) view.copy_(g);
-  } else {
-    view.zero_();
-  }
+  // A parameter marked unused contributes its current .grad as well (zeros when undefined):
+  // what no_sync accumulated must not be lost (PyTorch does the same).
+  const tensor g = grad(params_[i]);
+  if (!g.defined()) view.zero_();
+  else if (g.data_ptr() != view.data_ptr()) view.copy_(g);
   ready_[i] = true;
   ++ready_count_;
   ready_order_.push_back(i);
@@ -178,15 +180,24 @@ void reducer::launch(int b) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     launched_[static_cast<std::size_t>(b)] = std::move(r);
+    launched_at_[static_cast<std::size_t>(b)] = std::chrono::steady_clock::now();
     launch_order_.push_back(b);
     ++launched_count_;
   }
   cv_.notify_all();
 }
 
+work reducer::launch_used_map() {
+  tensor used = empty({static_cast<std::int64_t>(params_.size())}, {dtype::uint8});
+  std::copy(locally_used_.begin(), locally_used_.end(), used.data<std::uint8_t>());
+  used_map_ = used;
+  return group_.allreduce(used, reduce_op::max);
+}
+
 void reducer::finalize() {
   armed_ = false;
   ++iterations_;
+  const auto last_grad = std::chrono::steady_clock::now();
   std::vector<std::optional<comm_result>> results;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -196,14 +207,50 @@ void reducer::finalize() {
                                      std::to_string(opts_.timeout.count()) + " ms");
     results = launched_;
   }
+  // Issued after every bucket launched: the same collective order on every rank.
+  std::vector<std::uint8_t> globally_used(params_.size(), 1);
+  work used_work;
+  if (opts_.find_unused_parameters) used_work = launch_used_map();
+  std::fill(locally_used_.begin(), locally_used_.end(), 0);
   no_grad_guard guard;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     auto& r = *results[b];
     if (r.pending.valid()) r.pending.wait(opts_.timeout);
     if (r.then) r.then();
   }
+  if (used_work.valid()) {
+    used_work.wait(opts_.timeout);
+    std::copy_n(used_map_.data<std::uint8_t>(), params_.size(), globally_used.begin());
+  }
+  write_back(globally_used);
+  record_timeline(results, last_grad);
+}
+
+void reducer::record_timeline(const std::vector<std::optional<comm_result>>& results,
+                              std::chrono::steady_clock::time_point last_grad) {
+  auto ms = [&](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - armed_at_).count();
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  timeline_ = reduction_timeline{};
+  for (std::size_t b = 0; b < results.size(); ++b) {
+    timeline_.launched_ms.push_back(ms(launched_at_[b]));
+    const auto done = results[b]->pending.completed_at();
+    timeline_.completed_ms.push_back(done ? ms(*done) : ms(launched_at_[b]));
+  }
+  timeline_.last_grad_ms = ms(last_grad);
+  timeline_.finished_ms = ms(std::chrono::steady_clock::now());
+}
+
+reduction_timeline reducer::timeline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timeline_;
+}
+
+void reducer::write_back(const std::vector<std::uint8_t>& globally_used) {
   for (auto& bk : buckets_) {
     for (std::size_t k = 0; k < bk.params.size(); ++k) {
+      if (globally_used[bk.params[k]] == 0) continue;  // unused on every rank: .grad untouched
       const tensor& p = params_[bk.params[k]];
       const tensor g = grad(p);
       if (opts_.gradient_as_bucket_view) {

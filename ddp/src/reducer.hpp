@@ -26,6 +26,15 @@
 //   last hook: wait until all launched <- launched[b] = work (cv)
 //              wait works, then-steps, write averaged grads to .grad
 //
+// find_unused_parameters (PyTorch's semantics): prepare() marks the parameters the forward's
+// outputs do not reach ready at once; their bucket slice gets their current .grad (zeros when
+// undefined), so a rank that did not use a parameter contributes zero (or what no_sync
+// accumulated). Each rank keeps a locally-used map (a gradient arrived since the last
+// synchronised backward, no_sync passes included); after every bucket launched, finalize()
+// allreduces it (max), always after the buckets, so the order is the same on every rank. A
+// parameter used on some rank gets the average; one unused on every rank keeps its .grad
+// untouched (undefined stays undefined).
+//
 // The last post-accumulate-grad hook of the pass (every parameter ready or marked unused)
 // blocks the backward thread until every bucket launched and every work completed, so backward
 // returns with averaged gradients. Failures (peer_lost, timeout) surface there, as the error of
@@ -35,6 +44,7 @@
 
 #include <caf/all.hpp>
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -78,11 +88,16 @@ class reducer {
   const std::vector<std::size_t>& ready_order() const { return ready_order_; }
   std::vector<std::vector<std::size_t>> assignment() const;
   std::vector<int> launch_order() const;
+  reduction_timeline timeline() const;
   void set_hook(comm_hook h) { hook_ = std::move(h); }
 
  private:
-  void mark_ready(std::size_t i, bool used);
+  void mark_ready(std::size_t i);
   void finalize();
+  work launch_used_map();
+  void write_back(const std::vector<std::uint8_t>& globally_used);
+  void record_timeline(const std::vector<std::optional<comm_result>>& results,
+                       std::chrono::steady_clock::time_point last_grad);
   void drain() noexcept;
   std::vector<bool> reachable(const tensor_list& outputs) const;
 
@@ -94,6 +109,8 @@ class reducer {
   std::vector<bucket> buckets_;
   std::vector<std::pair<std::size_t, std::size_t>> slot_of_;  // param -> (bucket, position)
   std::vector<bool> ready_;
+  std::vector<std::uint8_t> locally_used_;  // got a gradient since the last synchronised backward
+  tensor used_map_;                          // the allreduced map of the last backward
   std::size_t ready_count_ = 0;
   bool armed_ = false;
   bool rebuilt_ = false;
@@ -106,6 +123,9 @@ class reducer {
   std::vector<grad_bucket> hook_views_;
   std::vector<int> launch_order_;
   std::size_t launched_count_ = 0;
+  std::chrono::steady_clock::time_point armed_at_;  // timeline origin
+  std::vector<std::chrono::steady_clock::time_point> launched_at_;
+  reduction_timeline timeline_;
 
   caf::actor_system_config cfg_;
   std::unique_ptr<caf::actor_system> system_;

@@ -108,21 +108,37 @@ shm_transport::shm_transport(const rendezvous& store, int rank, int world, const
   auto* cb = new (segments_[rank].data()) control_block();
   cb->pid = ::getpid();
   const std::string prefix = "troupe/pg/" + name_ + "/";
-  store.set(prefix + std::to_string(rank), own + " " + std::to_string(cb->pid));
+  const std::size_t arena_bytes = opts.shared_arena_bytes;
+  const std::string own_arena = own + "_arena";
+  if (arena_bytes > 0) arena_ = std::make_shared<shm_arena>(sparse_mapping::create(own_arena, arena_bytes));
+  store.set(prefix + std::to_string(rank), own + " " + std::to_string(cb->pid) + " " + (arena_ ? own_arena : "-"));
   pids_.assign(static_cast<std::size_t>(world), 0);
   pidfds_.assign(static_cast<std::size_t>(world), -1);
-  for (int r = 0; r < world; ++r) {
-    std::istringstream in(store.get(prefix + std::to_string(r), timeout_));
-    std::string seg;
-    in >> seg >> pids_[r];
-    if (r != rank) segments_[r] = shm_segment::open_named(seg, total);
-    pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids_[r], 0));
+  peer_arenas_.resize(static_cast<std::size_t>(world));
+  arena_bases_.assign(static_cast<std::size_t>(world), nullptr);
+  try {
+    for (int r = 0; r < world; ++r) {
+      std::istringstream in(store.get(prefix + std::to_string(r), timeout_));
+      std::string seg, arena;
+      in >> seg >> pids_[r] >> arena;
+      if (r != rank) segments_[r] = shm_segment::open_named(seg, total);
+      if (r != rank && arena != "-") peer_arenas_[r] = sparse_mapping::open(arena, arena_bytes);
+      arena_bases_[r] = r == rank ? (arena_ ? arena_->base() : nullptr) : peer_arenas_[r].data();
+      pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids_[r], 0));
+    }
+    store.barrier(prefix + "mapped", rank, world, timeout_);
+  } catch (...) {
+    if (arena_) ::shm_unlink(own_arena.c_str());
+    throw;
   }
-  store.barrier(prefix + "mapped", rank, world, timeout_);
-  ::shm_unlink(own.c_str());  // every rank mapped it: nothing is left behind if we die
+  ::shm_unlink(own.c_str());  // every rank mapped both: nothing is left behind if we die
+  if (arena_) ::shm_unlink(own_arena.c_str());
 }
 
 shm_transport::~shm_transport() {
+  auto& cb = ctl(rank_);
+  cb.left.store(1, std::memory_order_release);
+  for (auto& c : cb.counters) futex_wake(c.v);
   for (int fd : pidfds_)
     if (fd >= 0) ::close(fd);
 }
@@ -151,6 +167,15 @@ void shm_transport::check_peer(int r) {
   // Only the peer being waited on matters: a rank that finished its part and exited is fine.
   // A peer that aborted passes on what it saw (its reason names the rank that died first).
   const auto& cb = ctl(r);
+  if (cb.left.load(std::memory_order_acquire) != 0) {
+    const std::uint32_t last = cb.counters[fp_seq].v.load(std::memory_order_acquire);
+    const std::string after = last == 0 ? "before entering any collective"
+                                        : "after collective #" + std::to_string(last) + " (" + describe(cb.fp[last % 2]) + ")";
+    throw error(errc::collective_mismatch, "process_group '" + name_ + "': rank " + std::to_string(r) +
+                                               " left the group " + after + " while rank " + std::to_string(rank_) +
+                                               " waits for it in " + what_ +
+                                               ": the ranks issued different numbers of collectives (did a rank skip one?)");
+  }
   if (cb.aborted.load(std::memory_order_acquire) != 0)
     throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", rank " + std::to_string(r) +
                                      " aborted: " + std::string(cb.reason));
@@ -176,7 +201,12 @@ void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t 
     if (reached(seen, target)) return;
     const auto now = clock::now();
     if (now >= next_check_) {
-      check_peer(r);
+      try {
+        check_peer(r);
+      } catch (const error&) {
+        if (reached(c.load(std::memory_order_acquire), target)) return;  // published, then went
+        throw;
+      }
       if (now >= deadline_) fail_timeout({r});
       next_check_ = now + std::chrono::milliseconds(5);
     }
@@ -194,9 +224,15 @@ void shm_transport::fail_timeout(const std::vector<int>& missing) {
                                  std::to_string(timeout_.count()) + " ms waiting for rank(s) " + join_ranks(missing));
 }
 
-void shm_transport::enter(fingerprint f) {
+std::byte* shm_transport::peer_data(int r, std::uint32_t seq) const noexcept {
+  const std::uint64_t off = ctl(r).data_off[seq % 2];
+  return off == 0 || arena_bases_[r] == nullptr ? nullptr : arena_bases_[r] + (off - 1);
+}
+
+void shm_transport::enter(fingerprint f, std::uint64_t data_off) {
   auto& mine = ctl(rank_);
   mine.fp[f.seq % 2] = f;
+  mine.data_off[f.seq % 2] = data_off;
   publish(fp_seq, f.seq);
   wait_all(fp_seq, f.seq);
   std::vector<fingerprint> all(static_cast<std::size_t>(world_));
@@ -213,6 +249,7 @@ void shm_transport::enter(fingerprint f) {
 
 void shm_transport::enter_monitored(fingerprint f, std::chrono::milliseconds timeout) {
   ctl(rank_).fp[f.seq % 2] = f;
+  ctl(rank_).data_off[f.seq % 2] = 0;
   publish(fp_seq, f.seq);
   const auto deadline = clock::now() + timeout;
   for (;;) {

@@ -29,7 +29,33 @@
 // and exited (its segment stays mapped here) is no failure. A dead peer -> peer_lost naming it; a peer that aborted ->
 // peer_lost with its reason; the deadline -> timeout naming the ranks not yet there. Any of these
 // marks this rank aborted too (the group is broken: later collectives fail at once).
+// A rank that destroys its group sets `left`: a peer still waiting for it (it issued more
+// collectives than the leaver) fails with collective_mismatch naming the leaver, the last
+// collective it entered and the one this rank waits in — so a rank that skipped a collective
+// ends the others' wait with a mismatch, not a timeout. Before throwing, the waiter re-reads
+// the counter: a peer that published its last value and then left or died is no failure.
 // Assumes: one host, the same binary layout on every rank, collectives issued in the same order.
+//
+// Note [shm zero copy]
+// --------------------
+// Each rank also maps every rank's arena: a sparse segment (opts.shared_arena_bytes, pages
+// reserved only when process_group::empty_shared hands out a range) from which tensors are
+// carved. A collective's entry publishes, beside its fingerprint, where this rank's tensor lies
+// in its arena (data_off, 0 = elsewhere). When every rank's tensor lies in its arena (all ranks
+// read the same data_off values, so all decide alike), allreduce works in place, with no slot:
+//
+//   rank r:  for each piece j of shard r: fold shard r of every rank's tensor (rank order)
+//                                         into r's own tensor -> red_cnt = g_j + 1
+//            for each piece j, peer k:    wait red_cnt(k) >= g_j + 1, copy piece j of shard k
+//                                         from k's tensor into r's        -> out_cnt = g_j + 1
+//            wait every out_cnt >= g_last + 1 (no peer still reads r's tensor), return
+//
+// Rank r writes only shard r of its own tensor before peers finished folding shard k (which reads
+// shard k only), and overwrites shard k only after k published it folded: no byte is read while
+// it is written. The chunk counters advance exactly as in the slot protocol (g = the group's
+// chunk number, same on every rank), so both kinds mix freely. Per rank and byte of tensor this
+// moves (2w-1)/w reads and (2w-2)/w + 1/w writes, against about twice that through the slots.
+// Ordinary tensors take the slot path (one copy in, one out).
 
 #include <sys/types.h>
 
@@ -40,6 +66,7 @@
 #include <string>
 #include <vector>
 
+#include "shm_arena.hpp"
 #include "troupe/actors/shared_memory.hpp"
 #include "troupe/ddp/process_group.hpp"
 
@@ -100,7 +127,9 @@ struct control_block {
   padded_counter p2p_ack[max_ranks];   // chunks consumed from each source
   fingerprint p2p_meta[max_ranks];     // per destination: dtype, numel, tag (in root) of the send
   fingerprint fp[2];
+  std::uint64_t data_off[2] = {};  // per fp slot: 1 + arena offset of the collective's tensor, 0 if none
   std::atomic<std::uint32_t> aborted{0};
+  std::atomic<std::uint32_t> left{0};  // set when r destroyed its group (a clean leave)
   std::int32_t pid = 0;
   char reason[512] = {};
 };
@@ -132,8 +161,14 @@ class shm_transport {
   void wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target);
   /// wait_ge on counter `c` of every rank.
   void wait_all(counter c, std::uint32_t target);
-  /// The fingerprint exchange of Note [shm collectives]; throws collective_mismatch.
-  void enter(fingerprint f);
+  /// The fingerprint exchange of Note [shm collectives]; throws collective_mismatch. `data_off`:
+  /// 1 + the arena offset of this rank's tensor (Note [shm zero copy]), 0 when not in the arena.
+  void enter(fingerprint f, std::uint64_t data_off = 0);
+  /// After enter(): where rank `r`'s tensor of collective `seq` lies (in this process's mapping
+  /// of r's arena), or nullptr when it is not in r's arena.
+  std::byte* peer_data(int r, std::uint32_t seq) const noexcept;
+  /// This rank's arena (null when opts.shared_arena_bytes is 0).
+  const std::shared_ptr<shm_arena>& arena() const noexcept { return arena_; }
   /// Barrier entry that, past `timeout`, throws errc::timeout naming the ranks missing.
   void enter_monitored(fingerprint f, std::chrono::milliseconds timeout);
   /// Marks this rank aborted with `reason` (peers waiting on it fail with peer_lost at once).
@@ -143,6 +178,8 @@ class shm_transport {
   std::uint32_t next_seq() noexcept { return ++seq_; }
 
  private:
+  /// Throws when peer `r` can no longer advance: it left (collective_mismatch: the ranks
+  /// issued different numbers of collectives), aborted or died (peer_lost).
   void check_peer(int r);
   [[noreturn]] void fail_timeout(const std::vector<int>& missing);
 
@@ -153,6 +190,9 @@ class shm_transport {
   std::size_t p2p_bytes_;
   std::chrono::milliseconds timeout_;
   std::vector<shm_segment> segments_;
+  std::shared_ptr<shm_arena> arena_;        // this rank's (shared with the tensors it handed out)
+  std::vector<sparse_mapping> peer_arenas_;  // every other rank's, mapped here
+  std::vector<std::byte*> arena_bases_;
   std::vector<int> pidfds_;
   std::vector<pid_t> pids_;
   // Per worker thread (collectives, sends and receives run on different threads).

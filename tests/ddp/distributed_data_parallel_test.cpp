@@ -66,6 +66,19 @@ struct branchy : nn::unary_module {
   tensor forward(const tensor& x) override { return use_side ? main->forward(x) + side->forward(x) : main->forward(x); }
 };
 
+/// `main` always, `side` when `use_side`, `never` never (fixed initialisation).
+struct partly_used : nn::unary_module {
+  std::shared_ptr<nn::linear> main, side, never;
+  bool use_side = false;
+  partly_used() {
+    generator g(7);
+    main = register_module("main", std::make_shared<nn::linear>(6, 4, g, true, test::f64));
+    side = register_module("side", std::make_shared<nn::linear>(6, 4, g, true, test::f64));
+    never = register_module("never", std::make_shared<nn::linear>(6, 4, g, true, test::f64));
+  }
+  tensor forward(const tensor& x) override { return use_side ? main->forward(x) + side->forward(x) : main->forward(x); }
+};
+
 /// Gradients averaged by hand: local backward, then allreduce(avg) of the flat gradients.
 tensor exact_average_grads(ddp::process_group& pg, nn::unary_module& m, const tensor& x, const tensor& y) {
   m.zero_grad();
@@ -115,6 +128,14 @@ TEST_CASE("gradients ready out of order are reduced in bucket-index order, then 
     const auto ready = d.last_ready_order();
     expect(ready.size() == 4 && ready[0] <= 1, "a's gradients are ready first");
     expect(d.last_launch_order() == std::vector<int>{0, 1, 2, 3}, "launched in bucket-index order");
+    const auto tl = d.last_timeline();
+    expect(tl.launched_ms.size() == 4 && tl.completed_ms.size() == 4, "a timeline entry per bucket");
+    for (std::size_t b = 0; b < 4; ++b) {
+      expect(tl.launched_ms[b] >= 0 && tl.launched_ms[b] <= tl.completed_ms[b], "launched before completed");
+      expect(tl.completed_ms[b] <= tl.finished_ms && (b == 0 || tl.launched_ms[b - 1] <= tl.launched_ms[b]),
+             "completed before the gradients were written back, launched in index order");
+    }
+    expect(tl.last_grad_ms <= tl.finished_ms, "the last gradient came before the end");
     tensor expected = exact_average_grads(pg, *m, x.narrow(1, 0, 4), y);
     m->zero_grad();
     backward(nn::mse_loss(d(x.narrow(1, 0, 4)), y));  // this forward rebuilt the buckets
@@ -137,9 +158,41 @@ TEST_CASE("find_unused_parameters lets a backward that skips a branch finish", "
       auto [x, y] = test::batch(step, rank);
       m->zero_grad();
       backward(nn::mse_loss(d(x), y));
-      const tensor side_grad = grad(m->side->weight);
-      expect(side_grad.defined() && side_grad.abs().sum().item() == 0.0, "the unused branch gets a zero gradient");
+      // Unused on every rank: .grad untouched (never defined here), as PyTorch.
+      expect(!grad(m->side->weight).defined() && !grad(m->side->bias).defined(), "the branch unused everywhere has no gradient");
       expect(test::same_on_all_ranks(pg, test::flat_grads(*m)), "gradients identical on all ranks");
+    }
+  }));
+}
+
+TEST_CASE("find_unused_parameters averages a parameter used on some ranks and leaves one unused on all untouched", "[ddp]") {
+  const bool as_view = GENERATE(false, true);
+  INFO("gradient_as_bucket_view " << as_view);
+  REQUIRE(test::run_group(2, [as_view](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    auto m = std::make_shared<partly_used>();  // main: used everywhere; side: on rank 0 only; never: nowhere
+    ddp::ddp_options opts;
+    opts.find_unused_parameters = true;
+    opts.gradient_as_bucket_view = as_view;
+    opts.bucket_cap_mb = opts.first_bucket_cap_mb = 1e-9;
+    ddp::distributed_data_parallel d(m, pg, opts);
+    set_grad(m->never->bias, full({4}, 7.0 + rank, test::f64));  // a defined .grad that must survive
+    m->use_side = rank == 0;
+    for (int step = 0; step < 2; ++step) {
+      auto [x, y] = test::batch(step, rank);
+      m->main->zero_grad();
+      m->side->zero_grad();
+      backward(nn::mse_loss(d(x), y));
+      expect(!grad(m->never->weight).defined(), "an undefined .grad of a parameter unused everywhere stays undefined");
+      expect(grad(m->never->bias).data<double>()[3] == 7.0 + rank, "a defined one keeps its value (not averaged)");
+      expect(grad(m->side->weight).defined() && grad(m->side->weight).abs().sum().item() > 0,
+             "side has a gradient on every rank, also where it was unused");
+      // The reference: the same model's local gradients (zero where unused), averaged by hand.
+      auto ref = std::make_shared<partly_used>();
+      ref->use_side = rank == 0;
+      const tensor want = exact_average_grads(pg, *ref, x, y);
+      const std::int64_t n = 2 * (6 * 4 + 4);  // main.*, side.* come first in parameters()
+      expect(test::max_rel_diff(test::flat_grads(*m).narrow(0, 0, n), want.narrow(0, 0, n)) <= 1e-12,
+             "main and side gradients are the averages (rank 1 contributes zero for side)");
     }
   }));
 }

@@ -106,13 +106,86 @@ TEST_CASE("every CPU collective matches its reference for every dtype on 1 to 4 
   }, opts));
 }
 
-TEST_CASE("an allreduce of 64 MB matches the reference on 2 ranks", "[ddp][process_group]") {
+TEST_CASE("allreduce of tensors in the shared arena works in place, bitwise equal to the copying path, on 1 to 4 ranks",
+          "[ddp][process_group]") {
+  const int world = GENERATE(1, 2, 3, 4);
+  REQUIRE(test::run_group(world, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    const int w = pg.world_size();
+    for (dtype dt : {dtype::float32, dtype::float64, dtype::float16, dtype::int32})
+      for (std::int64_t n : {1, 7, 1000, 100'003, 300'001})  // the last: several 256 KiB pieces per shard
+        for (reduce_op op : {reduce_op::sum, reduce_op::avg, reduce_op::max}) {
+          const std::string what = "shared " + std::string(to_string(dt)) + " n=" + std::to_string(n) + " " + ddp::to_string(op);
+          tensor t = pg.empty_shared({n}, dt);
+          test::expect(pg.is_shared(t) && t.is_contiguous() && t.abs().sum().item() == 0.0, what + ": a zeroed arena tensor");
+          t.copy_(make_input(rank, n, dt));
+          tensor plain = make_input(rank, n, dt);
+          pg.allreduce(t, op).wait(20s);
+          pg.allreduce(plain, op).wait(20s);  // the slot path, interleaved: the counters stay aligned
+          expect_close(t, [&](std::int64_t i) { return reduce_ref(op, w, i, dt); }, what);
+          test::expect(std::memcmp(t.data_ptr(), plain.data_ptr(), t.nbytes()) == 0, what + ": same bits as the copying path");
+        }
+    // A contiguous view into a shared tensor is shared too; a rank whose tensor is ordinary makes
+    // every rank take the copying path.
+    tensor big = pg.empty_shared({5000}, dtype::float64);
+    tensor view = big.narrow(0, 1000, 3000);
+    view.copy_(make_input(rank, 3000, dtype::float64));
+    test::expect(pg.is_shared(view), "a view of a shared tensor is shared");
+    pg.allreduce(view).wait(20s);
+    expect_close(view, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, w, i, dtype::float64); }, "shared view");
+    test::expect(big.narrow(0, 0, 1000).abs().sum().item() == 0.0, "bytes outside the view untouched");
+    tensor mixed = rank == 0 ? pg.empty_shared({777}, dtype::float32) : empty({777});
+    mixed.copy_(make_input(rank, 777, dtype::float32));
+    pg.allreduce(mixed).wait(20s);
+    expect_close(mixed, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, w, i, dtype::float32); }, "mixed");
+  }));
+}
+
+TEST_CASE("the shared arena falls back to ordinary tensors when full and reuses freed ranges", "[ddp][process_group]") {
+  ddp::process_group_options opts;
+  opts.shared_arena_bytes = 1 << 20;
   REQUIRE(test::run_group(2, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    tensor too_big = pg.empty_shared({300'000});  // 1.2 MB > 1 MiB arena
+    test::expect(too_big.defined() && !pg.is_shared(too_big) && too_big.numel() == 300'000, "too large: an ordinary tensor");
+    {
+      tensor a = pg.empty_shared({150'000});  // 600 KB
+      test::expect(pg.is_shared(a), "fits");
+      tensor b = pg.empty_shared({150'000});
+      test::expect(!pg.is_shared(b), "a second 600 KB does not fit beside it");
+    }
+    tensor c = pg.empty_shared({150'000});
+    test::expect(pg.is_shared(c), "the freed range is reused");
+    c.fill_(static_cast<double>(rank + 1));
+    pg.allreduce(c).wait(20s);
+    test::expect(c.data<float>()[149'999] == 3.0f, "allreduce in the reused range");
+  }, opts));
+  REQUIRE_THROWS_AS(test::run_group(1, [](int, const ddp::file_store&, ddp::process_group& pg) { pg.empty_shared({-1}); }), error);
+}
+
+TEST_CASE("every collective matches its reference at 64 MB on 1 to 4 ranks over both transports", "[ddp][process_group]") {
+  const int world = GENERATE(1, 2, 3, 4);
+  const auto transport = GENERATE(ddp::transport_kind::shared_memory, ddp::transport_kind::tcp);
+  INFO("world " << world << ", transport " << static_cast<int>(transport));
+  ddp::process_group_options opts;
+  opts.transport = transport;
+  REQUIRE(test::run_group(world, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    const int w = pg.world_size();
     const std::int64_t n = 16 << 20;  // float32: 64 MB
     tensor t = make_input(rank, n, dtype::float32);
-    pg.allreduce(t, reduce_op::sum).wait(30s);
-    expect_close(t, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, 2, i, dtype::float32); }, "allreduce 64MB");
-  }));
+    pg.allreduce(t, reduce_op::sum).wait(60s);
+    expect_close(t, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, w, i, dtype::float32); }, "allreduce 64 MB");
+    tensor b = make_input(rank, n, dtype::float32);
+    pg.broadcast(b, w - 1).wait(60s);
+    expect_close(b, [&](std::int64_t i) { return value_of(w - 1, i, dtype::float32); }, "broadcast 64 MB");
+    const std::int64_t part = n / w;  // allgather output and reduce_scatter input: 64 MB
+    tensor out = zeros({part * w});
+    pg.allgather(out, make_input(rank, part, dtype::float32)).wait(60s);
+    expect_close(out, [&](std::int64_t i) { return value_of(static_cast<int>(i / part), i % part, dtype::float32); },
+                 "allgather to 64 MB");
+    tensor rs = zeros({part});
+    pg.reduce_scatter(rs, make_input(rank, part * w, dtype::float32), reduce_op::sum).wait(60s);
+    expect_close(rs, [&](std::int64_t i) { return reduce_ref(reduce_op::sum, w, rank * part + i, dtype::float32); },
+                 "reduce_scatter from 64 MB");
+  }, opts, std::chrono::seconds(180)));
 }
 
 TEST_CASE("collectives issued back to back complete in issue order", "[ddp][process_group]") {
@@ -150,6 +223,38 @@ TEST_CASE("a collective whose size differs on one rank fails with collective_mis
     pg.allreduce(ok).wait(10s);
     test::expect(ok.data<float>()[0] == 3.0f, "next allreduce sums");
   }));
+}
+
+TEST_CASE("a rank that skips a collective gets collective_mismatch naming the ranks and sequence numbers, and the others do not time out",
+          "[ddp][process_group]") {
+  ddp::process_group_options opts;
+  opts.timeout = 30s;  // a timeout would take 30 s: the mismatch must come long before
+  REQUIRE(test::run_group(3, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    const auto t0 = std::chrono::steady_clock::now();
+    tensor a = ones({10}), b = ones({5});
+    auto expect_mismatch = [&](ddp::work w, const std::vector<std::string>& parts) {
+      try {
+        w.wait(20s);
+      } catch (const error& e) {
+        test::expect(e.code() == errc::collective_mismatch, "collective_mismatch, got " + std::string(e.what()));
+        for (const auto& p : parts)
+          test::expect(e.message().find(p) != std::string::npos, "message holds '" + p + "': " + e.message());
+        return;
+      }
+      test::expect(false, "rank " + std::to_string(rank) + ": " + w.description() + " should fail");
+    };
+    const std::vector<std::string> first = {"collective #1 differs", "rank 0 called allreduce(sum) float32 numel 10 #1",
+                                            "rank 1 called broadcast(root 0) float32 numel 5 #1"};
+    if (rank == 1) {  // skips the allreduce: its #1 is the others' #2
+      expect_mismatch(pg.broadcast(b, 0), first);
+      return;  // leaves the group
+    }
+    expect_mismatch(pg.allreduce(a), first);
+    expect_mismatch(pg.broadcast(b, 0), {"rank 1 left the group after collective #1 (broadcast(root 0) float32 numel 5 #1)",
+                                         "broadcast #2", "different numbers of collectives"});
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    test::expect(ms < 5000, "both errors within 5 s, took " + std::to_string(ms) + " ms");
+  }, opts));
 }
 
 TEST_CASE("send and recv pass tensors around a ring, also larger than the mailbox", "[ddp][process_group]") {

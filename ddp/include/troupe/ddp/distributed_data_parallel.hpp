@@ -60,8 +60,23 @@ struct ddp_options {
   bool broadcast_buffers = true;
   /// Make every .grad a view into its bucket (saves the copy back).
   bool gradient_as_bucket_view = false;
+  /// Allocate the bucket buffers in the group's shared arena (process_group::empty_shared), so
+  /// their allreduce works in place (Note [shm zero copy]). No effect over TCP.
+  bool shared_buckets = true;
   /// Bound of every wait of the reducer (bucket launch, collective completion).
   std::chrono::milliseconds timeout{60000};
+};
+
+/// When the steps of the last synchronised backward happened, in ms since prepare_for_backward
+/// (the end of forward): shows whether the reductions overlapped the backward computation.
+struct reduction_timeline {
+  /// Per bucket index: when its reduction was launched, and when its collective finished.
+  std::vector<double> launched_ms;
+  std::vector<double> completed_ms;
+  /// When the last gradient became ready (the backward computation ended).
+  double last_grad_ms = 0;
+  /// When the averaged gradients were in place (backward returns right after).
+  double finished_ms = 0;
 };
 
 /// Data-parallel wrapper of a module. Not copyable, not movable (hooks refer to it); use from one
@@ -117,6 +132,8 @@ class distributed_data_parallel {
   std::vector<std::size_t> last_ready_order() const;
   /// Bucket indices in the order their reductions were launched during the last backward.
   std::vector<int> last_launch_order() const;
+  /// The timeline of the last synchronised backward.
+  reduction_timeline last_timeline() const;
 
   struct impl;
 

@@ -55,6 +55,8 @@ class work {
   bool valid() const noexcept { return state_ != nullptr; }
   /// What the collective was ("allreduce(sum) #12 float32[1024]"), for messages.
   std::string description() const;
+  /// When the collective finished (steady clock); nullopt while it runs. Never blocks.
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const;
 
  private:
   std::shared_ptr<state> state_;
@@ -82,6 +84,9 @@ struct process_group_options {
   std::string tcp_address = "127.0.0.1";
   /// TCP: bytes of one pipelined chunk on the ring.
   std::size_t tcp_chunk_bytes = std::size_t{1} << 20;
+  /// Shared memory: address space of this rank's shared arena (empty_shared); memory is taken
+  /// only for the tensors allocated in it. 0 disables it.
+  std::size_t shared_arena_bytes = std::size_t{1} << 30;
 };
 
 /// A group of `world_size` processes, identified by `name` in the store. Move-only.
@@ -133,6 +138,16 @@ class process_group {
   /// Receives into `t` from rank `src`; errc::collective_mismatch when the sender's dtype,
   /// element count or tag differ.
   work recv(tensor t, int src, int tag = 0);
+
+  /// A zero-filled contiguous CPU tensor that lives in this rank's shared arena, mapped by every
+  /// rank of the group (Note [shm zero copy]): an allreduce of such tensors (or of contiguous
+  /// views of them) on every rank reads the peers' data in place, with no copy in or out of
+  /// staging slots. Any tensor op works on it; it may outlive the group. Falls back to an
+  /// ordinary zero tensor (same results, the copying path) with the TCP transport, or when the
+  /// arena is full or disabled. Never blocks on peers.
+  tensor empty_shared(shape_t shape, troupe::dtype dt = troupe::dtype::float32);
+  /// True when `t`'s bytes lie in this rank's shared arena (empty_shared made them).
+  bool is_shared(const tensor& t) const;
 
   struct impl;
 
