@@ -252,6 +252,10 @@ node::~node() {
 
 const worker_info& node::info() const { return impl_->me; }
 std::uint16_t node::port() const { return impl_->port; }
+caf::actor_system& node::system() {
+  if (!impl_->sys) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
+  return *impl_->sys;
+}
 std::uint16_t node::rpc_port() const { return impl_->fast ? impl_->fast->port() : 0; }
 rpc::registry& node::functions() { return *impl_->functions; }
 store_client& node::store() {

@@ -33,6 +33,10 @@
 #include "troupe/actors/transport.hpp"
 #include "troupe/actors/worker_info.hpp"
 
+namespace caf {
+class actor_system;
+}
+
 namespace troupe {
 
 /// How shutdown() ends the node.
@@ -62,6 +66,10 @@ class node {
   std::uint16_t port() const;
   /// The port of this node's direct RPC channel (Note [rpc fast path]); 0 when disabled.
   std::uint16_t rpc_port() const;
+  /// The node's CAF actor system, for layers that spawn their own actors (RRef actors,
+  /// distributed autograd contexts). Valid until shutdown(); such actors must have quit before
+  /// it (their owners are destroyed before the node). Throws invalid_state after shutdown.
+  caf::actor_system& system();
   /// The functions this node serves; add() is thread-safe at any time.
   rpc::registry& functions();
   /// The blocking store client.

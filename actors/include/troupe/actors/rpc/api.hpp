@@ -57,10 +57,18 @@ std::chrono::milliseconds to_timeout(const std::chrono::duration<Rep, Period>& d
   return std::chrono::ceil<std::chrono::milliseconds>(d);
 }
 
+/// An argument as the codec takes it: string literals become strings, everything else is passed
+/// by reference (no copy; move-only arguments such as rrefs work).
+template <class T>
+decltype(auto) to_wire(const T& x) {
+  if constexpr (std::is_convertible_v<const T&, const char*>) return std::string(x);
+  else return (x);
+}
+
 template <class R, class... Args>
 future<R> call_with(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
                     const Args&... args) {
-  auto encode = [&] { return encode_args<wire_t<Args>...>(wire_t<Args>(args)...); };
+  auto encode = [&] { return encode_args<wire_t<Args>...>(to_wire(args)...); };
   return future<R>(n.call(to, function, encode, timeout));
 }
 

@@ -89,7 +89,8 @@ class future {
   /// Blocks until the call completes and returns its value, or throws its troupe::error
   /// (timeout, peer_lost, unknown_function, bad_argument, remote_exception, protocol_violation,
   /// or the code of an exception the call interceptor threw). With an interceptor the result is
-  /// decoded by the first get() only; later ones return copies of it.
+  /// decoded by the first get() only; later ones return copies of it (a move-only result is
+  /// moved out by the first get(); later ones return a moved-from value).
   R get() const {
     if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
     const auto& bytes = st_->value();
@@ -98,8 +99,13 @@ class future {
         if constexpr (std::is_void_v<R>) return nullptr;
         else return std::make_shared<R>(decode_result<R>(b, st_->what()));
       });
-      if constexpr (!std::is_void_v<R>) return *std::static_pointer_cast<R>(v);
-      else return;
+      if constexpr (!std::is_void_v<R>) {
+        auto p = std::static_pointer_cast<R>(v);
+        if constexpr (std::is_copy_constructible_v<R>) return *p;
+        else return std::move(*p);  // a move-only result (an rref) is taken by the first get()
+      } else {
+        return;
+      }
     }
     if constexpr (std::is_void_v<R>) {
       (void)bytes;
