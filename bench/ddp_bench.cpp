@@ -92,7 +92,20 @@ struct result {
   double hidden = 0;   // median fraction of collective time before the last gradient
   double tail_ms = 0;  // median ms from the last gradient to the averaged gradients in place
   int buckets = 0;
+  char timeline[240] = {};  // the last step's, for the table
 };
+
+/// "b0 launched 5.1 done 6.0 | b1 ... | last grad 20.3 | done 21.7" (ms since the forward ended).
+std::string describe(const ddp::reduction_timeline& tl) {
+  char buf[96];
+  std::string out;
+  for (std::size_t b = 0; b < tl.launched_ms.size(); ++b) {
+    std::snprintf(buf, sizeof(buf), "b%zu %.1f-%.1f | ", b, tl.launched_ms[b], tl.completed_ms[b]);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof(buf), "last grad %.1f | grads averaged %.1f", tl.last_grad_ms, tl.finished_ms);
+  return out + buf;
+}
 
 /// Runs `body(rank, store)` on 2 spawned ranks; rank 0 returns its result through a pipe.
 result run_two(const std::function<result(int, const ddp::file_store&)>& body) {
@@ -151,6 +164,7 @@ result ddp_rank(int rank, const ddp::file_store& store, ddp::ddp_options opts, i
   });
   result r{s.median, s.p99, same_on_both(pg, *m) ? 1 : 0, tb::summarize(hidden).median, tb::summarize(tail).median,
            static_cast<int>(d.bucket_assignment().size())};
+  std::strncpy(r.timeline, describe(d.last_timeline()).c_str(), sizeof(r.timeline) - 1);
   return r;
 }
 
@@ -165,6 +179,7 @@ int main(int argc, char** argv) {
                              ", \"cores\": " + std::to_string(cores) + ", \"blas_threads_per_rank\": " +
                              std::to_string(per_rank);
   tb::report rep("ddp");
+  std::string last_timeline;
   try {
     if (!set_blas_threads(cores)) std::fprintf(stderr, "ddp_bench: not OpenBLAS, BLAS threads left as they are\n");
     auto ddp_run = [&](ddp::ddp_options opts) {
@@ -206,6 +221,7 @@ int main(int argc, char** argv) {
     };
     const result ddp_r = med(rounds[0]), view_r = med(rounds[1]), unshared_r = med(rounds[2]);
     const result two = med(rounds[3]), local = med(rounds[4]), local_all = med(rounds[5]);
+    last_timeline = ddp_r.timeline;
     const std::string bparams = params + ", \"rounds\": " + std::to_string(rounds[0].size()) + ", \"buckets\": " +
                                 std::to_string(ddp_r.buckets);
     rep.add("ddp_step_ms", ddp_r.median_s * 1e3, "ms", bparams);
@@ -225,5 +241,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   rep.print_table();
+  std::printf("last DDP step of one round, rank 0 (ms after forward; bucket: launched-completed): %s\n",
+              last_timeline.c_str());
   return 0;
 }

@@ -43,6 +43,7 @@ reduce_op partial_op(reduce_op op) { return op == reduce_op::avg ? reduce_op::su
 std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f) {
   std::vector<fingerprint> all(static_cast<std::size_t>(world_));
   all[rank_] = f;
+  last_fp_ = f;
   if (world_ == 1) return all;
   sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&f), sizeof(f), true);
   for (int s = 0; s < world_ - 1; ++s) {

@@ -22,6 +22,9 @@ namespace troupe::ddp::detail {
 
 namespace {
 
+/// Opens the reason of an abort frame that carries a collective mismatch (a rank left).
+const std::string mismatch_mark = "[collective_mismatch] ";
+
 using clock = std::chrono::steady_clock;
 constexpr std::uint32_t hello_magic = 0x54525048;  // "TRPH"
 constexpr int slice_ms = 20;                        // poll slice: bounds the reaction to an abort
@@ -144,6 +147,14 @@ tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const
 }
 
 tcp_transport::~tcp_transport() {
+  if (sender_ && world_ > 1 && !aborted_.load(std::memory_order_acquire)) {
+    // A clean leave (Note [tcp ring]): next() learns which collective this rank entered last.
+    sender_->push(frame_type::leave, reinterpret_cast<const std::byte*>(&last_fp_), sizeof(last_fp_), true);
+    try {
+      sender_->flush(clock::now() + std::chrono::seconds(1), "leave");
+    } catch (const error&) {  // next() is gone already: nobody to tell
+    }
+  }
   sender_.reset();  // joins the sender thread before its socket closes
 }
 
@@ -272,11 +283,25 @@ void tcp_transport::write_exact(int fd, int peer, const std::byte* p, std::size_
 frame_header tcp_transport::read_header(int fd, int peer, clock::time_point deadline) {
   frame_header h;
   read_exact(fd, peer, reinterpret_cast<std::byte*>(&h), sizeof(h), deadline);
+  if (static_cast<frame_type>(h.type) == frame_type::leave) {
+    fingerprint last;
+    read_exact(fd, peer, reinterpret_cast<std::byte*>(&last), sizeof(last), deadline);
+    const std::string after = last.seq == 0 ? "before entering any collective"
+                                            : "after collective #" + std::to_string(last.seq) + " (" + describe(last) + ")";
+    const std::string msg = label() + ": rank " + std::to_string(peer) + " left the group " + after + " while rank " +
+                            std::to_string(rank_) + " waits for it in " + what_ +
+                            ": the ranks issued different numbers of collectives (did a rank skip one?)";
+    abort(mismatch_mark + msg);  // the ranks further round fail alike
+    throw error(errc::collective_mismatch, msg);
+  }
   if (static_cast<frame_type>(h.type) == frame_type::abort) {
     std::string reason(std::min<std::uint64_t>(h.length, 4096), '\0');
     read_exact(fd, peer, reinterpret_cast<std::byte*>(reason.data()), reason.size(), deadline);
-    throw error(errc::peer_lost, label() + " rank " + std::to_string(rank_) + ": during " + what_ + ", rank " +
-                                     std::to_string(peer) + " aborted: " + reason);
+    const bool mismatch = reason.rfind(mismatch_mark, 0) == 0;
+    if (mismatch) abort(reason);  // pass it on: a mismatch does not break the group on its own
+    throw error(mismatch ? errc::collective_mismatch : errc::peer_lost,
+                label() + " rank " + std::to_string(rank_) + ": during " + what_ + ", rank " + std::to_string(peer) +
+                    " aborted: " + (mismatch ? reason.substr(mismatch_mark.size()) : reason));
   }
   return h;
 }
@@ -298,6 +323,7 @@ void tcp_transport::check_sender() {
       }
     }
   } catch (const error& abort_frame) {
+    if (abort_frame.code() == errc::collective_mismatch) throw;  // a leave, or a mismatch passed on
     if (abort_frame.code() == errc::peer_lost && abort_frame.message().find(" aborted: ") != std::string::npos) throw;
   }
   throw *e;

@@ -20,7 +20,11 @@
 // Failure: EOF / ECONNRESET on a ring socket -> peer_lost naming that neighbour, at once; a rank
 // that fails sends an abort frame carrying its reason to r+1 before closing, so ranks further on
 // name the rank that died first; every wait polls in short slices against the collective's
-// deadline (-> timeout). Send/recv use a separate connection per ordered pair, made lazily by
+// deadline (-> timeout). A rank that destroys its group sends a leave frame (the fingerprint
+// it entered last) to r+1 first: a rank that then reads it where it waits for a fingerprint or
+// data fails with collective_mismatch (the ranks issued different numbers of collectives) and
+// passes it on in an abort frame marked as a mismatch, so every rank fails alike, not at the
+// deadline. Send/recv use a separate connection per ordered pair, made lazily by
 // the sender (hello kind p2p). Reduction order: shard k is folded along the ring starting at the
 // rank that holds it first; with 2 ranks the operands are put in rank order, so the bits equal
 // the shared-memory path's; with more ranks float results may differ in the last bits.
@@ -62,7 +66,7 @@ class tcp_socket {
   int fd_ = -1;
 };
 
-enum class frame_type : std::uint32_t { data = 1, fingerprint = 2, abort = 3, p2p_meta = 4 };
+enum class frame_type : std::uint32_t { data = 1, fingerprint = 2, abort = 3, p2p_meta = 4, leave = 5 };
 
 /// The wire header of a frame.
 struct frame_header {
@@ -196,6 +200,7 @@ class tcp_transport {
   std::mutex abort_mu_;
   std::string abort_reason_;
   bool told_next_ = false;  // under abort_mu_
+  fingerprint last_fp_{};   // the collective this rank entered last (worker thread)
   static thread_local std::string what_;
   static thread_local std::chrono::steady_clock::time_point deadline_;
 };

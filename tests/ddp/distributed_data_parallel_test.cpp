@@ -14,11 +14,12 @@ using test::expect;
 namespace {
 
 /// Trains 20 SGD steps with DDP; each rank compares with one process on the concatenated batches.
-void train_and_compare(int rank, ddp::process_group& pg, bool as_view) {
+void train_and_compare(int rank, ddp::process_group& pg, bool as_view, bool shared) {
   const int w = pg.world_size();
   auto model = test::make_mlp(static_cast<std::uint64_t>(rank + 1));  // rank 0's init must win
   ddp::ddp_options opts;
   opts.gradient_as_bucket_view = as_view;
+  opts.shared_buckets = shared;
   opts.bucket_cap_mb = 0.0005;  // several buckets
   opts.first_bucket_cap_mb = 0.0001;
   ddp::distributed_data_parallel ddp(model, pg, opts);
@@ -43,6 +44,8 @@ void train_and_compare(int rank, ddp::process_group& pg, bool as_view) {
   const double diff = test::max_rel_diff(test::flat_params(*model), test::flat_params(*ref));
   expect(diff <= 1e-6, "DDP matches single-process training, max rel diff " + std::to_string(diff));
   expect(test::same_on_all_ranks(pg, test::flat_params(*model)), "parameters bitwise identical on all ranks");
+  if (as_view)  // the gradients are the bucket buffers: in the arena exactly when shared_buckets
+    for (const auto& p : model->parameters()) expect(pg.is_shared(grad(p)) == shared, "gradient in the shared arena");
 }
 
 /// Two linears, `a` registered first but applied last: its gradients are ready first.
@@ -93,9 +96,10 @@ tensor exact_average_grads(ddp::process_group& pg, nn::unary_module& m, const te
 TEST_CASE("DDP training equals single-process training on the concatenated batches", "[ddp]") {
   const int world = GENERATE(2, 3);
   const bool as_view = GENERATE(false, true);
-  INFO("world " << world << ", gradient_as_bucket_view " << as_view);
-  REQUIRE(test::run_group(world, [as_view](int rank, const ddp::file_store&, ddp::process_group& pg) {
-    train_and_compare(rank, pg, as_view);
+  const bool shared = GENERATE(true, false);  // bucket buffers in the shared arena (in-place allreduce) or not
+  INFO("world " << world << ", gradient_as_bucket_view " << as_view << ", shared_buckets " << shared);
+  REQUIRE(test::run_group(world, [as_view, shared](int rank, const ddp::file_store&, ddp::process_group& pg) {
+    train_and_compare(rank, pg, as_view, shared);
   }));
 }
 

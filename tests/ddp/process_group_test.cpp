@@ -227,7 +227,10 @@ TEST_CASE("a collective whose size differs on one rank fails with collective_mis
 
 TEST_CASE("a rank that skips a collective gets collective_mismatch naming the ranks and sequence numbers, and the others do not time out",
           "[ddp][process_group]") {
+  const auto transport = GENERATE(ddp::transport_kind::shared_memory, ddp::transport_kind::tcp);
+  INFO("transport " << static_cast<int>(transport));
   ddp::process_group_options opts;
+  opts.transport = transport;
   opts.timeout = 30s;  // a timeout would take 30 s: the mismatch must come long before
   REQUIRE(test::run_group(3, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
     const auto t0 = std::chrono::steady_clock::now();
