@@ -23,8 +23,13 @@ namespace tb = troupe::bench;
 
 namespace {
 
+// --caf-path: every call through the CAF agents (node_options::rpc_fast_path = false), to compare
+// with the direct channel (Note [rpc fast path]).
+bool g_fast_path = true;
+
 troupe::node_options options(int rank, std::uint16_t port) {
   troupe::node_options o;
+  o.rpc_fast_path = g_fast_path;
   o.rank = rank;
   o.world_size = 3;
   o.master_port = port;
@@ -167,8 +172,10 @@ int main(int argc, char** argv) {
   // message pays ~16k page faults for fresh pages (measured: page faults were the top cost of
   // the 64 MB echo). Applies to the forked children as well. Pass --no-mallopt to compare.
   bool tune = true;
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;
+    if (std::strcmp(argv[i], "--caf-path") == 0) g_fast_path = false;
+  }
   if (tune) {
     ::mallopt(M_MMAP_THRESHOLD, 512 << 20);
     ::mallopt(M_TRIM_THRESHOLD, 1 << 30);

@@ -264,32 +264,32 @@ receive_cache& cache() {
 
 namespace troupe::rpc::detail {
 
-bool write_tensor_bulk(oarchive& ar, const tensor& h) {
+void write_tensor_header(writer& w, const tensor& h);  // codec.cpp
+
+bool write_tensor_bulk(writer& w, const tensor& h) {
   namespace d = troupe::detail;
   const std::size_t nbytes = h.nbytes();
   if (!d::tl_enabled || !d::tl_names || nbytes < d::bulk_threshold) return false;
   d::bulk_segment* seg = d::tl_names->acquire(d::tl_peer ? caf::to_string(d::tl_peer) : std::string(), nbytes);
   if (!seg) return false;  // pool full or closed: inline bytes
   std::memcpy(static_cast<char*>(seg->base) + d::header_bytes, h.data_ptr(), nbytes);
-  const std::uint8_t kind = 1, defined = 1;
-  ar << kind << defined;
-  const auto dt = static_cast<std::uint8_t>(h.dtype());
-  const auto rank = static_cast<std::uint32_t>(h.dim());
-  ar << dt << rank;
-  for (std::int64_t s : h.sizes()) ar << s;
-  const std::uint64_t n64 = nbytes, gen = seg->gen;
-  ar << n64 << seg->name << gen;
+  w.pod(std::uint8_t{1});  // kind 1: a segment
+  w.pod(std::uint8_t{1});  // defined
+  write_tensor_header(w, h);
+  w.str(seg->name);
+  w.pod(static_cast<std::uint64_t>(seg->gen));
   return true;
 }
 
 // A tensor whose storage is the (cached) mapping of the sender's segment; the storage's deleter
 // frees the segment for the sender's next transfer. Only the mapping's own length bounds what
 // is read.
-tensor read_tensor_bulk(iarchive& ar, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes) {
+tensor read_tensor_bulk(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes) {
   namespace d = troupe::detail;
   std::string name;
   std::uint64_t gen = 0;
-  ar >> name >> gen;
+  r.str(name);
+  r.pod(gen);
   if (name.rfind(d::prefix, 0) != 0 || name.find('/', 1) != std::string::npos)
     throw error(errc::protocol_violation, "shared-memory tensor name '" + name + "' is not a troupe rpc segment");
   auto m = d::cache().get(name);

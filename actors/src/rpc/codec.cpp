@@ -11,8 +11,10 @@
 namespace troupe::rpc::detail {
 
 // Note [tensor over shared memory] (rpc/bulk.cpp).
-bool write_tensor_bulk(oarchive& ar, const tensor& h);
-tensor read_tensor_bulk(iarchive& ar, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
+bool write_tensor_bulk(writer& w, const tensor& h);
+/// dtype, rank, sizes and byte count of a contiguous CPU tensor (shared by both tensor kinds).
+void write_tensor_header(writer& w, const tensor& h);
+tensor read_tensor_bulk(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
 
 std::string demangle(const char* mangled) {
   int status = 0;
@@ -20,57 +22,62 @@ std::string demangle(const char* mangled) {
   return status == 0 && p ? std::string(p.get()) : std::string(mangled);
 }
 
+void write_tensor_header(writer& w, const tensor& h) {
+  w.pod(static_cast<std::uint8_t>(h.dtype()));
+  w.pod(static_cast<std::uint32_t>(h.dim()));
+  for (std::int64_t s : h.sizes()) w.pod(s);
+  w.pod(static_cast<std::uint64_t>(h.nbytes()));
+}
+
 // Note [call interceptor]: only defined tensors are reported, on both sides, so the n-th tensor
 // written is the n-th tensor read.
-void write_tensor(oarchive& ar, const tensor& t) {
+void write_tensor(writer& w, const tensor& t) {
   if (t.defined())
     if (auto* s = active_scope()) guarded("on_tensor_written", [&] { s->on_tensor_written(t); });
   if (!t.defined()) {
-    const std::uint8_t kind = 0, defined = 0;
-    ar << kind << defined;
+    w.pod(std::uint8_t{0});  // kind
+    w.pod(std::uint8_t{0});  // not defined
     return;
   }
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
-  if (write_tensor_bulk(ar, h)) return;  // kind 1: a shared-memory segment's name
-  const std::uint8_t kind = 0, defined = 1;  // kind 0: inline bytes
-  ar << kind << defined;
-  const auto dt = static_cast<std::uint8_t>(h.dtype());
-  const auto rank = static_cast<std::uint32_t>(h.dim());
-  ar << dt << rank;
-  for (std::int64_t s : h.sizes()) ar << s;
-  const std::uint64_t nbytes = h.nbytes();
-  ar << nbytes;
-  if (nbytes > 0) ar.save_binary(h.data_ptr(), nbytes);
+  if (write_tensor_bulk(w, h)) return;  // kind 1: a shared-memory segment's name
+  w.pod(std::uint8_t{0});  // kind 0: inline bytes
+  w.pod(std::uint8_t{1});  // defined
+  write_tensor_header(w, h);
+  w.raw(h.data_ptr(), h.nbytes());
 }
 
 namespace {
-tensor read_tensor_bytes(iarchive& ar) {
+tensor read_tensor_bytes(reader& r) {
   std::uint8_t kind = 0, defined = 0, dt = 0;
-  ar >> kind >> defined;
+  r.pod(kind);
+  r.pod(defined);
   if (kind > 1) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
   if (!defined) return tensor();
   std::uint32_t rank = 0;
-  ar >> dt >> rank;
+  r.pod(dt);
+  r.pod(rank);
   if (dt >= num_dtypes || rank > 64) throw error(errc::protocol_violation, "malformed tensor header in an rpc payload");
   shape_t sizes(rank);
-  for (auto& s : sizes) ar >> s;
+  for (auto& s : sizes) r.pod(s);
   std::uint64_t nbytes = 0;
-  ar >> nbytes;
+  r.pod(nbytes);
   for (auto s : sizes)
     if (s < 0) throw error(errc::protocol_violation, "negative size in an rpc tensor header");
   const auto type = static_cast<troupe::dtype>(dt);
   if (nbytes != static_cast<std::uint64_t>(numel_of(sizes)) * element_size(type))
     throw error(errc::protocol_violation, "tensor byte count does not match its shape");
-  if (kind == 1) return read_tensor_bulk(ar, sizes, type, nbytes);  // a view of a pooled segment: no copy
+  if (kind == 1) return read_tensor_bulk(r, sizes, type, nbytes);  // a view of a pooled segment: no copy
+  if (nbytes > r.left()) throw error(errc::protocol_violation, "an rpc tensor of " + std::to_string(nbytes) + " bytes is cut short");
   tensor t = empty(sizes, tensor_options{type});
-  if (nbytes > 0) ar.load_binary(t.data_ptr(), nbytes);
+  r.raw(t.data_ptr(), nbytes);
   return t;
 }
 
 }  // namespace
 
-tensor read_tensor(iarchive& ar) {
-  tensor t = read_tensor_bytes(ar);
+tensor read_tensor(reader& r) {
+  tensor t = read_tensor_bytes(r);
   if (t.defined())
     if (auto* s = active_scope()) return guarded("on_tensor_read", [&] { return s->on_tensor_read(std::move(t)); });
   return t;

@@ -1,15 +1,17 @@
 #pragma once
 /// \file codec.hpp
-/// The RPC argument/result codec: a Boost.Serialization binary archive into a std::vector<char>
-/// (CAF then copies the bytes raw; no float ever goes through CAF's inspection).
+/// The RPC argument/result codec: raw native bytes into a std::vector<char> (CAF and the direct
+/// channel copy them raw; no float ever goes through CAF's inspection). User structs go through a
+/// Boost.Serialization binary archive opened only for them (an archive costs ~1-2 us to open: it
+/// builds a std::locale, which was the largest user-space cost of a small call).
 ///
 /// Note [rpc payload]
 /// An argument list is encoded as: u32 count, then per argument its type tag (a string such as
 /// "int32", "vector<float64>", "tensor") followed by its value. The callee reads the count and
 /// each tag before the value and compares them with the registered signature, so a mismatch is
 /// reported as bad_argument naming the argument index, the expected and the received type.
-/// Values: arithmetic types and strings as Boost writes them (raw bytes); vectors of arithmetic
-/// types as one binary blob; vectors, maps, pairs and tuples element-wise; tensors as
+/// Values: arithmetic types as their native bytes; strings as a u64 length and the bytes; vectors
+/// of arithmetic types as a u64 count and one binary blob; vectors, maps, pairs and tuples element-wise; tensors as
 /// kind (0 = inline bytes; 1 = the name of a shared-memory segment, between processes of one host,
 /// see Note [tensor over shared memory] in src/rpc/bulk.hpp), dtype, rank, sizes, bytes of
 /// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <streambuf>
 #include <string>
 #include <tuple>
@@ -64,6 +67,56 @@ class span_source : public std::streambuf {
     char* p = const_cast<char*>(data);
     setg(p, p, p + n);
   }
+  /// Bytes read so far.
+  std::size_t consumed() const { return static_cast<std::size_t>(gptr() - eback()); }
+};
+
+/// Appends raw bytes to a payload.
+class writer {
+ public:
+  explicit writer(std::vector<char>& out) : out_(out) {}
+  void raw(const void* p, std::size_t n) {
+    const auto* c = static_cast<const char*>(p);
+    out_.insert(out_.end(), c, c + n);
+  }
+  template <class T> void pod(const T& x) { raw(&x, sizeof x); }
+  void str(const std::string& x) {
+    pod(static_cast<std::uint64_t>(x.size()));
+    raw(x.data(), x.size());
+  }
+  std::vector<char>& buffer() { return out_; }
+
+ private:
+  std::vector<char>& out_;
+};
+
+/// Reads raw bytes of a payload; throws std::out_of_range when it ends too early.
+class reader {
+ public:
+  reader(const char* p, std::size_t n) : p_(p), end_(p + n) {}
+  void raw(void* dst, std::size_t n) {
+    if (n > left()) throw std::out_of_range("the payload ends early");
+    if (n > 0) std::memcpy(dst, p_, n);
+    p_ += n;
+  }
+  template <class T> void pod(T& x) { raw(&x, sizeof x); }
+  void str(std::string& x) {
+    std::uint64_t n = 0;
+    pod(n);
+    if (n > left()) throw std::out_of_range("the payload ends early");
+    x.assign(p_, n);
+    p_ += n;
+  }
+  std::size_t left() const { return static_cast<std::size_t>(end_ - p_); }
+  const char* pos() const { return p_; }
+  void skip(std::size_t n) {
+    if (n > left()) throw std::out_of_range("the payload ends early");
+    p_ += n;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
 };
 
 /// The demangled C++ name of a type (the tag of user structs).
@@ -79,9 +132,9 @@ template <class A, class B> struct is_tuple<std::pair<A, B>> : std::true_type {}
 
 }  // namespace detail
 
-/// The wire type tag of T (Note [rpc payload]).
+/// The wire type tag of T (Note [rpc payload]); built once per type.
 template <class T>
-std::string type_tag();
+const std::string& type_tag();
 
 namespace detail {
 template <class... Ts>
@@ -122,8 +175,9 @@ template <class A, class B> struct tag_of<std::pair<A, B>> {
 }  // namespace detail
 
 template <class T>
-std::string type_tag() {
-  return detail::tag_of<std::decay_t<T>>::get();
+const std::string& type_tag() {
+  static const std::string tag = detail::tag_of<std::decay_t<T>>::get();
+  return tag;
 }
 
 namespace detail {
@@ -133,78 +187,89 @@ using iarchive = boost::archive::binary_iarchive;
 inline constexpr unsigned archive_flags = boost::archive::no_header | boost::archive::no_codecvt;
 
 /// Writes a tensor inline (kind 0): dtype, rank, sizes, raw bytes of its contiguous CPU copy.
-void write_tensor(oarchive& ar, const tensor& t);
+void write_tensor(writer& w, const tensor& t);
 /// Reads a tensor written by write_tensor into a new contiguous CPU tensor.
-tensor read_tensor(iarchive& ar);
+tensor read_tensor(reader& r);
 
-template <class T> void write_value(oarchive& ar, const T& x);
-template <class T> void read_value(iarchive& ar, T& x);
+template <class T> void write_value(writer& w, const T& x);
+template <class T> void read_value(reader& r, T& x);
 
 template <class T>
-void write_value(oarchive& ar, const T& x) {
+void write_value(writer& w, const T& x) {
   if constexpr (std::is_same_v<T, tensor>) {
-    write_tensor(ar, x);
-  } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string>) {
-    ar << x;
+    write_tensor(w, x);
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    w.pod(x);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    w.str(x);
   } else if constexpr (is_vector<T>::value) {
     const std::uint64_t n = x.size();
-    ar << n;
+    w.pod(n);
     using E = typename T::value_type;
     if constexpr (std::is_arithmetic_v<E> && !std::is_same_v<E, bool>) {
-      if (n > 0) ar.save_binary(x.data(), n * sizeof(E));
+      w.raw(x.data(), n * sizeof(E));
     } else {
-      for (const auto& e : x) write_value(ar, static_cast<const E&>(e));
+      for (const auto& e : x) write_value(w, static_cast<const E&>(e));
     }
   } else if constexpr (is_map<T>::value) {
-    const std::uint64_t n = x.size();
-    ar << n;
+    w.pod(static_cast<std::uint64_t>(x.size()));
     for (const auto& [k, v] : x) {
-      write_value(ar, k);
-      write_value(ar, v);
+      write_value(w, k);
+      write_value(w, v);
     }
   } else if constexpr (is_tuple<T>::value) {
-    std::apply([&](const auto&... e) { (write_value(ar, e), ...); }, x);
-  } else {
-    ar << x;  // a user struct with a Boost serialize()
+    std::apply([&](const auto&... e) { (write_value(w, e), ...); }, x);
+  } else {  // a user struct with a Boost serialize(): an archive of its own, appended in place
+    vector_sink sink(w.buffer());
+    oarchive ar(sink, archive_flags);
+    ar << x;
   }
 }
 
 template <class T>
-void read_value(iarchive& ar, T& x) {
+void read_value(reader& r, T& x) {
   if constexpr (std::is_same_v<T, tensor>) {
-    x = read_tensor(ar);
-  } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string>) {
-    ar >> x;
+    x = read_tensor(r);
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    r.pod(x);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    r.str(x);
   } else if constexpr (is_vector<T>::value) {
     std::uint64_t n = 0;
-    ar >> n;
+    r.pod(n);
     using E = typename T::value_type;
     if constexpr (std::is_arithmetic_v<E> && !std::is_same_v<E, bool>) {
+      if (n > r.left() / sizeof(E)) throw std::out_of_range("the payload ends early");
       x.resize(n);
-      if (n > 0) ar.load_binary(x.data(), n * sizeof(E));
+      r.raw(x.data(), n * sizeof(E));
     } else {
+      if (n > r.left()) throw std::out_of_range("the payload ends early");  // every element takes a byte at least
       x.clear();
       for (std::uint64_t i = 0; i < n; ++i) {
         E e{};
-        read_value(ar, e);
+        read_value(r, e);
         x.push_back(std::move(e));
       }
     }
   } else if constexpr (is_map<T>::value) {
     std::uint64_t n = 0;
-    ar >> n;
+    r.pod(n);
+    if (n > r.left()) throw std::out_of_range("the payload ends early");
     x.clear();
     for (std::uint64_t i = 0; i < n; ++i) {
       typename T::key_type k{};
       typename T::mapped_type v{};
-      read_value(ar, k);
-      read_value(ar, v);
+      read_value(r, k);
+      read_value(r, v);
       x.emplace(std::move(k), std::move(v));
     }
   } else if constexpr (is_tuple<T>::value) {
-    std::apply([&](auto&... e) { (read_value(ar, e), ...); }, x);
+    std::apply([&](auto&... e) { (read_value(r, e), ...); }, x);
   } else {
+    span_source src(r.pos(), r.left());
+    iarchive ar(src, archive_flags);
     ar >> x;
+    r.skip(src.consumed());
   }
 }
 
@@ -214,11 +279,9 @@ void read_value(iarchive& ar, T& x) {
 template <class... Args>
 std::vector<char> encode_args(const Args&... args) {
   std::vector<char> out;
-  detail::vector_sink sink(out);
-  detail::oarchive ar(sink, detail::archive_flags);
-  const std::uint32_t n = sizeof...(Args);
-  ar << n;
-  ((ar << type_tag<Args>(), detail::write_value(ar, args)), ...);
+  detail::writer w(out);
+  w.pod(static_cast<std::uint32_t>(sizeof...(Args)));
+  ((w.str(type_tag<Args>()), detail::write_value(w, args)), ...);
   return out;
 }
 
@@ -226,9 +289,8 @@ std::vector<char> encode_args(const Args&... args) {
 template <class R>
 std::vector<char> encode_result(const R& r) {
   std::vector<char> out;
-  detail::vector_sink sink(out);
-  detail::oarchive ar(sink, detail::archive_flags);
-  detail::write_value(ar, r);
+  detail::writer w(out);
+  detail::write_value(w, r);
   return out;
 }
 
@@ -237,9 +299,8 @@ template <class R>
 R decode_result(const std::vector<char>& bytes, const std::string& what) {
   R r{};
   try {
-    detail::span_source src(bytes.data(), bytes.size());
-    detail::iarchive ar(src, detail::archive_flags);
-    detail::read_value(ar, r);
+    detail::reader in(bytes.data(), bytes.size());
+    detail::read_value(in, r);
   } catch (const troupe::error&) {
     throw;
   } catch (const std::exception& e) {
@@ -253,11 +314,10 @@ R decode_result(const std::vector<char>& bytes, const std::string& what) {
 template <class... Args>
 std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, const std::string& fn) {
   std::tuple<std::decay_t<Args>...> out;
-  detail::span_source src(bytes.data(), bytes.size());
+  detail::reader in(bytes.data(), bytes.size());
   try {
-    detail::iarchive ar(src, detail::archive_flags);
     std::uint32_t n = 0;
-    ar >> n;
+    in.pod(n);
     if (n != sizeof...(Args))
       throw error(errc::bad_argument, "function '" + fn + "' takes " + std::to_string(sizeof...(Args)) +
                                           " argument(s), got " + std::to_string(n));
@@ -265,11 +325,11 @@ std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, co
     auto one = [&](auto& slot) {
       using T = std::decay_t<decltype(slot)>;
       std::string tag;
-      ar >> tag;
+      in.str(tag);
       if (tag != type_tag<T>())
         throw error(errc::bad_argument, "function '" + fn + "' argument " + std::to_string(index) + ": expected " +
                                             type_tag<T>() + ", got " + tag);
-      detail::read_value(ar, slot);
+      detail::read_value(in, slot);
       ++index;
     };
     std::apply([&](auto&... slots) { (one(slots), ...); }, out);
