@@ -20,11 +20,6 @@ namespace {
 constexpr std::size_t max_remembered_releases = 65536;
 thread_local current_context_slot tls_current;
 
-/// Installs `ic` on `n` once the runtime offers node::set_interceptor (Note [call interceptor]).
-template <class Node>
-void install_interceptor(Node& n, std::shared_ptr<rpc::call_interceptor> ic) {
-  if constexpr (requires(Node& x) { x.set_interceptor(ic); }) n.set_interceptor(std::move(ic));
-}
 }  // namespace
 
 current_context_slot& current_slot() { return tls_current; }
@@ -283,13 +278,14 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
     if (auto self = weak.lock()) self->release_everywhere(id, from);
     return std::int32_t{0};
   });
+  add_optimizer_functions(impl_);
   impl_->recorder = make_recorder(impl_);
-  install_interceptor(n, impl_->recorder);
+  n.set_interceptor(impl_->recorder);
 }
 
 std::shared_ptr<rpc::call_interceptor> container::interceptor() const { return impl_->recorder; }
 
-container::~container() = default;
+container::~container() { impl_->n.set_interceptor(nullptr); }
 
 node& container::this_node() noexcept { return impl_->n; }
 

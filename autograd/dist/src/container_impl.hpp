@@ -87,6 +87,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::unordered_set<context_id> released;  ///< recently released ids (bounded), never recreated
   std::deque<context_id> released_order;
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor
+  std::shared_ptr<struct owner_state> owned;        ///< parameters and optimizers owned here (optimizer.cpp)
 
   /// A new globally unique id (worker rank << 48 | counter).
   std::uint64_t new_id() { return worker_bits | (next_id.fetch_add(1) + 1); }
@@ -125,6 +126,14 @@ current_context_slot& current_slot();
 
 /// The interceptor that records send/recv functions for `c` (Note [dist autograd recording]).
 std::shared_ptr<rpc::call_interceptor> make_recorder(std::weak_ptr<container::impl> c);
+
+/// The container's state, for the library's other parts.
+struct container_access {
+  static const std::shared_ptr<container::impl>& of(const container& c) { return c.impl_; }
+};
+
+/// Creates the owner-side state and registers the optimizer's reserved functions on `c.n`.
+void add_optimizer_functions(const std::shared_ptr<container::impl>& c);
 
 /// Starts `p` (a new attempt) through `n`.
 void start_propagation(node& n, const container_options& opts, propagation& p);

@@ -139,6 +139,7 @@ class container {
 
  private:
   friend class context;
+  friend struct container_access;  // the library's other parts (optimizer.cpp)
   std::shared_ptr<impl> impl_;
 };
 
