@@ -8,7 +8,8 @@
 // tensors come from process_group::empty_shared, so the allreduce works in place in the shared
 // arena (Note [shm zero copy]; DDP's bucket buffers are made this way). The same for ordinary
 // tensors (copied through the staging slots): allreduce_ordinary_busbw_<S>mb_<N>r_gbps and
-// allreduce_ordinary_<S>mb_<N>r_ms,
+// allreduce_ordinary_<S>mb_<N>r_ms; the two kinds take turns iteration by iteration in one group,
+// so load from other processes hits both alike,
 // limit_memcpy_gbps (bytes read + written per second, as tensor_bench), limit_memcpy_copy_gbps
 // (bytes copied per second, the unit of busbw). --quick: 2 ranks, few iterations.
 // The TCP ring (transport = tcp on loopback, Note [tcp ring]) on 2 ranks:
@@ -58,33 +59,55 @@ struct result_pipe {
   }
 };
 
-result measure(ddp::process_group& pg, int mb, int iters, bool shared) {
+/// A tensor of `mb` MB holding rank + 1, in the shared arena or not.
+tensor make_tensor(ddp::process_group& pg, int mb, bool shared) {
   const std::int64_t n = static_cast<std::int64_t>(mb) * (1 << 20) / 4;
   tensor t = shared ? pg.empty_shared({n}) : empty({n});
-  t.fill_(static_cast<double>(pg.rank() + 1));
   if (shared && !pg.is_shared(t)) throw error(errc::invalid_state, "allreduce_bench: empty_shared gave an ordinary tensor");
-  const int w = pg.world_size();
-  pg.allreduce(t).wait();
-  const float want = static_cast<float>(w * (w + 1) / 2);
-  bool ok = true;
-  const float* v = t.data<float>();
-  for (std::int64_t i = 0; i < n && ok; ++i) ok = v[i] == want;
-  result r{w, mb, 0, 0, ok ? 1 : 0, 0, shared ? 1 : 0};
-  t.zero_();  // sums of zeros stay zeros: every later iteration does the same work
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    pg.barrier().wait();
-    const auto t0 = tb::clock::now();
-    pg.allreduce(t).wait();
-    times.push_back(tb::seconds_since(t0));
-  }
-  const auto s = tb::summarize(times);
-  r.median_s = s.median;
-  r.p99_s = s.p99;
-  return r;
+  t.fill_(static_cast<double>(pg.rank() + 1));
+  return t;
 }
 
-void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp, bool shared, std::size_t tcp_chunk) {
+/// True when every element of `t` is the sum 1 + ... + world.
+bool check_sum(const tensor& t, int world) {
+  const float want = static_cast<float>(world * (world + 1) / 2);
+  const float* v = t.data<float>();
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    if (v[i] != want) return false;
+  return true;
+}
+
+/// Times allreduce(sum) of `mb` MB for each variant (shared arena or not), the variants taking
+/// turns iteration by iteration so that a change of machine load hits them alike. The first
+/// allreduce of each is checked against the exact sum.
+std::vector<result> measure(ddp::process_group& pg, int mb, int iters, const std::vector<bool>& variants) {
+  const int w = pg.world_size();
+  std::vector<tensor> ts;
+  std::vector<result> rs;
+  for (bool shared : variants) {
+    ts.push_back(make_tensor(pg, mb, shared));
+    pg.allreduce(ts.back()).wait();
+    rs.push_back(result{w, mb, 0, 0, check_sum(ts.back(), w) ? 1 : 0, 0, shared ? 1 : 0});
+    ts.back().zero_();  // sums of zeros stay zeros: every later iteration does the same work
+  }
+  std::vector<std::vector<double>> times(variants.size());
+  for (int i = 0; i < iters; ++i)
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      pg.barrier().wait();
+      const auto t0 = tb::clock::now();
+      pg.allreduce(ts[v]).wait();
+      times[v].push_back(tb::seconds_since(t0));
+    }
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const auto s = tb::summarize(times[v]);
+    rs[v].median_s = s.median;
+    rs[v].p99_s = s.p99;
+  }
+  return rs;
+}
+
+/// Runs the sizes on `world` spawned ranks; rank 0 writes one result per size and variant.
+void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool tcp, std::size_t tcp_chunk) {
   auto store = ddp::file_store::make_temp();
   auto ctx = spawn(world, [&](int rank) {
     ddp::process_group_options opts;
@@ -92,13 +115,15 @@ void run_world(int world, bool quick, int out_fd, std::size_t slot_bytes, bool t
     opts.transport = tcp ? ddp::transport_kind::tcp : ddp::transport_kind::shared_memory;
     opts.tcp_chunk_bytes = tcp_chunk;
     ddp::process_group pg(store, rank, world, "bench", opts);
+    const std::vector<bool> variants = tcp ? std::vector<bool>{false} : std::vector<bool>{true, false};
     for (int mb : {1, 25, 100}) {
       const int iters = quick ? (mb == 1 ? 50 : 3) : (mb == 1 ? 400 : mb == 25 ? 30 : 12);
-      result r = measure(pg, mb, iters, shared);
-      r.tcp = tcp ? 1 : 0;
-      if (rank == 0 && ::write(out_fd, &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r)))
-        throw error(errc::io_error, "allreduce_bench: result write");
-      if (!r.ok) throw error(errc::invalid_state, "allreduce_bench: wrong allreduce result");
+      for (result r : measure(pg, mb, iters, variants)) {
+        r.tcp = tcp ? 1 : 0;
+        if (rank == 0 && ::write(out_fd, &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r)))
+          throw error(errc::io_error, "allreduce_bench: result write");
+        if (!r.ok) throw error(errc::invalid_state, "allreduce_bench: wrong allreduce result");
+      }
     }
   });
   const bool done = ctx.join(std::chrono::minutes(5));
@@ -170,17 +195,14 @@ int main(int argc, char** argv) {
     rep.add("limit_tcp_stream_gbps", static_cast<double>(bytes) / tb::summarize(stream).median / 1e9, "GB/s",
             "\"bytes\": 104857600");
     result_pipe pipe;
-    // {world, tcp, shared tensors}: shared memory in place and through the slots on 2-4 ranks,
+    // {world, tcp}: shared memory (in place and through the slots, interleaved) on 2-4 ranks,
     // the TCP ring on 2.
-    struct run { int world; bool tcp; bool shared; };
-    std::vector<run> runs = {{2, false, true}, {2, false, false}, {2, true, false}};
-    if (!quick)
-      runs = {{2, false, true}, {3, false, true}, {4, false, true}, {2, false, false},
-              {3, false, false}, {4, false, false}, {2, true, false}};
-    if (tcp_only) runs = {{2, true, false}};
-    for (const auto& [w, tcp, shared] : runs) {
-      run_world(w, quick, pipe.fds[1], slot_bytes, tcp, shared, tcp_chunk);
-      for (int k = 0; k < 3; ++k) {
+    std::vector<std::pair<int, bool>> runs = {{2, false}, {2, true}};
+    if (!quick) runs = {{2, false}, {3, false}, {4, false}, {2, true}};
+    if (tcp_only) runs = {{2, true}};
+    for (auto [w, tcp] : runs) {
+      run_world(w, quick, pipe.fds[1], slot_bytes, tcp, tcp_chunk);
+      for (int k = 0; k < (tcp ? 3 : 6); ++k) {
         result r;
         pollfd p{pipe.fds[0], POLLIN, 0};
         if (::poll(&p, 1, 1000) != 1 || ::read(pipe.fds[0], &r, sizeof(r)) != static_cast<ssize_t>(sizeof(r)))

@@ -8,8 +8,9 @@
 //
 // Metrics: ddp_step_ms (defaults: 25 MB buckets in the shared arena), limit_local_step_ms (one
 // process, cores / 2 BLAS threads: the CPU one rank has), ddp_overhead_ratio (ddp /
-// limit_local), local_step_2proc_ms and ddp_comm_overhead_ratio (2 concurrent processes, no
-// communication: the same contention), local_step_all_cores_ms and
+// limit_local), local_step_2proc_ms and ddp_comm_overhead_ratio (the same step without DDP,
+// alternating step by step with the DDP steps in the same 2 processes: the same contention, the
+// same moment's load, no communication), local_step_all_cores_ms and
 // ddp_overhead_vs_all_cores_ratio (one process on every core: what 2 ranks on this machine are
 // up against), ddp_comm_hidden_fraction, ddp_tail_ms, ddp_step_as_view_ms
 // (gradient_as_bucket_view), ddp_step_unshared_ms (bucket buffers outside the arena: the copying
@@ -62,28 +63,40 @@ std::shared_ptr<nn::sequential> make_mlp(int rank) {
   return m;
 }
 
-/// Median seconds of `iters` steps of `forward` + MSE + backward + SGD; `after` runs after each
-/// timed step (outside the timing).
-template <class Forward>
-tb::stats time_steps(Forward forward, const tensor_list& params, int rank, int warmup, int iters,
-                     const std::function<void()>& after = {}) {
-  optim::sgd opt(params, {.lr = 1e-3});
-  generator g(static_cast<std::uint64_t>(77 + rank));
-  const tensor x = randn({64, 1024}, g), y = randn({64, 10}, g);
-  auto step = [&] {
+/// One training step (zero_grad, forward, MSE, backward, SGD) of a model, on fixed data.
+struct stepper {
+  std::function<tensor(const tensor&)> forward;
+  optim::sgd opt;
+  tensor x, y;
+  stepper(std::function<tensor(const tensor&)> f, const tensor_list& params, int rank)
+      : forward(std::move(f)), opt(params, {.lr = 1e-3}) {
+    generator g(static_cast<std::uint64_t>(77 + rank));
+    x = randn({64, 1024}, g);
+    y = randn({64, 10}, g);
+  }
+  void operator()() {
     opt.zero_grad();
     backward(nn::mse_loss(forward(x), y));
     opt.step();
-  };
-  for (int i = 0; i < warmup; ++i) step();
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = tb::clock::now();
-    step();
-    times.push_back(tb::seconds_since(t0));
-    if (after) after();
   }
-  return tb::summarize(times);
+};
+
+/// Step times (seconds) of each stepper over `iters` iterations, the steppers taking turns step
+/// by step (so that load changes hit them alike); `after` runs after each step of the first.
+std::vector<tb::stats> time_steps(std::vector<stepper*> steps, int warmup, int iters, const std::function<void()>& after = {}) {
+  for (int i = 0; i < warmup; ++i)
+    for (auto* s : steps) (*s)();
+  std::vector<std::vector<double>> times(steps.size());
+  for (int i = 0; i < iters; ++i)
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      const auto t0 = tb::clock::now();
+      (*steps[k])();
+      times[k].push_back(tb::seconds_since(t0));
+      if (k == 0 && after) after();
+    }
+  std::vector<tb::stats> out;
+  for (auto& t : times) out.push_back(tb::summarize(t));
+  return out;
 }
 
 struct result {
@@ -93,6 +106,7 @@ struct result {
   double tail_ms = 0;  // median ms from the last gradient to the averaged gradients in place
   int buckets = 0;
   char timeline[240] = {};  // the last step's, for the table
+  double local_s = 0;       // the same step without DDP, alternating with it in the same process
 };
 
 /// "b0 launched 5.1 done 6.0 | b1 ... | last grad 20.3 | done 21.7" (ms since the forward ended).
@@ -107,14 +121,16 @@ std::string describe(const ddp::reduction_timeline& tl) {
   return out + buf;
 }
 
-/// Runs `body(rank, store)` on 2 spawned ranks; rank 0 returns its result through a pipe.
-result run_two(const std::function<result(int, const ddp::file_store&)>& body) {
+/// Runs `body(rank, store)` on `n` spawned ranks; rank 0 returns its result through a pipe. The
+/// bench's own process never runs BLAS: OpenBLAS's thread pool does not survive a fork well
+/// (children forked after the parent used it ran 3x slower).
+result run_ranks(int n, const std::function<result(int, const ddp::file_store&)>& body) {
   int fds[2];
   if (::pipe(fds) != 0) throw error(errc::io_error, "ddp_bench: pipe");
   auto store = ddp::file_store::make_temp();
   result r;
   try {
-    auto ctx = spawn(2, [&](int rank) {
+    auto ctx = spawn(n, [&](int rank) {
       const result mine = body(rank, store);
       if (rank == 0 && ::write(fds[1], &mine, sizeof(mine)) != static_cast<ssize_t>(sizeof(mine)))
         throw error(errc::io_error, "ddp_bench: result write");
@@ -145,14 +161,18 @@ bool same_on_both(ddp::process_group& pg, nn::module& m) {
   return std::memcmp(both.data_ptr(), static_cast<char*>(both.data_ptr()) + mine.nbytes(), mine.nbytes()) == 0;
 }
 
-/// `iters` DDP steps on one rank with `opts`, with the overlap figures of each step.
+/// `iters` DDP steps on one rank with `opts`, with the overlap figures of each step, alternating
+/// with steps of the same model without DDP in the same process (same threads, same load).
 result ddp_rank(int rank, const ddp::file_store& store, ddp::ddp_options opts, int threads, int warmup, int iters) {
   set_blas_threads(threads);
   ddp::process_group pg(store, rank, 2, "ddp_bench");
   auto m = make_mlp(rank);
   ddp::distributed_data_parallel d(m, pg, opts);
+  auto plain = make_mlp(rank);
+  stepper ddp_step([&](const tensor& x) { return d(x); }, d.parameters(), rank);
+  stepper local_step([&](const tensor& x) { return plain->forward(x); }, plain->parameters(), rank);
   std::vector<double> hidden, tail;
-  const auto s = time_steps([&](const tensor& x) { return d(x); }, d.parameters(), rank, warmup, iters, [&] {
+  const auto s = time_steps({&ddp_step, &local_step}, warmup, iters, [&] {
     const auto tl = d.last_timeline();
     double total = 0, before = 0;
     for (std::size_t b = 0; b < tl.launched_ms.size(); ++b) {
@@ -162,9 +182,10 @@ result ddp_rank(int rank, const ddp::file_store& store, ddp::ddp_options opts, i
     hidden.push_back(total > 0 ? before / total : 0.0);
     tail.push_back(tl.finished_ms - tl.last_grad_ms);
   });
-  result r{s.median, s.p99, same_on_both(pg, *m) ? 1 : 0, tb::summarize(hidden).median, tb::summarize(tail).median,
+  result r{s[0].median, s[0].p99, same_on_both(pg, *m) ? 1 : 0, tb::summarize(hidden).median, tb::summarize(tail).median,
            static_cast<int>(d.bucket_assignment().size())};
   std::strncpy(r.timeline, describe(d.last_timeline()).c_str(), sizeof(r.timeline) - 1);
+  r.local_s = s[1].median;
   return r;
 }
 
@@ -181,20 +202,23 @@ int main(int argc, char** argv) {
   tb::report rep("ddp");
   std::string last_timeline;
   try {
-    if (!set_blas_threads(cores)) std::fprintf(stderr, "ddp_bench: not OpenBLAS, BLAS threads left as they are\n");
+    if (::dlsym(RTLD_DEFAULT, "openblas_set_num_threads") == nullptr)
+      std::fprintf(stderr, "ddp_bench: not OpenBLAS, BLAS threads left as they are\n");
     auto ddp_run = [&](ddp::ddp_options opts) {
-      const result r = run_two([&](int rank, const ddp::file_store& store) {
+      const result r = run_ranks(2, [&](int rank, const ddp::file_store& store) {
         return ddp_rank(rank, store, opts, per_rank, warmup, iters);
       });
       if (!r.ok) throw error(errc::invalid_state, "ddp_bench: parameters differ across ranks after DDP steps");
       return r;
     };
     auto local_run = [&](int threads) {
-      auto m = make_mlp(0);
-      set_blas_threads(threads);
-      const auto s = time_steps([&](const tensor& x) { return m->forward(x); }, m->parameters(), 0, warmup, iters);
-      set_blas_threads(cores);
-      return result{s.median, s.p99, 1};
+      return run_ranks(1, [&](int, const ddp::file_store&) {
+        set_blas_threads(threads);
+        auto m = make_mlp(0);
+        stepper step([&](const tensor& x) { return m->forward(x); }, m->parameters(), 0);
+        const auto s = time_steps({&step}, warmup, iters);
+        return result{s[0].median, s[0].p99, 1};
+      });
     };
     ddp::ddp_options view, unshared;
     view.gradient_as_bucket_view = true;
@@ -206,14 +230,13 @@ int main(int argc, char** argv) {
       rounds[0].push_back(ddp_run({}));
       rounds[1].push_back(ddp_run(view));
       rounds[2].push_back(ddp_run(unshared));
-      rounds[3].push_back(run_two([&](int rank, const ddp::file_store&) {
-        set_blas_threads(per_rank);
-        auto m = make_mlp(rank);
-        const auto s = time_steps([&](const tensor& x) { return m->forward(x); }, m->parameters(), rank, warmup, iters);
-        return result{s.median, s.p99, 1};
-      }));
+      rounds[3].push_back(rounds[0].back());
+      rounds[3].back().median_s = rounds[0].back().local_s;  // the no-DDP steps of the DDP processes
       rounds[4].push_back(local_run(per_rank));
       rounds[5].push_back(local_run(cores));
+      std::fprintf(stderr, "round %d: ddp %.1f ms, no-DDP in the ranks %.1f ms, alone %.1f ms, alone all cores %.1f ms\n",
+                   round, rounds[0].back().median_s * 1e3, rounds[3].back().median_s * 1e3,
+                   rounds[4].back().median_s * 1e3, rounds[5].back().median_s * 1e3);
     }
     auto med = [](std::vector<result> v) {
       std::sort(v.begin(), v.end(), [](const result& a, const result& b) { return a.median_s < b.median_s; });
