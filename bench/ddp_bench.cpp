@@ -122,8 +122,8 @@ std::string describe(const ddp::reduction_timeline& tl) {
 }
 
 /// Runs `body(rank, store)` on `n` spawned ranks; rank 0 returns its result through a pipe. The
-/// bench's own process never runs BLAS: OpenBLAS's thread pool does not survive a fork well
-/// (children forked after the parent used it ran 3x slower).
+/// bench's own process never runs BLAS, so no OpenBLAS thread pool exists when it forks (in one
+/// run, children forked after the parent had used a 2-thread pool stepped 2.8x slower).
 result run_ranks(int n, const std::function<result(int, const ddp::file_store&)>& body) {
   int fds[2];
   if (::pipe(fds) != 0) throw error(errc::io_error, "ddp_bench: pipe");
