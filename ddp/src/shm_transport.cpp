@@ -167,6 +167,9 @@ void shm_transport::check_peer(int r) {
   // Only the peer being waited on matters: a rank that finished its part and exited is fine.
   // A peer that aborted passes on what it saw (its reason names the rank that died first).
   const auto& cb = ctl(r);
+  if (cb.aborted.load(std::memory_order_acquire) != 0)
+    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", rank " + std::to_string(r) +
+                                     " aborted: " + std::string(cb.reason));
   if (cb.left.load(std::memory_order_acquire) != 0) {
     const std::uint32_t last = cb.counters[fp_seq].v.load(std::memory_order_acquire);
     const std::string after = last == 0 ? "before entering any collective"
@@ -176,9 +179,6 @@ void shm_transport::check_peer(int r) {
                                                " waits for it in " + what_ +
                                                ": the ranks issued different numbers of collectives (did a rank skip one?)");
   }
-  if (cb.aborted.load(std::memory_order_acquire) != 0)
-    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", rank " + std::to_string(r) +
-                                     " aborted: " + std::string(cb.reason));
   bool gone = false;
   if (pidfds_[r] >= 0) {
     pollfd p{pidfds_[r], POLLIN, 0};
