@@ -108,24 +108,13 @@ shm_transport::shm_transport(const rendezvous& store, int rank, int world, const
   auto* cb = new (segments_[rank].data()) control_block();
   cb->pid = ::getpid();
   const std::string prefix = "troupe/pg/" + name_ + "/";
-  const std::size_t arena_bytes = opts.shared_arena_bytes;
   const std::string own_arena = own + "_arena";
-  if (arena_bytes > 0) arena_ = std::make_shared<shm_arena>(sparse_mapping::create(own_arena, arena_bytes));
-  store.set(prefix + std::to_string(rank), own + " " + std::to_string(cb->pid) + " " + (arena_ ? own_arena : "-"));
-  pids_.assign(static_cast<std::size_t>(world), 0);
-  pidfds_.assign(static_cast<std::size_t>(world), -1);
-  peer_arenas_.resize(static_cast<std::size_t>(world));
-  arena_bases_.assign(static_cast<std::size_t>(world), nullptr);
+  if (opts.shared_arena_bytes > 0)
+    arena_ = std::make_shared<shm_arena>(sparse_mapping::create(own_arena, opts.shared_arena_bytes));
+  store.set(prefix + std::to_string(rank), own + " " + std::to_string(cb->pid) + " " + (arena_ ? own_arena : "-") + " " +
+                                               std::to_string(opts.shared_arena_bytes));
   try {
-    for (int r = 0; r < world; ++r) {
-      std::istringstream in(store.get(prefix + std::to_string(r), timeout_));
-      std::string seg, arena;
-      in >> seg >> pids_[r] >> arena;
-      if (r != rank) segments_[r] = shm_segment::open_named(seg, total);
-      if (r != rank && arena != "-") peer_arenas_[r] = sparse_mapping::open(arena, arena_bytes);
-      arena_bases_[r] = r == rank ? (arena_ ? arena_->base() : nullptr) : peer_arenas_[r].data();
-      pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids_[r], 0));
-    }
+    map_peers(store, prefix, total);
     store.barrier(prefix + "mapped", rank, world, timeout_);
   } catch (...) {
     if (arena_) ::shm_unlink(own_arena.c_str());
@@ -133,6 +122,23 @@ shm_transport::shm_transport(const rendezvous& store, int rank, int world, const
   }
   ::shm_unlink(own.c_str());  // every rank mapped both: nothing is left behind if we die
   if (arena_) ::shm_unlink(own_arena.c_str());
+}
+
+void shm_transport::map_peers(const rendezvous& store, const std::string& prefix, std::size_t total) {
+  pids_.assign(static_cast<std::size_t>(world_), 0);
+  pidfds_.assign(static_cast<std::size_t>(world_), -1);
+  peer_arenas_.resize(static_cast<std::size_t>(world_));
+  arena_bases_.assign(static_cast<std::size_t>(world_), nullptr);
+  for (int r = 0; r < world_; ++r) {
+    std::istringstream in(store.get(prefix + std::to_string(r), timeout_));
+    std::string seg, arena;
+    std::size_t arena_bytes = 0;
+    in >> seg >> pids_[r] >> arena >> arena_bytes;
+    if (r != rank_) segments_[r] = shm_segment::open_named(seg, total);
+    if (r != rank_ && arena != "-") peer_arenas_[r] = sparse_mapping::open(arena, arena_bytes);
+    arena_bases_[r] = r == rank_ ? (arena_ ? arena_->base() : nullptr) : peer_arenas_[r].data();
+    pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pids_[r], 0));
+  }
 }
 
 shm_transport::~shm_transport() {

@@ -181,6 +181,8 @@ class shm_transport {
   /// Throws when peer `r` can no longer advance: it left (collective_mismatch: the ranks
   /// issued different numbers of collectives), aborted or died (peer_lost).
   void check_peer(int r);
+  /// Reads every rank's rendezvous entry and maps its segment and arena.
+  void map_peers(const rendezvous& store, const std::string& prefix, std::size_t total);
   [[noreturn]] void fail_timeout(const std::vector<int>& missing);
 
   int rank_;

@@ -188,6 +188,22 @@ TEST_CASE("every collective matches its reference at 64 MB on 1 to 4 ranks over 
   }, opts, std::chrono::seconds(180)));
 }
 
+TEST_CASE("ranks with different arena sizes, or none, form a group and take the copying path", "[ddp][process_group]") {
+  test::temp_store dir;
+  const ddp::file_store store = dir.store;
+  auto ctx = spawn(2, [store](int rank) {
+    ddp::process_group_options opts;
+    opts.shared_arena_bytes = rank == 0 ? 0 : std::size_t{4} << 20;
+    ddp::process_group pg(store, rank, 2, "test", opts);
+    tensor t = pg.empty_shared({1000});
+    test::expect(pg.is_shared(t) == (rank == 1), "only rank 1 has an arena");
+    t.fill_(static_cast<double>(rank + 1));
+    pg.allreduce(t).wait(20s);
+    test::expect(t.data<float>()[999] == 3.0f, "allreduce with one shared and one ordinary tensor");
+  });
+  REQUIRE(ctx.join(60s));
+}
+
 TEST_CASE("collectives issued back to back complete in issue order", "[ddp][process_group]") {
   REQUIRE(test::run_group(3, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
     std::vector<ddp::work> works;
