@@ -48,6 +48,7 @@ struct two_workers {
       if (fail) troupe::register_hook(y, [](const tensor&) -> tensor { throw std::runtime_error("boom in worker1"); });
       return y;
     });
+    n1.functions().add("refuse", [](tensor x) -> tensor { throw std::runtime_error("refused " + troupe::shape_to_string(x.shape())); });
     n1.functions().add("fwd_nested", [this, &n1](tensor x) {
       tensor y = troupe::matmul(x, w);
       tensor z = troupe::rpc_sync<tensor>(n1, "worker0", "square", y);
@@ -137,6 +138,18 @@ TEST_CASE("an exception in a remote backward fails the caller's backward with th
   } catch (const troupe::error& e) {
     CHECK(e.code() == errc::autograd_error);
   }
+}
+
+TEST_CASE("a call that failed in the forward does not hold back the backward of the calls that succeeded",
+          "[dist_autograd]") {
+  two_workers t;
+  const auto [xl, wl] = local_reference();
+  tensor x = leaf(make_x());
+  da::context ctx(t.job[0]);
+  CHECK_THROWS_AS(troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "refuse", x), troupe::error);
+  t.job[0].backward(ctx.id(), {distributed_loss(t.job.at(0), x, false)});
+  CHECK(troupe::equal(t.job[0].get_gradients(ctx.id()).at(x), troupe::grad(xl)));
+  CHECK(troupe::equal(t.wgrad(ctx.id()), troupe::grad(wl)));
 }
 
 TEST_CASE("retain_graph allows a second distributed backward that accumulates in the context", "[dist_autograd]") {

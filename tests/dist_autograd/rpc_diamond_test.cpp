@@ -3,6 +3,7 @@
 // worker, and a worker SIGKILLed in the middle of the backward.
 #include <signal.h>
 
+#include <chrono>
 #include <string>
 #include <tuple>
 
@@ -45,6 +46,11 @@ void branch_worker(int rank, troupe::test::port_pipe& pipe) {
     tensor y = troupe::matmul(x, w);
     if (die) troupe::register_hook(y, [](const tensor&) -> tensor { ::raise(SIGKILL); return {}; });
     return y;
+  });
+  // A chain: x -> x * x -> `to`'s fwd (which may die in its backward) -> z; returns z * z.
+  n.functions().add("relay", [&n](tensor x, std::string to, bool die) {
+    tensor z = troupe::rpc_sync<tensor>(n, to, "fwd", troupe::mul(x, x), die);
+    return troupe::mul(z, z);
   });
   n.functions().add("wgrad", [&](std::uint64_t ctx) { return c.get_gradients(ctx).at(w); });
   n.functions().add("contexts", [&] { return static_cast<std::int64_t>(c.num_contexts()); });
@@ -110,6 +116,7 @@ TEST_CASE("a worker SIGKILLed during the backward fails it with peer_lost naming
     da::context ctx(cl.c);
     tensor y1 = branch(cl.n, x, "worker1", true);
     tensor y2 = branch(cl.n, x, "worker2", false);
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       cl.c.backward(ctx.id(), {troupe::sum(troupe::mul(y1, y2))});
       FAIL("the backward succeeded without worker1");
@@ -117,9 +124,34 @@ TEST_CASE("a worker SIGKILLed during the backward fails it with peer_lost naming
       CHECK(e.code() == errc::peer_lost);
       CHECK_THAT(e.what(), Catch::Contains("worker1"));
     }
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);
   }
   CHECK(cl.c.num_contexts() == 0);
   CHECK(cl.contexts("worker2") == 0);
   cl.finish(troupe::shutdown_mode::immediate);
   CHECK_THROWS_AS(cl.children.join(10s), troupe::error);  // worker1 died by SIGKILL
+}
+
+TEST_CASE("a worker SIGKILLed two hops away during the backward fails it with peer_lost naming that worker within ~1 s",
+          "[dist_autograd]") {
+  cluster cl;
+  tensor x = make_x();
+  troupe::set_requires_grad(x);
+  {
+    da::context ctx(cl.c);
+    tensor out = troupe::rpc_sync<tensor>(cl.n, "worker1", "relay", x, std::string("worker2"), true);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      cl.c.backward(ctx.id(), {troupe::sum(out)});
+      FAIL("the backward succeeded without worker2");
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == errc::peer_lost);
+      CHECK_THAT(e.what(), Catch::Contains("worker2"));
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  }
+  CHECK(cl.c.num_contexts() == 0);
+  CHECK(cl.contexts("worker1") == 0);
+  cl.finish(troupe::shutdown_mode::immediate);
+  CHECK_THROWS_AS(cl.children.join(10s), troupe::error);  // worker2 died by SIGKILL
 }

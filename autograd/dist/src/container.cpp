@@ -100,110 +100,6 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
   return recv;
 }
 
-// ---- PropagateGradients ------------------------------------------------------------------------
-
-void start_propagation(node& n, const container_options& opts, propagation& p) {
-  p.result = rpc_async<std::int32_t>(n, p.to, propagate_name, rpc::deadline{opts.propagate_timeout}, p.ctx, p.msg,
-                                     p.pass, static_cast<std::int32_t>(p.attempt), p.grads, p.retain);
-}
-
-void container::impl::drain(context_state& ctx, std::vector<propagation>& started) {
-  std::exception_ptr first;
-  for (auto& p : started) {
-    const auto give_up = std::chrono::steady_clock::now() + opts.backward_timeout;
-    int failures = 0;
-    for (;;) {
-      try {
-        if (p.result.get() == propagate_done) break;  // bounded by the attempt's deadline
-        if (std::chrono::steady_clock::now() > give_up)  // still running there: poll again, bounded
-          throw error(errc::timeout, "dist_autograd: the propagation of message " + std::to_string(p.msg) + " to " +
-                                         p.to + " did not finish within backward_timeout");
-      } catch (const error& e) {
-        const bool retry = e.code() == errc::timeout && ++failures < opts.attempts &&
-                           std::chrono::steady_clock::now() < give_up;
-        if (!retry) {
-          if (e.code() == errc::peer_lost) {
-            std::lock_guard<std::mutex> lock(ctx.m);
-            ctx.lost.insert(p.to);
-          }
-          if (!first) first = std::current_exception();
-          break;
-        }
-      }
-      std::this_thread::sleep_for(opts.backoff * (1 << std::min(p.attempt, 6)));  // backoff before the next attempt
-      ++p.attempt;
-      start_propagation(n, opts, p);
-    }
-  }
-  started.clear();
-  if (first) std::rethrow_exception(first);
-}
-
-void container::impl::run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads,
-                                      bool retain) {
-  std::shared_ptr<send_function> send;
-  {
-    std::lock_guard<std::mutex> lock(ctx.m);
-    if (auto it = ctx.sends.find(msg); it != ctx.sends.end()) send = it->second;
-  }
-  if (!send)
-    throw error(errc::bad_argument, "dist_autograd::propagate on " + n.info().name + ": no send function for message " +
-                                        std::to_string(msg) + " in context " + std::to_string(ctx.id));
-  if (grads.size() != send->next_edges().size())
-    throw error(errc::bad_argument, "dist_autograd::propagate on " + n.info().name + ": " +
-                                        std::to_string(grads.size()) + " gradients for a send of " +
-                                        std::to_string(send->next_edges().size()) + " tensors");
-  std::vector<propagation> started;
-  std::exception_ptr err;
-  try {
-    execute_fast(ctx, pass, retain, send, grads, started);
-  } catch (...) {
-    err = std::current_exception();
-  }
-  try {
-    drain(ctx, started);  // even after an error: nothing this run started is left behind
-  } catch (...) {
-    if (!err) err = std::current_exception();
-  }
-  if (err) std::rethrow_exception(err);
-}
-
-std::int32_t container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t /*attempt*/,
-                                           const tensor_list& grads, bool retain) {
-  auto ctx = find(id, "propagate");
-  std::shared_ptr<handled_propagation> h;
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(ctx->m);
-    auto& slot = ctx->handled[{msg, pass}];
-    if (!slot) {
-      slot = std::make_shared<handled_propagation>();
-      first = true;
-    }
-    h = slot;
-  }
-  if (!first) {  // a duplicate or a retry: the first one's outcome, or "still running"
-    std::unique_lock<std::mutex> lock(h->m);
-    if (!h->cv.wait_for(lock, opts.propagate_timeout / 2, [&] { return h->done; })) return propagate_running;
-    if (h->error) std::rethrow_exception(h->error);
-    return propagate_done;
-  }
-  std::exception_ptr err;
-  try {
-    run_propagation(*ctx, msg, pass, grads, retain);
-  } catch (...) {
-    err = std::current_exception();
-  }
-  {
-    std::lock_guard<std::mutex> lock(h->m);
-    h->done = true;
-    h->error = err;
-  }
-  h->cv.notify_all();
-  if (err) std::rethrow_exception(err);
-  return propagate_done;
-}
-
 // ---- release ---------------------------------------------------------------------------------
 
 std::set<std::string> container::impl::drop(context_id id) {
@@ -271,7 +167,8 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
   n.functions().add(propagate_name, [weak](std::uint64_t id, std::uint64_t msg, std::uint64_t pass,
                                            std::int32_t attempt, tensor_list grads, bool retain) {
     auto self = weak.lock();
-    if (!self) throw error(errc::invalid_state, "dist_autograd: no container on this worker");
+    if (!self)
+      return propagate_answer{propagate_failed, static_cast<std::int32_t>(errc::invalid_state), "no container on this worker"};
     return self->on_propagate(id, msg, pass, attempt, grads, retain);
   });
   n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {

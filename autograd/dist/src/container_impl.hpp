@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -26,10 +27,15 @@ namespace troupe::dist_autograd {
 
 inline constexpr const char* propagate_name = "__troupe_dist_autograd_propagate";
 inline constexpr const char* release_name = "__troupe_dist_autograd_release";
-/// Answers of PropagateGradients: finished here (and everything it started), or a duplicate /
-/// retry that found the first attempt still running (the sender polls again after a backoff).
+/// States of a PropagateGradients answer: finished here (and everything it started), a duplicate /
+/// retry that found the first attempt still running (the sender polls again after a backoff), or
+/// failed with the error code and text of the worker where it failed (kept across hops, so a
+/// worker lost two hops away is peer_lost at the root too).
 inline constexpr std::int32_t propagate_done = 0;
 inline constexpr std::int32_t propagate_running = 1;
+inline constexpr std::int32_t propagate_failed = 2;
+/// The answer of PropagateGradients: (state, errc, message).
+using propagate_answer = std::tuple<std::int32_t, std::int32_t, std::string>;
 
 /// One PropagateGradients in flight; awaited (and retried) by the run that started it.
 struct propagation {
@@ -40,7 +46,7 @@ struct propagation {
   bool retain = false;
   tensor_list grads;
   int attempt = 0;
-  rpc::future<std::int32_t> result;
+  rpc::future<propagate_answer> result;
 };
 
 /// The outcome of one propagation handled here, shared with its duplicates (dedupe).
@@ -106,8 +112,8 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
 
   /// Waits for `started` (retrying timed-out attempts); rethrows the first error after all ended.
   void drain(context_state& ctx, std::vector<propagation>& started);
-  /// Handler of PropagateGradients (deduplicated by (msg, pass)); propagate_done / _running.
-  std::int32_t on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t attempt, const tensor_list& grads,
+  /// Handler of PropagateGradients (deduplicated by (msg, pass)); never throws.
+  propagate_answer on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t attempt, const tensor_list& grads,
                     bool retain);
   void run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
   /// Drops the context here; returns the workers to forward the release to (not those lost).

@@ -23,6 +23,16 @@ class exchange_scope final : public rpc::call_scope {
   exchange_scope(std::shared_ptr<container::impl> c, std::shared_ptr<context_state> ctx, std::string peer, bool serving)
       : c_(std::move(c)), ctx_(std::move(ctx)), peer_(std::move(peer)), serving_(serving) {}
 
+  // A call whose response was never decoded (it failed, or its future was dropped) cannot bring
+  // gradients back for what it sent: its send function goes, so FAST mode does not wait for it.
+  ~exchange_scope() override {
+    if (serving_ || sent_ == 0 || answered_) return;
+    std::lock_guard<std::mutex> lock(ctx_->m);
+    ctx_->sends.erase(sent_);
+  }
+  exchange_scope(const exchange_scope&) = delete;
+  exchange_scope& operator=(const exchange_scope&) = delete;
+
   void on_tensor_written(const tensor& t) override { written_.push_back(t); }
 
   std::vector<char> take_meta() override {
@@ -36,6 +46,7 @@ class exchange_scope final : public rpc::call_scope {
     // carries something to record.
     if (!any && serving_) return {};
     const message_id msg = any ? c_->record_send(*ctx_, written_, peer_) : 0;
+    sent_ = msg;
     if (!any) {
       std::lock_guard<std::mutex> lock(ctx_->m);
       ctx_->workers.insert(peer_);
@@ -45,6 +56,7 @@ class exchange_scope final : public rpc::call_scope {
   }
 
   void on_meta(const std::vector<char>& meta) override {
+    answered_ = true;
     if (meta.empty()) return;
     adopt(rpc::decode_result<wire_meta>(meta, "dist_autograd meta"));
   }
@@ -61,6 +73,7 @@ class exchange_scope final : public rpc::call_scope {
   }
 
   tensor on_tensor_read(tensor t) override {
+    answered_ = true;
     const std::size_t i = read_++;
     if (!recv_ || i >= flags_.size() || !flags_[i] || !t.defined() || !is_floating(t.dtype())) return t;
     tensor r = t.detach();
@@ -92,6 +105,8 @@ class exchange_scope final : public rpc::call_scope {
   std::size_t read_ = 0;
   std::shared_ptr<recv_function> recv_;
   std::vector<current_context_slot> saved_;
+  message_id sent_ = 0;    ///< the send function this call recorded (caller side)
+  bool answered_ = false;  ///< the response was decoded
 };
 
 class recorder final : public rpc::call_interceptor {
