@@ -217,12 +217,14 @@ void reducer::finalize() {
     auto& r = *results[b];
     if (r.pending.valid()) r.pending.wait(opts_.timeout);
     if (r.then) r.then();
+    // Without a used map, bucket b's copy back overlaps the reduction of bucket b + 1.
+    if (!used_work.valid()) write_back(buckets_[b], globally_used);
   }
   if (used_work.valid()) {
     used_work.wait(opts_.timeout);
     std::copy_n(used_map_.data<std::uint8_t>(), params_.size(), globally_used.begin());
+    for (auto& bk : buckets_) write_back(bk, globally_used);
   }
-  write_back(globally_used);
   record_timeline(results, last_grad);
 }
 
@@ -247,19 +249,17 @@ reduction_timeline reducer::timeline() const {
   return timeline_;
 }
 
-void reducer::write_back(const std::vector<std::uint8_t>& globally_used) {
-  for (auto& bk : buckets_) {
-    for (std::size_t k = 0; k < bk.params.size(); ++k) {
-      if (globally_used[bk.params[k]] == 0) continue;  // unused on every rank: .grad untouched
-      const tensor& p = params_[bk.params[k]];
-      const tensor g = grad(p);
-      if (opts_.gradient_as_bucket_view) {
-        if (!g.defined() || g.data_ptr() != bk.views[k].data_ptr()) set_grad(p, bk.views[k]);
-      } else if (g.defined()) {
-        tensor(g).copy_(bk.views[k]);
-      } else {
-        set_grad(p, bk.views[k].clone());
-      }
+void reducer::write_back(bucket& bk, const std::vector<std::uint8_t>& globally_used) {
+  for (std::size_t k = 0; k < bk.params.size(); ++k) {
+    if (globally_used[bk.params[k]] == 0) continue;  // unused on every rank: .grad untouched
+    const tensor& p = params_[bk.params[k]];
+    const tensor g = grad(p);
+    if (opts_.gradient_as_bucket_view) {
+      if (!g.defined() || g.data_ptr() != bk.views[k].data_ptr()) set_grad(p, bk.views[k]);
+    } else if (g.defined()) {
+      tensor(g).copy_(bk.views[k]);
+    } else {
+      set_grad(p, bk.views[k].clone());
     }
   }
 }

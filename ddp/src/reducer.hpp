@@ -37,8 +37,11 @@
 //
 // The last post-accumulate-grad hook of the pass (every parameter ready or marked unused)
 // blocks the backward thread until every bucket launched and every work completed, so backward
-// returns with averaged gradients. Failures (peer_lost, timeout) surface there, as the error of
-// backward. A backward that left parameters unready is detected at the next forward
+// returns with averaged gradients; it waits bucket by bucket in index order and copies each
+// bucket's averages to .grad as soon as that bucket is done (so the copy overlaps the next
+// bucket's reduction; with find_unused_parameters all copies wait for the used map). Failures
+// (peer_lost, timeout) surface there, as the error of backward (the .grad of later buckets then
+// keep their local values). A backward that left parameters unready is detected at the next forward
 // (autograd_error naming them); the launched works are drained and the actors reset first.
 // Assumes: every rank runs the same number of forward/backward pairs with the same buckets.
 
@@ -95,7 +98,8 @@ class reducer {
   void mark_ready(std::size_t i);
   void finalize();
   work launch_used_map();
-  void write_back(const std::vector<std::uint8_t>& globally_used);
+  /// Averaged values of `bk` to the .grad of its parameters (skipping those unused everywhere).
+  void write_back(bucket& bk, const std::vector<std::uint8_t>& globally_used);
   void record_timeline(const std::vector<std::optional<comm_result>>& results,
                        std::chrono::steady_clock::time_point last_grad);
   void drain() noexcept;
