@@ -144,7 +144,8 @@ class process_group {
   /// views of them) on every rank reads the peers' data in place, with no copy in or out of
   /// staging slots. Any tensor op works on it; it may outlive the group. Falls back to an
   /// ordinary zero tensor (same results, the copying path) with the TCP transport, or when the
-  /// arena is full or disabled. Never blocks on peers.
+  /// arena is full or disabled. Never blocks on peers; thread-safe. Throws bad_argument for a
+  /// negative size.
   tensor empty_shared(shape_t shape, troupe::dtype dt = troupe::dtype::float32);
   /// True when `t`'s bytes lie in this rank's shared arena (empty_shared made them).
   bool is_shared(const tensor& t) const;
