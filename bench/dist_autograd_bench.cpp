@@ -85,20 +85,29 @@ tensor local_grad(tensor x, const std::function<tensor()>& forward) {  // x: a h
   return troupe::grad(x);
 }
 
-void one_hop(troupe::node& n, da::container& dist, tb::report& rep, int iters) {
-  const tensor x = input(), w1 = weight(1);
-  auto remote = [&] { return troupe::sum(troupe::rpc_sync<tensor>(n, "worker1", "mm", x)); };
-  auto local = [&] { return troupe::sum(troupe::matmul(x, w1)); };
+/// Times `remote` (a distributed iteration) against `local` (the same ops here), after checking
+/// that both give x the same gradient; adds the median/p99, the local limit and the overhead/hop.
+void measure(da::container& dist, tb::report& rep, int iters, const tensor& x, const std::function<tensor()>& remote,
+             const std::function<tensor()>& local, const std::string& name, const std::string& limit, int hops,
+             const std::string& what) {
   const bool same = troupe::equal(dist_iteration(dist, x, remote), local_grad(x, local));
   const auto r = tb::summarize(tb::time_runs(iters / 10, iters, [&] { dist_iteration(dist, x, remote); }));
   const auto l = tb::summarize(tb::time_runs(iters / 10, iters, [&] { local_grad(x, local); }));
-  const std::string p = "\"iters\": " + std::to_string(iters) + ", \"matmul\": \"256x256\", \"grad_equal\": " +
-                        (same ? "true" : "false");
-  rep.add("one_hop_fwd_bwd_median_us", r.median * 1e6, "us", p);
-  rep.add("one_hop_fwd_bwd_p99_us", r.p99 * 1e6, "us", p);
-  rep.add("limit_local_fwd_bwd_median_us", l.median * 1e6, "us", p);
-  rep.add("one_hop_overhead_per_hop_us", (r.median - l.median) * 1e6, "us", p);
-  if (!same) std::fprintf(stderr, "dist_autograd_bench: one-hop gradient differs from the local one\n");
+  const std::string p = "\"iters\": " + std::to_string(iters) + ", " + what + ", \"hops\": " + std::to_string(hops) +
+                        ", \"grad_equal\": " + (same ? "true" : "false");
+  rep.add(name + "_fwd_bwd_median_us", r.median * 1e6, "us", p);
+  rep.add(name + "_fwd_bwd_p99_us", r.p99 * 1e6, "us", p);
+  rep.add(limit, l.median * 1e6, "us", p);
+  rep.add(name + "_overhead_per_hop_us", (r.median - l.median) * 1e6 / hops, "us", p);
+  if (!same) std::fprintf(stderr, "dist_autograd_bench: %s gradient differs from the local one\n", name.c_str());
+}
+
+void one_hop(troupe::node& n, da::container& dist, tb::report& rep, int iters) {
+  const tensor x = input(), w1 = weight(1);
+  measure(
+      dist, rep, iters, x, [&] { return troupe::sum(troupe::rpc_sync<tensor>(n, "worker1", "mm", x)); },
+      [&] { return troupe::sum(troupe::matmul(x, w1)); }, "one_hop", "limit_local_fwd_bwd_median_us", 1,
+      "\"matmul\": \"256x256\"");
 }
 
 void pipeline(troupe::node& n, da::container& dist, tb::report& rep, int iters) {
@@ -109,16 +118,8 @@ void pipeline(troupe::node& n, da::container& dist, tb::report& rep, int iters) 
     return troupe::sum(troupe::matmul(h2, w0));
   };
   auto local = [&] { return troupe::sum(troupe::matmul(troupe::matmul(troupe::matmul(x, w1), w2), w0)); };
-  const bool same = troupe::equal(dist_iteration(dist, x, remote), local_grad(x, local));
-  const auto r = tb::summarize(tb::time_runs(iters / 10, iters, [&] { dist_iteration(dist, x, remote); }));
-  const auto l = tb::summarize(tb::time_runs(iters / 10, iters, [&] { local_grad(x, local); }));
-  const std::string p = "\"iters\": " + std::to_string(iters) + ", \"stages\": 3, \"hops\": 2, \"grad_equal\": " +
-                        (same ? "true" : "false");
-  rep.add("pipeline_3stage_fwd_bwd_median_us", r.median * 1e6, "us", p);
-  rep.add("pipeline_3stage_fwd_bwd_p99_us", r.p99 * 1e6, "us", p);
-  rep.add("limit_local_pipeline_fwd_bwd_median_us", l.median * 1e6, "us", p);
-  rep.add("pipeline_overhead_per_hop_us", (r.median - l.median) * 1e6 / 2, "us", p);
-  if (!same) std::fprintf(stderr, "dist_autograd_bench: pipeline gradient differs from the local one\n");
+  measure(dist, rep, iters, x, remote, local, "pipeline_3stage", "limit_local_pipeline_fwd_bwd_median_us", 2,
+          "\"stages\": 3");
 }
 
 void echo_limit(troupe::node& n, tb::report& rep, int iters) {
@@ -140,30 +141,34 @@ std::uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+/// worker0: measures and prints (a forked child like the workers: OpenBLAS's thread pool does not
+/// survive fork, so every process that runs a matmul here is a child, the local limit included).
+void drive(std::uint16_t port, int iters) {
+  tb::report rep("dist_autograd");
+  troupe::node n(options(0, port));
+  {
+    da::container dist(n);
+    n.store().wait({"ready/1", "ready/2"}, 30s);
+    echo_limit(n, rep, iters);
+    one_hop(n, dist, rep, iters);
+    pipeline(n, dist, rep, iters);
+    n.store().set("done", "1");
+  }
+  n.shutdown(troupe::shutdown_mode::immediate);
+  rep.print_table();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = tb::quick_mode(argc, argv);
-  const int iters = quick ? 50 : 1000;
-  tb::report rep("dist_autograd");
-  const std::uint16_t port = free_port();  // chosen before the fork (spawn precedes any actor system)
-  auto children = troupe::spawn(2, [port](int i) { serve(i + 1, port); });
+  const int iters = tb::quick_mode(argc, argv) ? 50 : 1000;
+  const std::uint16_t port = free_port();
   try {
-    troupe::node n(options(0, port));
-    {
-      da::container dist(n);
-      n.store().wait({"ready/1", "ready/2"}, 30s);
-      echo_limit(n, rep, iters);
-      one_hop(n, dist, rep, iters);
-      pipeline(n, dist, rep, iters);
-      n.store().set("done", "1");
-    }
-    n.shutdown(troupe::shutdown_mode::immediate);
-    if (!children.join(30s)) throw troupe::error(troupe::errc::timeout, "workers still running after 30 s");
+    auto job = troupe::spawn(3, [port, iters](int rank) { rank == 0 ? drive(port, iters) : serve(rank, port); });
+    if (!job.join(10min)) throw troupe::error(troupe::errc::timeout, "dist_autograd_bench: still running after 10 min");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dist_autograd_bench failed: %s\n", e.what());
     return 1;
   }
-  rep.print_table();
   return 0;
 }
