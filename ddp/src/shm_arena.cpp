@@ -119,7 +119,9 @@ tensor shm_arena::allocate(const shape_t& shape, troupe::dtype dt) {
               },
               keep);
   auto impl = std::make_shared<tensor_impl>();
-  impl->storage = std::make_shared<storage>(std::move(dp), nbytes, storage_kind::shared_memory);
+  // external, not shared_memory: the arena is the group's own; torch.multiprocessing-style
+  // sharing (share_memory_, shared_handle_of) knows nothing of it and moves such a tensor out.
+  impl->storage = std::make_shared<storage>(std::move(dp), nbytes, storage_kind::external);
   impl->sizes = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dt;
