@@ -1,5 +1,7 @@
 #include "executor.hpp"
 
+#include <algorithm>
+
 namespace troupe::detail {
 
 executor::executor(int threads) {
@@ -9,19 +11,32 @@ executor::executor(int threads) {
 executor::~executor() { stop(); }
 
 bool executor::post(std::function<void()> job) {
+  io_source* leader = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return false;
     jobs_.push_back(std::move(job));
+    if (idle_ == 0 && leading_) leader = source_;  // nobody waits on the cv: the leader must see the job
   }
   cv_.notify_one();
+  if (leader) leader->interrupt();
   return true;
+}
+
+void executor::set_source(io_source* source) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!source && leading_ && source_) source_->interrupt();
+  led_cv_.wait(lock, [this] { return !leading_; });
+  source_ = source;
+  lock.unlock();
+  cv_.notify_all();
 }
 
 void executor::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    if (leading_ && source_) source_->interrupt();
   }
   cv_.notify_all();
   for (auto& t : threads_)
@@ -29,17 +44,42 @@ void executor::stop() {
   threads_.clear();
 }
 
+// Leads once: waits on the source without the lock, runs the first job it got and queues the
+// rest for the others. Returns with the lock held again.
+void executor::lead_once(std::unique_lock<std::mutex>& lock) {
+  leading_ = true;
+  io_source* src = source_;
+  lock.unlock();
+  std::vector<std::function<void()>> got;
+  src->lead(got);
+  lock.lock();
+  leading_ = false;
+  for (std::size_t i = 1; i < got.size(); ++i) jobs_.push_back(std::move(got[i]));
+  lock.unlock();
+  led_cv_.notify_all();  // set_source may wait for the lead to be free
+  // One follower takes the lead, one more per queued job.
+  for (std::size_t i = 0; i < std::max<std::size_t>(got.size(), 1); ++i) cv_.notify_one();
+  if (!got.empty()) got.front()();
+  lock.lock();
+}
+
 void executor::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    std::function<void()> job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
+    ++idle_;
+    cv_.wait(lock, [this] { return stopping_ || !jobs_.empty() || (source_ && !leading_); });
+    --idle_;
+    if (!jobs_.empty()) {
+      auto job = std::move(jobs_.front());
       jobs_.pop_front();
+      lock.unlock();
+      job();  // jobs catch their own exceptions (see rpc/serve.cpp)
+      lock.lock();
+    } else if (stopping_) {
+      return;
+    } else {
+      lead_once(lock);
     }
-    job();  // jobs catch their own exceptions (see agent.cpp)
   }
 }
 

@@ -1,6 +1,11 @@
 #pragma once
 // The executor: a fixed pool of threads running user RPC functions and future continuations,
 // never on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
+//
+// Leader/follower (Note [rpc fast path]): with an io_source attached, an idle thread becomes the
+// leader and waits for input on the source itself (the direct rpc sockets); what it reads it runs
+// at once, the rest it queues, and another idle thread takes over as leader. A request then costs
+// no hand-off from an I/O thread to a worker. At most one thread leads at a time.
 
 #include <condition_variable>
 #include <deque>
@@ -10,6 +15,17 @@
 #include <vector>
 
 namespace troupe::detail {
+
+/// Input the executor's leader waits on (see the file comment).
+class io_source {
+ public:
+  virtual ~io_source() = default;
+  /// Blocks until input arrives or interrupt() is called; appends the jobs it made. Runs on the
+  /// leading executor thread, one call at a time.
+  virtual void lead(std::vector<std::function<void()>>& jobs) = 0;
+  /// Makes a running lead() return soon. Any thread.
+  virtual void interrupt() = 0;
+};
 
 class executor {
  public:
@@ -23,13 +39,20 @@ class executor {
   /// Lets queued jobs finish, then joins the threads. Idempotent. Must not be called from a pool
   /// thread.
   void stop();
+  /// Attaches `source` (null detaches). Detaching waits until no thread is inside lead().
+  void set_source(io_source* source);
 
  private:
   void run();
+  void lead_once(std::unique_lock<std::mutex>& lock);
   std::mutex mutex_;
   std::condition_variable cv_;
+  std::condition_variable led_cv_;  // leading_ became false (for set_source)
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
+  io_source* source_ = nullptr;
+  bool leading_ = false;
+  int idle_ = 0;  // threads waiting on cv_
   std::vector<std::thread> threads_;
 };
 

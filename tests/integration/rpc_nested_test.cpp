@@ -1,5 +1,6 @@
 // Multi-process tests: nested RPC, concurrency, continuations, a frozen peer.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <future>
@@ -105,6 +106,11 @@ TEST_CASE("a SIGSTOPped peer is detected by the heartbeat and its calls fail wit
   n.store().wait({"ready/1"}, 10s);
   REQUIRE(troupe::rpc_sync<int>(n, "worker1", "add", 1, 2) == 3);
   children.kill(0, SIGSTOP);
+  // kill() only queues the stop: a thread running on the other core can still answer a call
+  // that arrives at once, so wait (WUNTRACED reports the stop without reaping) until it is stopped.
+  int status = 0;
+  REQUIRE(::waitpid(children.pids()[0], &status, WUNTRACED) == children.pids()[0]);
+  REQUIRE(WIFSTOPPED(status));
   const auto t0 = std::chrono::steady_clock::now();
   auto f = troupe::rpc_async<int>(n, "worker1", "add", troupe::rpc::deadline{10s}, 1, 2);
   REQUIRE(f.wait(5s));

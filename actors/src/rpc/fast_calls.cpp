@@ -57,7 +57,7 @@ void fast_path::wake_if_first_deadline(clock::time_point deadline) {
   if (deadline < clock::now() + std::chrono::milliseconds(max_poll_ms)) wake();
 }
 
-void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req) {
+void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs) {
   req.caller = c->peer;  // the ticket names the caller, not the request
   transport_decision d;
   if (cfg_.hook) {
@@ -68,13 +68,13 @@ void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req)
   }
   if (d.copies <= 0) return;
   if (d.delay.count() > 0) {
-    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies] { self->serve(c, req, copies); });
+    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies] { self->serve(c, req, copies, nullptr); });
     return;
   }
-  serve(c, req, d.copies);
+  serve(c, req, d.copies, jobs);
 }
 
-void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies) {
+void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies, job_list* jobs) {
   auto fn = cfg_.functions->find(req.function);
   if (!fn) {
     respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
@@ -86,7 +86,8 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& re
     auto job = [self = shared_from_this(), c, fn, req, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
       self->respond(c, serve_job(*fn, req, self->cfg_.me.name, to, ic.get()));
     };
-    if (!cfg_.exec->post(std::move(job)))
+    if (jobs) jobs->push_back(std::move(job));
+    else if (!cfg_.exec->post(std::move(job)))
       respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
   }
 }

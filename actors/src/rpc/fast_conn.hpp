@@ -43,6 +43,9 @@ class fast_conn {
   std::string peer;
   caf::node_id peer_node;
   std::atomic<bool> authed{false};
+  /// Read by the executor's leader instead of the I/O thread (set under the fast path's lock once
+  /// the I/O thread has handed its buffer over).
+  bool led = false;
   std::vector<char> in;        ///< unparsed bytes (I/O thread only)
   std::size_t in_offset = 0;   ///< start of the unparsed bytes in `in`
 

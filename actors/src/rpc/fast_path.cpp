@@ -77,19 +77,47 @@ fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)) {
   }
   port_ = ntohs(addr.sin_port);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  lead_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 fast_path::~fast_path() {
   stop();
   ::close(listen_fd_);
   ::close(wake_fd_);
+  ::close(lead_wake_fd_);
 }
 
-void fast_path::start() { io_ = std::thread([this] { run(); }); }
+void fast_path::start() {
+  io_ = std::thread([this] { run(); });
+  cfg_.exec->set_source(this);
+}
 
 void fast_path::wake() {
   const std::uint64_t one = 1;
   [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
+}
+
+void fast_path::interrupt() {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto r = ::write(lead_wake_fd_, &one, sizeof one);
+}
+
+void fast_path::lead(std::vector<std::function<void()>>& jobs) {
+  std::vector<std::shared_ptr<fast_conn>> polled;
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    for (auto& c : conns_)
+      if (c->led) polled.push_back(c);
+  }
+  std::vector<pollfd> fds{pollfd{lead_wake_fd_, POLLIN, 0}};
+  for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
+  if (::poll(fds.data(), fds.size(), max_poll_ms) <= 0) return;
+  if (fds[0].revents) {
+    std::uint64_t n = 0;
+    [[maybe_unused]] auto r = ::read(lead_wake_fd_, &n, sizeof n);
+  }
+  for (std::size_t i = 0; i < polled.size(); ++i)
+    if (fds[i + 1].revents) on_readable(polled[i], &jobs);
 }
 
 std::string fast_path::issue_ticket(const std::string& peer, const caf::node_id& node) {
@@ -122,6 +150,7 @@ std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf
 
 void fast_path::stop() {
   if (stopping_.exchange(true)) return;
+  cfg_.exec->set_source(nullptr);  // no executor thread leads on our sockets from now on
   wake();
   if (io_.joinable()) io_.join();
   std::vector<std::shared_ptr<fast_conn>> conns;
@@ -217,7 +246,9 @@ void fast_path::run() {
   while (!stopping_) {
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
-      polled = conns_;
+      polled.clear();
+      for (auto& c : conns_)
+        if (!c->led) polled.push_back(c);  // the executor's leader reads the others
     }
     fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
     for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
@@ -228,13 +259,13 @@ void fast_path::run() {
     }
     if (fds[1].revents) accept_all();
     for (std::size_t i = 0; i < polled.size(); ++i)
-      if (fds[i + 2].revents) on_readable(polled[i]);
+      if (fds[i + 2].revents) on_readable(polled[i], nullptr);
     run_timers();
     sweep_deadlines();
   }
 }
 
-void fast_path::on_readable(const std::shared_ptr<fast_conn>& c) {
+void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs) {
   const bool open = c->read_available();
   std::size_t at = 0;
   auto& in = c->in;
@@ -250,11 +281,18 @@ void fast_path::on_readable(const std::shared_ptr<fast_conn>& c) {
     }
     if (in.size() - at < frame_header_size + len) break;
     const auto kind = static_cast<std::uint8_t>(in[at + 4]);
-    if (!handle_frame(c, kind, in.data() + at + frame_header_size, len)) return;
+    if (!handle_frame(c, kind, in.data() + at + frame_header_size, len, jobs)) return;
     at += frame_header_size + len;
   }
   in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(at));
-  if (!open) drop(c, "connection closed");
+  if (!open) return drop(c, "connection closed");
+  if (c->authed && !c->outgoing() && !c->led) {  // hand the connection (and its buffer) to the leader
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex_);
+      c->led = true;
+    }
+    interrupt();
+  }
 }
 
 bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
@@ -279,7 +317,7 @@ bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, s
   return true;
 }
 
-bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n) {
+bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs) {
   if (!c->outgoing() && !c->authed) {
     if (kind == static_cast<std::uint8_t>(frame_kind::auth)) return on_auth(c, body, n);
     std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection that did not authenticate first\n", cfg_.me.name.c_str());
@@ -289,7 +327,7 @@ bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t k
   if (!c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::request)) {
     rpc_request req;
     if (parse_body(body, n, req)) {
-      on_request(c, std::move(req));
+      on_request(c, std::move(req), jobs);
       return true;
     }
   } else if (c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::response)) {

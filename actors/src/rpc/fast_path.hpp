@@ -73,7 +73,7 @@ struct fast_path_config {
 };
 
 /// One node's direct RPC channel (see the note). Thread-safe.
-class fast_path : public std::enable_shared_from_this<fast_path> {
+class fast_path : public io_source, public std::enable_shared_from_this<fast_path> {
  public:
   using clock = std::chrono::steady_clock;
   /// Listens on cfg.listen_addr (ephemeral port); throws io_error. Call start() next.
@@ -98,6 +98,11 @@ class fast_path : public std::enable_shared_from_this<fast_path> {
   /// Closes everything, fails pending calls (invalid_state), joins the I/O thread. Idempotent.
   void stop();
 
+  /// io_source: the leading executor thread reads the authenticated incoming connections and
+  /// serves what it read (leader/follower, executor.hpp).
+  void lead(std::vector<std::function<void()>>& jobs) override;
+  void interrupt() override;
+
  private:
   struct pending_call {
     std::shared_ptr<rpc::detail::call_state> state;
@@ -113,11 +118,13 @@ class fast_path : public std::enable_shared_from_this<fast_path> {
   void run();
   int poll_timeout_ms();
   void accept_all();
-  void on_readable(const std::shared_ptr<fast_conn>& c);
-  bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n);
+  // `jobs`: where served calls go (the leader's list), or null: posted to the executor.
+  using job_list = std::vector<std::function<void()>>;
+  void on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs);
+  bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
   bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
-  void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req);
-  void serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies);
+  void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs);
+  void serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies, job_list* jobs);
   void respond(const std::shared_ptr<fast_conn>& c, rpc_response resp);
   void on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp);
   void finish(const fast_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
@@ -135,6 +142,7 @@ class fast_path : public std::enable_shared_from_this<fast_path> {
   fast_path_config cfg_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
+  int lead_wake_fd_ = -1;  // interrupts the leader
   std::uint16_t port_ = 0;
   std::thread io_;
   std::atomic<bool> stopping_{false};
