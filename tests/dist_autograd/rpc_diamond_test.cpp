@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -39,7 +40,8 @@ tensor make_x() {
 // worker1/worker2: y = x @ w_rank; with `die`, the backward of y SIGKILLs this process.
 void branch_worker(int rank, troupe::test::port_pipe& pipe) {
   troupe::node n(troupe::test::test_options(rank, 3, pipe.read()));
-  da::container c(n);
+  auto owned = std::make_unique<da::container>(n);  // goes before the node does
+  da::container& c = *owned;
   tensor w = make_w(rank);
   troupe::set_requires_grad(w);
   n.functions().add("fwd", [&](tensor x, bool die) {
@@ -56,6 +58,7 @@ void branch_worker(int rank, troupe::test::port_pipe& pipe) {
   n.functions().add("contexts", [&] { return static_cast<std::int64_t>(c.num_contexts()); });
   n.store().set("ready/" + std::to_string(rank), "1");
   const bool alone = n.store().get("done", 60s) == "immediate";  // a peer was killed: no barrier
+  owned.reset();
   n.shutdown(alone ? troupe::shutdown_mode::immediate : troupe::shutdown_mode::graceful, 10s);
 }
 
@@ -67,7 +70,8 @@ struct cluster {
   troupe::test::port_pipe pipe;
   troupe::spawn_context children = troupe::spawn(2, [this](int i) { branch_worker(i + 1, pipe); });
   troupe::node n{troupe::test::test_options(0, 3, 0)};
-  da::container c{n};
+  std::unique_ptr<da::container> owned = std::make_unique<da::container>(n);  // goes before the node
+  da::container& c = *owned;
   cluster() {
     pipe.publish(n.port(), 2);
     n.store().wait({"ready/1", "ready/2"}, 10s);
@@ -76,6 +80,7 @@ struct cluster {
   /// Lets the workers go; `graceful` waits for every rank (not when one was killed).
   void finish(troupe::shutdown_mode mode = troupe::shutdown_mode::graceful) {
     n.store().set("done", mode == troupe::shutdown_mode::immediate ? "immediate" : "graceful");
+    owned.reset();
     n.shutdown(mode, 10s);
   }
 };

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "container_impl.hpp"
+#include "context_actor.hpp"
 #include "fast_engine.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/autograd/autograd_meta.hpp"
@@ -67,7 +68,10 @@ std::shared_ptr<context_state> container::impl::find_or_create(context_id id) {
   std::lock_guard<std::mutex> lock(m);
   if (released.count(id)) return nullptr;
   auto& slot = contexts[id];
-  if (!slot) slot = std::make_shared<context_state>(id);
+  if (!slot) {
+    slot = std::make_shared<context_state>(id);
+    actors[id] = caf::actor_cast<caf::actor>(spawn_context_actor(n, opts, slot));
+  }
   return slot;
 }
 
@@ -102,62 +106,25 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
 
 // ---- release ---------------------------------------------------------------------------------
 
-std::set<std::string> container::impl::drop(context_id id) {
-  std::shared_ptr<context_state> ctx;
-  {
-    std::lock_guard<std::mutex> lock(m);
-    if (released.insert(id).second) {
-      released_order.push_back(id);
-      if (released_order.size() > max_remembered_releases) {
-        released.erase(released_order.front());
-        released_order.pop_front();
-      }
+caf::actor container::impl::drop(context_id id) {
+  std::lock_guard<std::mutex> lock(m);
+  if (released.insert(id).second) {
+    released_order.push_back(id);
+    if (released_order.size() > max_remembered_releases) {
+      released.erase(released_order.front());
+      released_order.pop_front();
     }
-    auto it = contexts.find(id);
-    if (it == contexts.end()) return {};
-    ctx = std::move(it->second);
-    contexts.erase(it);
   }
-  std::lock_guard<std::mutex> lock(ctx->m);
-  std::set<std::string> out;
-  for (const auto& w : ctx->workers)
-    if (!ctx->lost.count(w)) out.insert(w);
-  return out;
+  contexts.erase(id);
+  auto it = actors.find(id);
+  if (it == actors.end()) return {};
+  caf::actor a = std::move(it->second);
+  actors.erase(it);
+  return a;
 }
-
-namespace {
-/// Sends release(id) to `workers` in parallel, retrying timed-out attempts with backoff.
-void send_releases(node& n, const container_options& opts, context_id id, const std::set<std::string>& workers) {
-  struct attempt {
-    std::string to;
-    rpc::future<std::int32_t> f;
-  };
-  std::vector<attempt> pending;
-  auto start = [&](const std::string& to) {
-    return rpc_async<std::int32_t>(n, to, release_name, rpc::deadline{opts.release_timeout}, id, n.info().name);
-  };
-  for (const auto& w : workers) pending.push_back({w, start(w)});
-  for (int round = 1; !pending.empty(); ++round) {
-    std::vector<attempt> retry;
-    for (auto& a : pending) {
-      try {
-        a.f.get();
-      } catch (const error& e) {
-        if (e.code() == errc::timeout && round < opts.attempts) retry.push_back(std::move(a));
-        // Otherwise the peer is gone or refused: nothing is left to release there.
-      }
-    }
-    if (!retry.empty()) std::this_thread::sleep_for(opts.backoff * (1 << (round - 1)));
-    for (auto& a : retry) a.f = start(a.to);
-    pending = std::move(retry);
-  }
-}
-}  // namespace
 
 void container::impl::release_everywhere(context_id id, const std::string& except) {
-  auto workers = drop(id);
-  workers.erase(except);
-  send_releases(n, opts, id, workers);
+  release_through(n, opts, caf::actor_cast<context_handle>(drop(id)), except, /*final=*/true);
 }
 
 // ---- container ------------------------------------------------------------------------------
@@ -182,7 +149,17 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
 
 std::shared_ptr<rpc::call_interceptor> container::interceptor() const { return impl_->recorder; }
 
-container::~container() { impl_->n.set_interceptor(nullptr); }
+container::~container() {
+  impl_->n.set_interceptor(nullptr);
+  std::vector<context_handle> actors;
+  {
+    std::lock_guard<std::mutex> lock(impl_->m);
+    for (auto& [id, a] : impl_->actors) actors.push_back(caf::actor_cast<context_handle>(a));
+    impl_->actors.clear();
+    impl_->contexts.clear();
+  }
+  stop_context_actors(impl_->n, actors);  // before the node goes (node::system()'s rule)
+}
 
 node& container::this_node() noexcept { return impl_->n; }
 
@@ -231,13 +208,12 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
     if (!err) err = std::current_exception();
   }
   if (!err) return;
-  std::set<std::string> others;  // a failed backward releases the context on the other workers
+  caf::actor a;  // a failed backward releases the context on the other workers, keeps it here
   {
-    std::lock_guard<std::mutex> lock(ctx->m);
-    for (const auto& w : ctx->workers)
-      if (!ctx->lost.count(w)) others.insert(w);
+    std::lock_guard<std::mutex> lock(impl_->m);
+    if (auto it = impl_->actors.find(ctx_id); it != impl_->actors.end()) a = it->second;
   }
-  send_releases(impl_->n, impl_->opts, ctx_id, others);
+  release_through(impl_->n, impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false);
   std::rethrow_exception(err);
 }
 

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include <caf/actor.hpp>
+
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/dist_autograd/container.hpp"
@@ -90,6 +92,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::atomic<std::uint64_t> next_id{0};  // contexts, messages and passes share one counter
   mutable std::mutex m;
   std::unordered_map<context_id, std::shared_ptr<context_state>> contexts;
+  std::unordered_map<context_id, caf::actor> actors;  ///< the context actors (Note [context actor])
   std::unordered_set<context_id> released;  ///< recently released ids (bounded), never recreated
   std::deque<context_id> released_order;
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor
@@ -116,8 +119,8 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   propagate_answer on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t attempt, const tensor_list& grads,
                     bool retain);
   void run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
-  /// Drops the context here; returns the workers to forward the release to (not those lost).
-  std::set<std::string> drop(context_id id);
+  /// Drops the context here; returns its actor (null when unknown), which runs the release.
+  caf::actor drop(context_id id);
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded).
   void release_everywhere(context_id id, const std::string& except);
 };
