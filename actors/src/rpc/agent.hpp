@@ -2,6 +2,9 @@
 // The RPC agent actor, one per node.
 //
 // Note [rpc call]
+// (Between nodes, calls normally take the direct channel, Note [rpc fast path]; this agent path
+// serves calls to the node itself, nodes with rpc_fast_path = false, and a peer whose direct
+// connection could not be opened. Both paths keep the guarantees below.)
 // A user thread encodes the arguments, resolves the peer's agent (store lookup, connect, hello;
 // cached) and hands a `local_call` to its own agent. The agent gives it an id, records it in the
 // pending table with its deadline, monitors the peer agent (once per peer), passes the request

@@ -1,18 +1,23 @@
 #pragma once
 /// \file transport.hpp
-/// The one interception point for every inter-node message of the RPC agent. Fault injection
-/// and distributed autograd plug in here; the default is a pass-through.
+/// The one interception point for every inter-node RPC message, on the CAF path and on the
+/// direct channel alike. Fault injection and distributed autograd plug in here; the default is a
+/// pass-through.
 ///
 /// Note [transport hook]
-/// Every rpc_request and rpc_response an agent sends passes `on_send` on the sender's agent, and
-/// every one it receives passes `on_receive` on the receiver's agent, before anything else looks
-/// at it. A hook runs on the agent actor (a CAF scheduler thread): it must not block. It may
-/// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the message.
+/// Every rpc_request and rpc_response a node sends passes `on_send` on the sender, and every one
+/// it receives passes `on_receive` on the receiver, before anything else looks at it. It may
+/// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
+/// message. Threads: on the CAF path the agent actor (a CAF scheduler thread); on the direct
+/// channel (Note [rpc fast path]) the calling user thread (request sent), the executor thread
+/// (request received, response sent) or the node's I/O thread (response received, delayed
+/// messages). Either way it must not block.
 ///
-///   user thread -> agent --on_send--> [CAF/TCP] --on_receive--> agent -> executor
+///   CAF path:       user thread -> agent --on_send--> [CAF/TCP] --on_receive--> agent -> executor
+///   direct channel: user thread --on_send--> [TCP] --on_receive--> executor (leader)
 ///
 /// Guarantees: a dropped request leaves the caller's call pending until its deadline (timeout)
-/// or its peer's death (peer_lost); no message is ever retried by the agent (user functions are
+/// or its peer's death (peer_lost); no message is ever retried by the runtime (user functions are
 /// not idempotent).
 
 #include <chrono>
