@@ -24,6 +24,9 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
   } catch (const rpc::detail::interceptor_failure& e) {
     resp.code = static_cast<std::uint8_t>(errc::remote_exception);
     resp.message = "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message();
+  } catch (const rpc::reply_error& e) {  // the function chose its answer's code
+    resp.code = static_cast<std::uint8_t>(e.code());
+    resp.message = e.message();
   } catch (const troupe::error& e) {
     fail(e.code(), started ? std::string(to_string(e.code())) + ": " + e.message() : e.message());
   } catch (const std::exception& e) {

@@ -24,6 +24,21 @@
 
 namespace troupe::rpc {
 
+/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`, made
+/// while the served call's interceptor scope is active, so the interceptor sees its tensors):
+/// sent as is, and the caller decodes it as T (`rpc_sync<T>`). For layers that keep values
+/// type-erased (an OwnerRRef answering to_here).
+struct encoded_result {
+  std::vector<char> bytes;
+};
+
+/// Thrown by a served function to answer the call with this code and message (for example
+/// `invalid_state` or a stored `remote_exception`) instead of wrapping it as remote_exception.
+class reply_error : public error {
+ public:
+  using error::error;
+};
+
 namespace detail {
 template <class F> struct signature : signature<decltype(&F::operator())> {};
 template <class R, class... A> struct signature<R (*)(A...)> {
@@ -38,7 +53,9 @@ template <class C, class R, class... A> struct signature<R (C::*)(A...) const no
 
 template <class R, class F, class... A>
 std::vector<char> invoke_decoded(F& fn, std::tuple<A...>& args) {
-  if constexpr (std::is_void_v<R>) {
+  if constexpr (std::is_same_v<std::decay_t<R>, encoded_result>) {
+    return std::apply(fn, std::move(args)).bytes;
+  } else if constexpr (std::is_void_v<R>) {
     std::apply(fn, std::move(args));
     return {};
   } else {
