@@ -1,6 +1,7 @@
 #include "executor.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace troupe::detail {
 
@@ -25,9 +26,10 @@ bool executor::post(std::function<void()> job) {
 
 void executor::set_source(io_source* source) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!source && leading_ && source_) source_->interrupt();
+  // Swap first: a leader that returns must not find the old source and lead on it again.
+  io_source* old = std::exchange(source_, source);
+  if (old && leading_) old->interrupt();
   led_cv_.wait(lock, [this] { return !leading_; });
-  source_ = source;
   lock.unlock();
   cv_.notify_all();
 }

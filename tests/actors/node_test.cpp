@@ -119,3 +119,23 @@ TEST_CASE("node options take the launcher environment as defaults", "[actors][no
   CHECK_THROWS_AS(troupe::node_options::from_env(), troupe::error);
   for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_PORT", "TROUPE_JOB_TOKEN"}) ::unsetenv(v);
 }
+
+TEST_CASE("nodes with a busy direct channel shut down at once", "[actors][node][rpc]") {
+  // Two nodes of one process; calls between them keep an executor thread leading on the direct
+  // sockets (Note [rpc fast path]), which shutdown must stop without waiting for a poll timeout.
+  troupe::node n0(solo());
+  auto o1 = solo();
+  o1.rank = 1;
+  o1.world_size = 2;
+  o1.master_port = n0.port();
+  troupe::node n1(o1);
+  n0.functions().add("inc", [](int x) { return x + 1; });
+  REQUIRE(n1.rpc_port() != 0);
+  for (int i = 0; i < 20; ++i) REQUIRE(troupe::rpc_sync<int>(n1, "worker0", "inc", i, 2s) == i + 1);
+  for (auto* n : {&n1, &n0}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    n->shutdown(troupe::shutdown_mode::immediate);
+    const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(ms < 150);  // a leader re-entering its 200 ms poll made this 0.2-12 s
+  }
+}
