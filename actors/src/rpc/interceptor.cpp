@@ -1,6 +1,8 @@
 // The per-thread stack of active call scopes (Note [call interceptor] in rpc/interceptor.hpp).
 #include "troupe/actors/rpc/interceptor.hpp"
 
+#include <utility>
+
 namespace troupe::rpc {
 
 namespace {
@@ -30,5 +32,8 @@ scope_guard::~scope_guard() {
   }
   tls_top = previous_;
 }
+
+hide_scope::hide_scope() : previous_(std::exchange(tls_top, nullptr)) {}
+hide_scope::~hide_scope() { tls_top = previous_; }
 
 }  // namespace troupe::rpc

@@ -94,4 +94,18 @@ class scope_guard {
   call_scope* previous_;
 };
 
+/// Hides the active scope of the current thread for its lifetime, so an encode or decode that is
+/// not part of the message (e.g. storing a value while a served function runs) reports nothing.
+/// Guards created inside it nest normally. RAII; destroyed on the thread that created it.
+class hide_scope {
+ public:
+  hide_scope();
+  ~hide_scope();
+  hide_scope(const hide_scope&) = delete;
+  hide_scope& operator=(const hide_scope&) = delete;
+
+ private:
+  call_scope* previous_;
+};
+
 }  // namespace troupe::rpc
