@@ -36,6 +36,18 @@ std::string random_secret() {
   return s;
 }
 
+// The IPv4 address of `host` (a dotted quad or a name).
+bool resolve_ipv4(const std::string& host, in_addr& out) {
+  if (::inet_pton(AF_INET, host.c_str(), &out) == 1) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  out = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  ::freeaddrinfo(res);
+  return true;
+}
+
 // A connected socket to host:port, or -1; bounded by `timeout`.
 int connect_to(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
   addrinfo hints{};
@@ -68,7 +80,7 @@ fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   socklen_t len = sizeof addr;
-  if (listen_fd_ < 0 || ::inet_pton(AF_INET, cfg_.listen_addr.c_str(), &addr.sin_addr) != 1 ||
+  if (listen_fd_ < 0 || !resolve_ipv4(cfg_.listen_addr, addr.sin_addr) ||
       ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0 ||
       ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     const std::string why = std::strerror(errno);
