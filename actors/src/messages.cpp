@@ -2,6 +2,7 @@
 
 #include <caf/actor_system_config.hpp>
 
+#include "rref/protocol.hpp"
 #include "troupe/actors/error_caf.hpp"
 
 namespace troupe {
@@ -23,6 +24,17 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<store_erase>("troupe.store_erase");
   cfg.add_message_type<store_num_keys>("troupe.store_num_keys");
   cfg.add_message_type<store_barrier>("troupe.store_barrier");
+  // The RRef protocol's cross-process messages (actors/src/rref/protocol.hpp).
+  cfg.add_message_type<rref_id>("troupe.rref_id");
+  cfg.add_message_type<fork_id>("troupe.fork_id");
+  cfg.add_message_type<rref_msg::remote_call>("troupe.rref.remote_call");
+  cfg.add_message_type<rref_msg::fork_request>("troupe.rref.fork_request");
+  cfg.add_message_type<rref_msg::child_ack>("troupe.rref.child_ack");
+  cfg.add_message_type<rref_msg::user_delete>("troupe.rref.user_delete");
+  cfg.add_message_type<rref_msg::fork_probe>("troupe.rref.fork_probe");
+  cfg.add_message_type<rref_msg::fetch>("troupe.rref.fetch");
+  cfg.add_message_type<rref_msg::value_ready>("troupe.rref.value_ready");
+  cfg.add_message_type<rref_msg::fetch_answer>("troupe.rref.fetch_answer");
   register_error_category(cfg);
 }
 

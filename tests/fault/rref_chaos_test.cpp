@@ -2,6 +2,7 @@
 // order under random fault plans, many seeds. Invariants on every run: no to_here on a live
 // UserRRef fails because its owner deleted it, and at quiescence no owner holds an OwnerRRef.
 #include <map>
+#include <optional>
 #include <random>
 
 #include <catch2/catch.hpp>
@@ -73,7 +74,7 @@ struct world {
       troupe::add_function(ctx, "mint", [&ctx](int v) { return troupe::make_rref(ctx, v); });
       troupe::add_function(ctx, "keep", [this, i](int v, rref<int> r) {
         std::lock_guard<std::mutex> lock(mutex);
-        bags[static_cast<std::size_t>(i)].push_back(held{r, v});
+        bags[static_cast<std::size_t>(i)].push_back(held{std::move(r), v});
         return 0;
       });
     }
@@ -90,28 +91,32 @@ void step(world& w, std::mt19937_64& g, outcome& out) {
   const int i = static_cast<int>(g() % workers), j = static_cast<int>(g() % workers);
   const int v = static_cast<int>(g() % 100000);
   auto& ctx = w.c[i];
-  std::vector<held> mine;
+  std::optional<held> mine;  // a second handle (share) on one random rref of worker i
+  const auto pick = g();
   {
     std::lock_guard<std::mutex> lock(w.mutex);
-    mine = w.bags[static_cast<std::size_t>(i)];
+    auto& bag = w.bags[static_cast<std::size_t>(i)];
+    if (!bag.empty()) {
+      auto& h = bag[pick % bag.size()];
+      mine = held{h.r.share(), h.value};
+    }
   }
-  const std::size_t k = mine.empty() ? 0 : g() % mine.size();
   const int op = static_cast<int>(g() % 6);
   try {
-    if (op == 0 || mine.empty()) {
-      held h{troupe::remote<int>(ctx, troupe::test::cluster::name(j), "val", troupe::rpc::deadline{300ms}, v), v};
+    if (op == 0 || !mine) {
+      held h{troupe::remote<int>(ctx, troupe::test::cluster::name(j), "val", v, 300ms), v};
       std::lock_guard<std::mutex> lock(w.mutex);
-      w.bags[static_cast<std::size_t>(i)].push_back(h);
+      w.bags[static_cast<std::size_t>(i)].push_back(std::move(h));
     } else if (op == 1) {
-      held h{troupe::rpc_sync<rref<int>>(ctx, troupe::test::cluster::name(j), "mint", troupe::rpc::deadline{300ms}, v), v};
+      held h{troupe::rpc_sync<rref<int>>(ctx, troupe::test::cluster::name(j), "mint", v, 300ms), v};
       std::lock_guard<std::mutex> lock(w.mutex);
-      w.bags[static_cast<std::size_t>(i)].push_back(h);
+      w.bags[static_cast<std::size_t>(i)].push_back(std::move(h));
     } else if (op == 2 || op == 3) {  // share (to a user, to the owner, or to itself)
-      troupe::rpc_sync<int>(ctx, troupe::test::cluster::name(j), "keep", troupe::rpc::deadline{300ms}, mine[k].value, mine[k].r);
+      troupe::rpc_sync<int>(ctx, troupe::test::cluster::name(j), "keep", mine->value, mine->r, 300ms);
     } else if (op == 4) {
       ++out.checked;
-      const int got = mine[k].r.to_here(500ms);
-      if (got != mine[k].value) throw troupe::error(troupe::errc::protocol_violation, "wrong value");
+      const int got = mine->r.to_here(500ms);
+      if (got != mine->value) throw troupe::error(troupe::errc::protocol_violation, "wrong value");
     } else {
       std::lock_guard<std::mutex> lock(w.mutex);
       auto& bag = w.bags[static_cast<std::size_t>(i)];

@@ -43,7 +43,7 @@ struct cluster {
   std::vector<std::unique_ptr<node>> nodes;
   std::vector<std::unique_ptr<rref_context>> ctx;
 
-  explicit cluster(int n) {
+  explicit cluster(int n, rref_options ro = {}) {
     for (int r = 0; r < n; ++r) {
       node_options o;
       o.rank = r;
@@ -55,8 +55,7 @@ struct cluster {
       o.join_timeout = std::chrono::seconds(10);
       nodes.push_back(std::make_unique<node>(o, rpc::registry{}, hook));
     }
-    rref_options ro;
-    ro.result_probe_after = std::chrono::milliseconds(1500);
+    if (ro.result_probe_after.count() == 0) ro.result_probe_after = std::chrono::milliseconds(1500);
     for (auto& nd : nodes) ctx.push_back(std::make_unique<rref_context>(*nd, ro));
   }
   ~cluster() {

@@ -44,12 +44,12 @@ struct fixture {
       troupe::add_function(ctx, "owned_value", [](rref<int> r) { return r.is_owner() ? r.local_value() : -1; });
       troupe::add_function(ctx, "keep", [this, me](std::string key, rref<int> r) {
         std::lock_guard<std::mutex> lock(mutex);
-        kept[me + "/" + key] = r;
+        kept[me + "/" + key] = std::move(r);
         return 0;
       });
       troupe::add_function(ctx, "give", [this, me](std::string key) {
         std::lock_guard<std::mutex> lock(mutex);
-        auto r = kept.at(me + "/" + key);
+        auto r = std::move(kept.at(me + "/" + key));
         kept.erase(me + "/" + key);
         return r;
       });
@@ -122,6 +122,8 @@ TEST_CASE("an owner-local rref gives its value locally and is deleted with its l
     CHECK(r.to_here(1s) == "hello");
     CHECK(c[0].owner_count() == 1);
   }
+  // The release reaches the owner actor as a message: the deletion follows shortly after.
+  CHECK(c[0].wait_quiescent(5s, true));
   CHECK(c[0].owner_count() == 0);
 }
 

@@ -23,13 +23,13 @@ TEST_CASE("shutdown waits for released rrefs and reports the ones still alive by
   c.hook->use(std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse("rule take drop=1\nrule mint drop_reply=1\n")));
   {
     auto kept = troupe::make_rref(c[0], 5);
-    CHECK_THROWS(troupe::rpc_sync<std::size_t>(c[0], "worker1", "take", troupe::rpc::deadline{100ms}, kept));
+    CHECK_THROWS(troupe::rpc_sync<std::size_t>(c[0], "worker1", "take", kept, 100ms));
   }
   CHECK_NOTHROW(c[0].shutdown(5s));
   // A lost reply that carried an rref: the callee probes the caller after result_probe_after
   // (1.5 s in these tests) and drops its hold.
   troupe::add_function(c[1], "mint", [&c](int v) { return troupe::make_rref(c[1], v); });
-  CHECK_THROWS(troupe::rpc_sync<rref<int>>(c[0], "worker1", "mint", troupe::rpc::deadline{100ms}, 3));
+  CHECK_THROWS(troupe::rpc_sync<rref<int>>(c[0], "worker1", "mint", 3, 100ms));
   CHECK(c[1].owner_count() == 1);
   CHECK_NOTHROW(c[1].shutdown(5s));
   c.hook->use(nullptr);

@@ -1,111 +1,208 @@
 #pragma once
-// The state of one rref_context (Note [RRef protocol] in rref/context.hpp): the owner table, the
-// fork table and the retry timer. One mutex guards both tables; no RPC is started under it.
+// The router of one rref_context (Note [RRef protocol] in rref/context.hpp): it owns the actor
+// system the owner_rref / user_rref actors run on, keeps id -> actor maps and the tombstones,
+// serves the reserved "troupe.rref.*" functions by delivering their typed messages to the
+// actors, and sends the actors' control messages through node::call. Its mutex guards only the
+// maps; no blocking request to an actor is made under it.
 
+#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
-#include <thread>
-#include <tuple>
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/logger.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "owner_rref.hpp"
 #include "troupe/actors/rref/context.hpp"
+#include "user_rref.hpp"
 
 namespace troupe::rref_detail {
 
-/// One OwnerRRef.
-struct owner_entry {
-  bool started = false;  // remote_call arrived (or make_rref)
-  bool ready = false;    // value or error present
-  bool creator_fork_deleted = false;
-  errc code = errc::ok;
-  std::string message;
-  std::vector<char> value;
-  std::set<fork_id> forks;
-  std::set<std::uint64_t> children;  // pending-child tokens of the owner's own sends
-  int local = 0;                     // owner-local handles
-};
-
-/// One UserRRef fork held here.
-struct user_entry {
-  std::string owner;
-  bool confirmed = false;
-  bool delete_sent = false;
-  errc failed = errc::ok;  // owner_lost / invalid_state when the owner refused or died
-  std::string failure;
-  int holds = 0;
-  std::set<std::uint64_t> children;
-  std::vector<std::pair<std::string, std::uint64_t>> acks;  // (parent, token) to ack once confirmed
-};
-
 using fork_key = std::pair<rref_id, fork_id>;
-/// The answer to a fetch: (errc, message, encoded value).
-using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
+
+/// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local of every
+/// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a node
+/// executor or user thread that outlives this context would hang its destruction (measured).
+/// Foreign threads drop it with this guard after they spawned or asked.
+struct logger_release {
+  logger_release() = default;
+  logger_release(const logger_release&) = delete;
+  logger_release& operator=(const logger_release&) = delete;
+  ~logger_release() { caf::logger::set_current_actor_system(nullptr); }
+};
+
+/// Ids kept for a bounded time (rref_options::tombstone_ttl) to refuse late duplicates.
+template <class K>
+class tombstones {
+ public:
+  using clock = std::chrono::steady_clock;
+  void add(const K& k, clock::time_point now, std::chrono::milliseconds ttl) {
+    if (at_.emplace(k, now + ttl).second) order_.emplace_back(now + ttl, k);
+  }
+  bool contains(const K& k) const { return at_.count(k) != 0; }
+  void purge(clock::time_point now) {
+    while (!order_.empty() && order_.front().first <= now) {
+      auto it = at_.find(order_.front().second);
+      if (it != at_.end() && it->second <= now) at_.erase(it);
+      order_.pop_front();
+    }
+  }
+  std::size_t size() const { return at_.size(); }
+
+ private:
+  std::map<K, clock::time_point> at_;
+  std::deque<std::pair<clock::time_point, K>> order_;
+};
+
+/// The router's own actor: the tombstone sweep timer and the retried child_acks the router
+/// sends itself (for RRefs bound on their owner, and refused carriers).
+struct courier_send {
+  std::string to;
+  rref_msg::child_ack ack;
+};
+template <class I> typename I::result_type inspect(I& f, courier_send& x) {
+  return f(caf::meta::type_name("troupe.rref.courier_send"), x.to, x.ack);
+}
+using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
+using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<sweep_atom>,
+                                       caf::reacts_to<rref_msg::control_done>,
+                                       caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
+
+class context_impl;
+/// Spawns the router's courier.
+courier_actor spawn_courier(context_impl& r);
 
 class context_impl : public std::enable_shared_from_this<context_impl> {
  public:
   context_impl(node& n, rref_options opts);
   ~context_impl();
-  void start();  // registers the functions (needs shared_from_this)
-  void close();  // stops the timer; releases become no-ops
+  void start();  // registers the functions, spawns the courier
+  void close();  // stops every actor; releases become no-ops
 
   node* n_;
   std::string me_;
+  rref_options opts_;
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+  courier_actor courier_;
+
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   bool closed_ = false;
-  std::uint64_t next_ = 1;
-  std::map<rref_id, owner_entry> owners_;
-  std::set<rref_id> deleted_owners_;
-  std::set<fork_key> deleted_forks_;  // on the owner: forks already deleted
-  std::map<fork_key, user_entry> users_;
-  std::set<fork_key> gone_users_;     // on a user: forks it already deleted
-  std::set<fork_key> owner_bound_;    // on the owner: forks received (and turned into local refs)
-  std::set<fork_key> abandoned_;      // forks a parent probed for before they arrived: refused
-  std::map<std::uint64_t, fork_key> tokens_;  // pending-child token -> fork holding it (empty fork: owner)
-  std::size_t in_flight_ = 0;
-  std::chrono::milliseconds result_probe_after_;
-  std::set<std::string> lost_;  // peers that answered peer_lost: later calls fail at once
-  rref_stats stats_;
+  std::atomic<std::uint64_t> next_{1};
+  std::map<rref_id, owner_rref_actor> owners_;
+  std::map<fork_key, user_rref_actor> users_;
+  std::map<rref_id, int> local_refs_on_way_;
+  // Deleted owners and DELETING forks until their last control message is done: CAF ends an
+  // actor nobody references, so the router keeps them until they call actor_done.
+  std::map<caf::actor_addr, caf::actor> draining_;  // binds on the owner not yet taken by its actor
+  tombstones<rref_id> deleted_owners_;
+  tombstones<fork_key> gone_users_;   // forks this node deleted (stale duplicate carriers)
+  tombstones<fork_key> owner_bound_;  // forks received by their owner (fork_probe: "received")
+  tombstones<fork_key> abandoned_;    // forks probed for before they arrived: refused
+  mutable std::mutex lost_mutex_;
+  std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
+  std::atomic<std::int64_t> in_flight_{0};
+  struct counters {
+    std::atomic<std::uint64_t> remote_calls{0}, fork_requests{0}, child_acks{0}, user_deletes{0}, fetches{0}, retries{0};
+  } stats_;
 
-  void mark_lost(const std::string& peer) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    lost_.insert(peer);
-  }
-  bool is_lost(const std::string& peer) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return lost_.count(peer) != 0;
-  }
+  std::uint64_t next_id() { return next_.fetch_add(1); }
+  void mark_lost(const std::string& peer);
+  bool is_lost(const std::string& peer) const;
+  void in_flight_add(std::int64_t d);
 
-  // --- timer (retries) ---
-  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> timers_;
-  std::thread timer_thread_;
-  void timer_loop();
-  void after(std::chrono::milliseconds d, std::function<void()> fn);
+  // --- maps (thread-safe) ---
+  /// The owner actor of `id`; spawned PENDING if absent and `create`; nullopt if deleted.
+  std::optional<owner_rref_actor> owner_for(const rref_id& id, bool create);
+  std::optional<user_rref_actor> user_for(const fork_key& k);
+  /// The owner actor decided to delete: erases and tombstones it, unless a bind of the id on
+  /// this node sent it a local reference it has not taken yet (then false: stay).
+  bool owner_gone(const rref_id& id);
+  void local_ref_arrived(const rref_id& id);  // the actor took one of those local references
+  void user_gone(const fork_key& k);   // the fork entered DELETING: tombstone
+  void actor_done(const caf::actor_addr& a);  // a draining actor quits
+  void purge_tombstones();
+  std::size_t tombstone_count() const;
 
-  // --- control messages (Note [RRef protocol]) ---
-  /// Sends `fn(arg)` to `to` until answered; `done(code, reply)` runs once (executor thread).
-  template <class Msg>
-  void send_control(const std::string& to, const std::string& fn, const Msg& m, std::function<void(errc, std::vector<char>)> done);
-  void send_encoded(const std::string& to, const std::string& fn, std::vector<char> payload,
-                    std::function<void(errc, std::vector<char>)> done, std::chrono::milliseconds backoff);
+  // --- control messages (from actors) ---
+  /// One attempt of a control message; the answer arrives at `who` as control_done{seq}.
+  void send_attempt(const std::string& to, const std::string& fn, const std::vector<char>& payload, std::uint64_t seq,
+                    caf::actor_addr who);
+  /// Delivers a child_ack (local, or through the courier) for the parent `parent`.
+  void send_ack(const std::string& parent, const rref_msg::child_ack& ack);
+  /// Routes an inbound child_ack to its parent actor (owner or user fork).
+  void deliver_ack(const rref_msg::child_ack& ack);
 
-  // --- owner side (owner.cpp) ---
-  std::int32_t on_fork_request(const rref_msg::fork_request& m);
-  bool on_remote_call(const rref_msg::remote_call& m);
-  std::int32_t on_user_delete(const rref_msg::user_delete& m);
-  fetch_reply on_fetch(const rref_msg::fetch& m);
-  void maybe_delete_owner(const rref_id& id);  // under mutex_
-  owner_entry* owner_for(const rref_id& id);   // creates a PENDING entry; nullptr if deleted; under mutex_
+  // --- blocking requests from user / executor threads (never under mutex_) ---
+  template <class R, class Handle, class... Ms>
+  std::optional<R> ask(const Handle& a, std::chrono::milliseconds timeout, Ms&&... ms);
 
-  // --- user side (user.cpp) ---
-  std::int32_t on_child_ack(const rref_msg::child_ack& m);
-  std::int32_t on_fork_probe(const rref_msg::fork_probe& m);
-  void confirm(const fork_key& k, errc failed, const std::string& why);
-  void release_fork(const fork_key& k);           // one hold less
-  void release_token(std::uint64_t token);        // a child acked
-  void send_fork_request(const fork_key& k);
-  void send_ack(const std::string& parent, const rref_id& id, std::uint64_t token);
+ private:
+  std::mutex pool_mutex_;
+  std::vector<std::unique_ptr<caf::scoped_actor>> pool_;
+  std::unique_ptr<caf::scoped_actor> take_scoped();
+  void give_scoped(std::unique_ptr<caf::scoped_actor> s);
 };
+
+template <class R, class Handle, class... Ms>
+std::optional<R> context_impl::ask(const Handle& a, std::chrono::milliseconds timeout, Ms&&... ms) {
+  logger_release release;
+  auto s = take_scoped();
+  if (!s) return std::nullopt;
+  std::optional<R> out;
+  bool reusable = true;
+  (*s)->request(a, timeout, std::forward<Ms>(ms)...)
+      .receive([&](R& r) { out = std::move(r); },
+               [&](caf::error& e) { reusable = e != caf::make_error(caf::sec::request_timeout); });
+  if (reusable) give_scoped(std::move(s));  // a timed-out one may still get the late answer
+  return out;
+}
+
+/// Starts a retried control message from actor `self` (its state holds `ctl`).
+template <class Self>
+void start_control(Self* self, control_retries& ctl, context_impl& r, std::string to, std::string fn, std::vector<char> payload,
+                   std::function<void(errc, const std::vector<char>&)> done) {
+  const auto seq = ctl.next++;
+  auto& p = ctl.sends[seq];
+  p.to = std::move(to);
+  p.function = std::move(fn);
+  p.payload = std::move(payload);
+  p.done = std::move(done);
+  r.in_flight_add(1);
+  r.send_attempt(p.to, p.function, p.payload, seq, self->address());
+}
+
+/// An attempt finished: ends the message (answered or final failure) or arms the retry timer.
+template <class Self>
+void on_control_done(Self* self, control_retries& ctl, context_impl& r, const rref_msg::control_done& d) {
+  auto it = ctl.sends.find(d.seq);
+  if (it == ctl.sends.end()) return;
+  const auto code = static_cast<errc>(d.code);
+  if (code == errc::ok || final_failure(code)) {
+    if (code == errc::peer_lost) r.mark_lost(it->second.to);
+    auto done = std::move(it->second.done);
+    ctl.sends.erase(it);
+    r.in_flight_add(-1);
+    if (done) done(code, d.reply);
+    return;
+  }
+  ++r.stats_.retries;
+  self->delayed_send(self, it->second.backoff, rref_msg::retry_atom::value, d.seq);
+  it->second.backoff = std::min(it->second.backoff * 2, std::chrono::milliseconds(200));
+}
+
+/// The retry timer of `seq` fired.
+template <class Self>
+void on_retry(Self* self, control_retries& ctl, context_impl& r, std::uint64_t seq) {
+  auto it = ctl.sends.find(seq);
+  if (it != ctl.sends.end()) r.send_attempt(it->second.to, it->second.function, it->second.payload, seq, self->address());
+}
 
 }  // namespace troupe::rref_detail

@@ -1,4 +1,8 @@
-// remote(), to_here() and local_value() (Note [RRef protocol] in rref/context.hpp).
+// remote(), to_here(), local_value(), make_rref and method leases (Note [RRef protocol] in
+// rref/context.hpp). Data goes through node::call (remote_call, fetch); waiting happens in the
+// actors (parked fetches, parked leases), never on an executor thread of the owner.
+#include <caf/all.hpp>
+
 #include "context_impl.hpp"
 #include "troupe/actors/rpc/api.hpp"
 
@@ -6,22 +10,40 @@ namespace troupe::rref_detail {
 
 namespace {
 
+// While a fetch is parked, the user re-asks this often so that a dead owner is seen (its
+// peer_lost) even though no call to it is pending.
+constexpr auto parked_recheck = std::chrono::milliseconds(250);
+constexpr auto ask_timeout = std::chrono::milliseconds(10000);
+
+using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
+using clock = std::chrono::steady_clock;
+
 [[noreturn]] void rethrow_for_owner(const error& e, const handle& h, const char* op) {
-  if (e.code() != errc::peer_lost) throw;
+  if (e.code() != errc::peer_lost) throw e;
   h.ctx->mark_lost(h.owner);
   throw error(errc::owner_lost, std::string(op) + " of rref " + h.id.str() + ": owner " + h.owner + " is lost (" + e.message() + ")");
-  throw;
 }
 
-std::vector<char> copy_local(const handle& h, std::chrono::milliseconds timeout) {
+std::chrono::milliseconds left_until(clock::time_point end) {
+  return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()));
+}
+
+[[noreturn]] void no_value(const handle& h, const std::string& where, std::chrono::milliseconds timeout) {
+  throw error(errc::timeout, "to_here of rref " + h.id.str() + ": no value on owner " + where + " within " + std::to_string(timeout.count()) + " ms");
+}
+
+// The owner's value of an RRef owned here: parked in the owner actor until it exists.
+std::vector<char> fetch_here(const handle& h, std::chrono::milliseconds timeout, bool wait) {
   auto& c = *h.ctx;
-  std::unique_lock<std::mutex> lock(c.mutex_);
-  if (!c.changed_.wait_for(lock, timeout, [&] { return !c.owners_.count(h.id) || c.owners_[h.id].ready; }))
-    throw error(errc::timeout, "to_here of rref " + h.id.str() + ": no value on owner " + c.me_ + " within " + std::to_string(timeout.count()) + " ms");
-  auto it = c.owners_.find(h.id);
-  if (it == c.owners_.end()) throw error(errc::invalid_state, "rref " + h.id.str() + " was deleted by its owner " + c.me_);
-  if (it->second.code != errc::ok) throw error(it->second.code, it->second.message);
-  return it->second.value;
+  auto a = c.owner_for(h.id, false);
+  if (!a) throw error(errc::invalid_state, "rref " + h.id.str() + " was deleted by its owner " + c.me_);
+  const auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>((clock::now() + timeout).time_since_epoch()).count();
+  auto r = c.ask<rref_msg::fetch_answer>(*a, wait ? timeout : ask_timeout, rref_msg::local_fetch{wait ? deadline : 0});
+  if (!r) no_value(h, c.me_, timeout);
+  if (r->code == rref_msg::parked)
+    throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + ": the value does not exist yet on " + c.me_);
+  if (r->code != 0) throw error(static_cast<errc>(r->code), r->message);
+  return std::move(r->value);
 }
 
 void check_usable(const handle& h, const char* op) {
@@ -29,10 +51,15 @@ void check_usable(const handle& h, const char* op) {
     throw error(errc::invalid_state, std::string(op) + " of rref " + h.pending.id.str() +
                                          ": the rref was received outside an rref_context (use rref_context::add / rpc_sync)");
   if (h.failed != errc::ok) throw error(h.failed, h.failure);
+}
+
+// The fork's own failure (refused by its owner, owner lost), if any.
+void check_fork(const handle& h) {
   if (h.owner_local) return;
-  std::lock_guard<std::mutex> lock(h.ctx->mutex_);
-  auto it = h.ctx->users_.find({h.id, h.fork});
-  if (it != h.ctx->users_.end() && it->second.failed != errc::ok) throw error(it->second.failed, it->second.failure);
+  auto u = h.ctx->user_for({h.id, h.fork});
+  if (!u) return;
+  auto a = h.ctx->ask<rref_msg::hold_answer>(*u, ask_timeout, rref_msg::status_atom::value);
+  if (a && a->code != 0) throw error(static_cast<errc>(a->code), a->message);
 }
 
 }  // namespace
@@ -48,17 +75,29 @@ void note_owner_lost(const handle& h) {
 
 std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout) {
   check_usable(h, "to_here");
-  if (h.owner_local) return copy_local(h, timeout);
-  check_owner(h, "to_here");
-  // The owner waits a little less than we do, so a value that comes late is a clean timeout.
-  const auto owner_wait = timeout - std::min(timeout / 10, std::chrono::milliseconds(100));
-  try {
-    auto [code, message, value] = rpc_sync<fetch_reply>(*h.ctx->n_, h.owner, "troupe.rref.fetch", rpc::deadline{timeout},
-                                                         rref_msg::fetch{h.id, owner_wait.count()});
-    if (code != 0) throw error(static_cast<errc>(code), message);
-    return std::move(value);
-  } catch (const error& e) {
-    rethrow_for_owner(e, h, "to_here");
+  if (h.owner_local) return fetch_here(h, timeout, true);
+  auto& c = *h.ctx;
+  const auto end = clock::now() + timeout;
+  const auto request = rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_});
+  for (;;) {
+    check_owner(h, "to_here");
+    const auto left = left_until(end);
+    if (left.count() == 0) no_value(h, h.owner, timeout);
+    fetch_reply reply;
+    try {
+      reply = rpc_sync<fetch_reply>(*c.n_, h.owner, "troupe.rref.fetch", rpc::deadline{left}, request);
+    } catch (const error& e) {
+      if (e.code() == errc::timeout) no_value(h, h.owner, timeout);
+      rethrow_for_owner(e, h, "to_here");
+    }
+    auto& [code, message, value] = reply;
+    if (code == 0) return std::move(value);
+    if (code != rref_msg::parked) throw error(static_cast<errc>(code), message);
+    // Parked in the owner actor: wait for its value_ready (or the fork's failure), re-asking
+    // now and then so that a dead owner is noticed.
+    check_fork(h);
+    if (auto u = c.user_for({h.id, h.fork})) c.ask<bool>(*u, std::min(left_until(end), parked_recheck), rref_msg::await_atom::value);
+    check_fork(h);
   }
 }
 
@@ -67,13 +106,58 @@ std::vector<char> local_value(const handle& h) {
   if (h.owner != h.ctx->me_)
     throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + " on worker " + h.ctx->me_ +
                                          ": only its owner " + h.owner + " holds the value; use to_here()");
-  if (h.owner_local) return copy_local(h, std::chrono::milliseconds(0));
-  std::unique_lock<std::mutex> lock(h.ctx->mutex_);
-  auto it = h.ctx->owners_.find(h.id);
-  if (it == h.ctx->owners_.end() || !it->second.ready)
-    throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + ": the value does not exist yet on " + h.ctx->me_);
-  if (it->second.code != errc::ok) throw error(it->second.code, it->second.message);
-  return it->second.value;
+  return fetch_here(h, std::chrono::milliseconds(0), false);
+}
+
+std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, const std::string& function,
+                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
+  auto h = std::make_shared<handle>();
+  h->ctx = c.shared_from_this();
+  h->owner = to;
+  h->bound = true;
+  const auto n = c.next_id();
+  h->id = rref_id{c.me_, n};
+  h->fork = fork_id{c.me_, n};  // the creator fork (Note [RRef protocol])
+  user_rref_actor u;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex_);
+    if (c.closed_) throw error(errc::invalid_state, "remote() on " + c.me_ + ": the rref context is closed");
+    u = spawn_user_rref(c, h->id, h->fork, user_origin{to, true, {}, {}, 0});
+    c.users_.emplace(fork_key{h->id, h->fork}, u);
+  }
+  ++c.stats_.remote_calls;
+  c.in_flight_add(1);
+  std::weak_ptr<context_impl> weak = h->ctx;
+  auto done = [weak, u, to](errc code, bool accepted, std::vector<send_scope::sent> carried) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (code != errc::ok && !carried.empty()) probe(*self, to, std::move(carried));
+    if (code == errc::peer_lost) self->mark_lost(to);
+    caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted});
+    self->in_flight_add(-1);
+  };
+  send_scope scope(&c, to);  // rrefs among the args: probed if the call fails
+  std::shared_ptr<rpc::detail::call_state> st;
+  try {
+    // The args are encoded inside node::call, so the call's interceptor scope sees their tensors.
+    st = c.n_->call(to, "troupe.rref.remote_call", [&] {
+      return rpc::encode_args<std::vector<char>>(rref_msg::to_bytes(*c.sys_, rref_msg::remote_call{h->id, h->fork, function, encode()}));
+    }, timeout);
+  } catch (const error& e) {
+    const bool peer = e.code() == errc::peer_lost || e.code() == errc::timeout;
+    done(peer ? e.code() : errc::invalid_state, false, scope.take());
+    if (!peer) throw;  // the arguments could not be encoded: nothing was sent
+    return h;
+  }
+  rpc::future<bool>(st).then([done, carried = scope.take()](const rpc::future<bool>& r) mutable {
+    try {
+      const bool accepted = r.get();
+      done(errc::ok, accepted, {});
+    } catch (const error& e) {
+      done(e.code(), false, std::move(carried));
+    }
+  });
+  return h;
 }
 
 }  // namespace troupe::rref_detail
@@ -81,55 +165,46 @@ std::vector<char> local_value(const handle& h) {
 namespace troupe {
 
 std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to, const std::string& function,
-                                                          std::vector<char> args, std::chrono::milliseconds timeout,
-                                                          std::vector<rref_detail::send_scope::sent> carried) {
-  return rref_detail::start_remote(*impl_, to, function, std::move(args), timeout, std::move(carried));
+                                                          const std::function<std::vector<char>()>& encode,
+                                                          std::chrono::milliseconds timeout) {
+  return rref_detail::start_remote(*impl_, to, function, encode, timeout);
 }
 
-std::shared_ptr<rref_detail::handle> rref_detail::start_remote(context_impl& c, const std::string& to, const std::string& function,
-                                                               std::vector<char> args, std::chrono::milliseconds timeout,
-                                                               std::vector<send_scope::sent> carried) {
+std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> value) {
+  auto& c = *impl_;
   auto h = std::make_shared<rref_detail::handle>();
-  auto impl_ = c.shared_from_this();
+  h->id = rref_id{c.me_, c.next_id()};
   {
     std::lock_guard<std::mutex> lock(c.mutex_);
-    if (c.closed_) throw error(errc::invalid_state, "remote() on " + c.me_ + ": the rref context is closed");
-    h->id = rref_id{c.me_, c.next_++};
-    h->fork = fork_id{h->id.creator, h->id.local};  // the creator fork (Note [RRef protocol])
-    auto& e = c.users_[{h->id, h->fork}];
-    e.owner = to;
-    e.holds = 1;
-    ++c.stats_.remote_calls;
-    ++c.in_flight_;
+    if (c.closed_) throw error(errc::invalid_state, "make_rref on " + c.me_ + ": the rref context is closed");
+    c.owners_.emplace(h->id, rref_detail::spawn_owner_rref(c, h->id, std::move(value)));
   }
   h->ctx = impl_;
-  h->owner = to;
-  h->bound = true;
-  const rref_detail::fork_key k{h->id, h->fork};
-  std::weak_ptr<rref_detail::context_impl> weak = impl_;
-  auto done = [weak, k, to, carried = std::move(carried)](errc code, bool accepted) mutable {
-    auto self = weak.lock();
-    if (!self) return;
-    if (code != errc::ok && !carried.empty()) rref_detail::probe(*self, to, std::move(carried));
-    if (code == errc::ok) self->confirm(k, accepted ? errc::ok : errc::invalid_state, "rref " + k.first.str() + " was deleted by its owner " + to);
-    else if (code == errc::peer_lost) self->confirm(k, errc::owner_lost, "owner " + to + " of rref " + k.first.str() + " is lost");
-    else self->send_fork_request(k);  // the call or its reply may be lost: confirm by a retried fork_request
-    {
-      std::lock_guard<std::mutex> lock(self->mutex_);
-      --self->in_flight_;
-    }
-    self->changed_.notify_all();
-  };
-  auto f = rpc_async<bool>(*c.n_, to, "troupe.rref.remote_call", rpc::deadline{timeout},
-                           rref_msg::remote_call{h->id, h->fork, function, std::move(args)});
-  f.then([done](const rpc::future<bool>& r) mutable {
-    try {
-      done(errc::ok, r.get());
-    } catch (const error& e) {
-      done(e.code(), false);
-    }
-  });
+  h->owner = c.me_;
+  h->owner_local = h->bound = true;
   return h;
+}
+
+void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
+  auto& c = *impl_;
+  // A method call may overtake the remote_call that creates the value (no order is assumed
+  // between messages): its lease parks in the (PENDING) owner actor until the value exists.
+  auto a = c.owner_for(id, true);
+  if (!a) throw error(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + c.me_);
+  const auto lease = c.next_id();
+  auto r = c.ask<rref_msg::fetch_answer>(*a, timeout, rref_msg::lease_request{lease});
+  if (!r) {
+    caf::anon_send(*a, rref_msg::lease_return{lease, false, {}});  // give up the lease (granted late or still queued)
+    throw error(errc::timeout, "rref " + id.str() + ": no value on owner " + c.me_ + " within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (r->code != 0) throw error(static_cast<errc>(r->code), r->message);
+  try {
+    fn(r->value);
+  } catch (...) {
+    caf::anon_send(*a, rref_msg::lease_return{lease, false, {}});
+    throw;
+  }
+  caf::anon_send(*a, rref_msg::lease_return{lease, true, std::move(r->value)});
 }
 
 }  // namespace troupe

@@ -134,6 +134,7 @@ class send_scope {
     rref_id id;
     fork_id fork;
     std::uint64_t token = 0;
+    fork_id parent_fork;  ///< the sender's own fork (empty on the owner)
   };
   send_scope(context_impl* ctx, std::string to);
   ~send_scope();
@@ -162,10 +163,10 @@ std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout);  //
 std::vector<char> local_value(const handle& h);                ///< owner only
 bool confirmed(const handle& h);
 node& node_of(const handle& h);
-/// rref_context::remote on the implementation (for rref<T>::remote).
+/// rref_context::remote on the implementation (for rref<T>::remote). `encode` writes the
+/// function's arguments; it runs inside node::call (so the call interceptor sees their tensors).
 std::shared_ptr<handle> start_remote(context_impl& ctx, const std::string& to, const std::string& function,
-                                     std::vector<char> args, std::chrono::milliseconds timeout,
-                                     std::vector<send_scope::sent> carried);
+                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
 /// Throws owner_lost if the owner of `h` is known dead (a peer_lost seen by this context).
 void check_owner(const handle& h, const char* op);
 /// Remembers that the owner of `h` is dead.
@@ -185,6 +186,10 @@ struct rref_options {
   /// takes the result later than this finds the RRef refused. 0: three times the node's default
   /// timeout.
   std::chrono::milliseconds result_probe_after{0};
+  /// How long the ids of deleted OwnerRRefs and released / probed forks are kept to refuse late
+  /// duplicates of their messages. Must exceed the longest time a copy of a control message can
+  /// stay in transit (one attempt: 500 ms, plus any injected delay). 0: 30 s.
+  std::chrono::milliseconds tombstone_ttl{0};
 };
 
 /// The RRef context of one node. Construct it after the node and destroy it before; it registers
@@ -204,10 +209,10 @@ class rref_context {
   const std::string& name() const;
 
   /// Starts `function(args)` on `to` as the value of a new RRef; returns its handle at once.
-  /// `carried`: the forks of RRefs inside `args`, probed if the call fails.
+  /// `encode` writes the arguments (inside node::call); RRefs among them are probed if the call
+  /// fails. Throws what `encode` throws (nothing is sent then) and invalid_state once closed.
   std::shared_ptr<rref_detail::handle> remote(const std::string& to, const std::string& function,
-                                              std::vector<char> args, std::chrono::milliseconds timeout,
-                                              std::vector<rref_detail::send_scope::sent> carried = {});
+                                              const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
   /// A new RRef owned here holding the encoded `value`.
   std::shared_ptr<rref_detail::handle> make_local(std::vector<char> value);
   /// Runs `fn` on the owner-local value of `id` (waiting up to `timeout` for it), under the
@@ -218,8 +223,11 @@ class rref_context {
   std::size_t owner_count() const;
   /// UserRRef forks this node holds now (including ones waiting to send their delete).
   std::size_t user_count() const;
-  /// Control messages still being retried.
+  /// Control messages still being retried (and remote_calls not yet answered).
   std::size_t in_flight() const;
+  /// Tombstones held now (deleted owners, released / received / abandoned forks); each is freed
+  /// rref_options::tombstone_ttl after it was made (swept every ttl / 2).
+  std::size_t tombstone_count() const;
   /// Ids of everything still alive here ("owner worker0#3 forks {worker1/4}", "user ...").
   std::vector<std::string> leaks() const;
   /// Blocks until this node holds no user fork and no control message is in flight, and (if

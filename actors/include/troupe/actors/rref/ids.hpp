@@ -1,9 +1,9 @@
 #pragma once
 /// \file ids.hpp
-/// RRef identities and the protocol's control messages (Note [RRef protocol] in context.hpp).
-/// Every message is a typed struct with a Boost `serialize`, carried as the single argument of a
-/// reserved RPC function ("troupe.rref.<message>"), so it passes the transport hook and the
-/// fault plan under its own key. No message holds a float.
+/// RRef identities and `wire`, the form of an RRef inside a user call or result (Note [RRef
+/// protocol] in context.hpp). The ids have both a CAF `inspect` (they travel inside the typed
+/// control messages of actors/src/rref/protocol.hpp) and a Boost `serialize` (an RRef inside a
+/// user payload goes through the codec). No field is a float.
 
 #include <compare>
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include <boost/serialization/string.hpp>
 #include <boost/serialization/vector.hpp>
+#include <caf/meta/type_name.hpp>
 
 namespace troupe {
 
@@ -24,6 +25,10 @@ struct rref_id {
   std::string str() const { return creator + "#" + std::to_string(local); }
   template <class Ar> void serialize(Ar& ar, unsigned) { ar & creator & local; }
 };
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rref_id& x) {
+  return f(caf::meta::type_name("troupe.rref_id"), x.creator, x.local);
+}
 
 /// A globally unique fork id (one per UserRRef), same shape as rref_id.
 struct fork_id {
@@ -34,6 +39,10 @@ struct fork_id {
   std::string str() const { return creator + "/" + std::to_string(local); }
   template <class Ar> void serialize(Ar& ar, unsigned) { ar & creator & local; }
 };
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, fork_id& x) {
+  return f(caf::meta::type_name("troupe.fork_id"), x.creator, x.local);
+}
 
 namespace rref_msg {
 
@@ -44,55 +53,9 @@ struct wire {
   std::string owner;
   fork_id fork;
   std::string parent;
+  fork_id parent_fork;            ///< the parent's own fork (empty: the parent is the owner)
   std::uint64_t parent_hold = 0;  ///< the parent's pending-child token
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & owner & fork & parent & parent_hold; }
-};
-
-/// caller -> owner: run `function` and keep its result as the value of `id`, known to `fork`.
-/// A user call: never retried; deduplicated by id on the owner.
-struct remote_call {
-  rref_id id;
-  fork_id fork;
-  std::string function;
-  std::vector<char> args;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & fork & function & args; }
-};
-
-/// child -> owner: record `fork` as a known fork of `id`. Retried; its reply is the owner accept.
-struct fork_request {
-  rref_id id;
-  fork_id fork;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & fork; }
-};
-
-/// child -> parent: the owner accepted the child; the parent may drop the hold `token`. Retried.
-struct child_ack {
-  rref_id id;
-  std::uint64_t token = 0;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & token; }
-};
-
-/// user -> owner: the UserRRef `fork` of `id` is gone. Retried; idempotent.
-struct user_delete {
-  rref_id id;
-  fork_id fork;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & fork; }
-};
-
-/// parent -> child node, after a call that carried the fork `fork` failed: "did you receive it?"
-/// The child answers 1 (it did: its child_ack will come) or 0 (it did not, and now never will:
-/// a late arrival of that fork is refused), and the parent drops its hold. Retried.
-struct fork_probe {
-  rref_id id;
-  fork_id fork;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & fork; }
-};
-
-/// user -> owner: the value of `id` (to_here), waiting up to timeout_ms for it to exist.
-struct fetch {
-  rref_id id;
-  std::int64_t timeout_ms = 0;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & timeout_ms; }
+  template <class Ar> void serialize(Ar& ar, unsigned) { ar & id & owner & fork & parent & parent_fork & parent_hold; }
 };
 
 }  // namespace rref_msg

@@ -5,7 +5,9 @@
 ///   troupe::rref_context ctx(n);                                   // one per node
 ///   troupe::add_function(ctx, "make_vec", [](int k) { return std::vector<int>(k, 1); });
 ///   auto r = troupe::remote<std::vector<int>>(ctx, "worker1", "make_vec", 3);  // returns at once
+///   auto q = troupe::remote<std::vector<int>>(ctx, "worker1", "make_vec", 3, 2s);  // timeout last
 ///   std::vector<int> v = r.to_here(5s);                            // blocks up to 5 s
+///   auto r2 = r.share();                                           // a second handle, explicitly
 ///   int n = troupe::rpc_sync<int>(ctx, "worker2", "count", r);     // rref as argument
 ///   auto ps = troupe::make_rref(ctx, parameter_server{});          // owner-local
 ///   ps.rpc_sync<double>("push", grads);                            // method on the owner
@@ -28,14 +30,96 @@
 
 namespace troupe {
 
-/// A reference to a value of type T owned by one worker. Copies share one reference (one fork
-/// on a user, one local ref on the owner); the last copy's destruction releases it (G1).
-/// Thread-safe.
+namespace rref_detail {
+
+/// An argument as the codec writes it, without copying it (rrefs are move-only).
+template <class T>
+decltype(auto) to_wire(const T& x) {
+  if constexpr (std::is_convertible_v<const T&, const char*>) return std::string(x);
+  else return (x);
+}
+
+/// The encoder of an argument list, by reference (runs inside node::call).
+template <class... A>
+auto encoder(const A&... a) {
+  return [&a...] { return rpc::encode_args<rpc::detail::wire_t<A>...>(to_wire(a)...); };
+}
+
+/// A call through node::call (the rpc future path) whose arguments are encoded without copies.
+template <class R, class... A>
+rpc::future<R> call_node(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
+                         const A&... a) {
+  return rpc::future<R>(n.call(to, function, encoder(a...), timeout));
+}
+
+template <class F, class Tuple, std::size_t... I>
+decltype(auto) apply_first(std::chrono::milliseconds timeout, F& fn, const Tuple& args, std::index_sequence<I...>) {
+  return fn(timeout, std::get<I>(args)...);
+}
+
+// A trailing timeout argument: rpc::deadline or a chrono duration (rounded up to ms).
+template <class X> struct timeout_arg : std::false_type {};
+template <> struct timeout_arg<rpc::deadline> : std::true_type {};
+template <class Rep, class Period> struct timeout_arg<std::chrono::duration<Rep, Period>> : std::true_type {};
+inline std::chrono::milliseconds as_timeout(const rpc::deadline& d) { return d.value; }
+template <class Rep, class Period>
+std::chrono::milliseconds as_timeout(const std::chrono::duration<Rep, Period>& d) {
+  return std::chrono::ceil<std::chrono::milliseconds>(d);
+}
+
+/// Calls `fn(timeout, args...)` without a trailing timeout argument (rpc::deadline or a chrono
+/// duration) if there is one, taking the timeout from it; else with `fallback`.
+template <class F, class... Args>
+decltype(auto) split_timeout(std::chrono::milliseconds fallback, F&& fn, const Args&... args) {
+  auto all = std::forward_as_tuple(args...);
+  constexpr bool trailing = sizeof...(Args) > 0 && timeout_arg<std::decay_t<std::tuple_element_t<sizeof...(Args) - (sizeof...(Args) > 0), std::tuple<Args..., void>>>>::value;
+  if constexpr (trailing)
+    return apply_first(as_timeout(std::get<sizeof...(Args) - 1>(all)), fn, all, std::make_index_sequence<sizeof...(Args) - 1>{});
+  else
+    return apply_first(fallback, fn, all, std::make_index_sequence<sizeof...(Args)>{});
+}
+
+/// Runs `start()` (a node-level rpc_async) collecting the forks of the RRefs it encodes; if the
+/// call fails they are probed so a lost call does not leak them.
+template <class R, class Start>
+rpc::future<R> probed_call(const std::shared_ptr<context_impl>& c, const std::string& to, Start start) {
+  send_scope scope(c.get(), to);
+  rpc::future<R> f = start();
+  auto sent = scope.take();
+  if (!sent.empty()) {
+    std::weak_ptr<context_impl> weak = c;
+    f.then([weak, to, sent = std::move(sent)](const rpc::future<R>& done) mutable {
+      try {
+        (void)done.get();
+      } catch (const error&) {
+        if (auto cc = weak.lock()) probe(*cc, to, std::move(sent));
+      }
+    });
+  }
+  return f;
+}
+
+}  // namespace rref_detail
+
+/// A reference to a value of type T owned by one worker: an identity object, move-only. A
+/// second handle on the same reference is made explicitly with share(); handles made by share()
+/// hold one reference together (one fork on a user, one local ref on the owner), and the last
+/// one's destruction releases it (G1). Thread-safe.
 template <class T>
 class rref {
  public:
   rref() = default;
   explicit rref(std::shared_ptr<rref_detail::handle> h) : h_(std::move(h)) {}
+  rref(rref&&) noexcept = default;
+  rref& operator=(rref&&) noexcept = default;
+  // TROUPE_RREF_COPY_WORKAROUND: copyable until future<R>::get() can return a move-only R
+  // (/tmp/troupe-notes/rref2.md item 1a); identity semantics need these two deleted.
+  rref(const rref&) = default;
+  rref& operator=(const rref&) = default;
+
+  /// A second handle on the same reference (no protocol message; the reference is released when
+  /// the last of its handles is gone). Never blocks.
+  rref share() const { return rref(h_); }
 
   /// The value, copied from the owner. Blocks up to `timeout`. Throws remote_exception (the user
   /// function threw), owner_lost (the owner died), timeout, invalid_state (unbound rref).
@@ -63,7 +147,8 @@ class rref {
   explicit operator bool() const { return h_ != nullptr; }
 
   /// Calls the method `name` (registered with add_method<T>) on the owner's value and blocks for
-  /// its result. Throws like rpc_sync, with owner_lost when the owner died.
+  /// its result; `args` may end with a timeout (rpc/api.hpp). Throws like rpc_sync, with
+  /// owner_lost when the owner died.
   template <class R, class... A>
   R rpc_sync(const std::string& name, const A&... args) const {
     try {
@@ -79,32 +164,22 @@ class rref {
   template <class R, class... A>
   rpc::future<R> rpc_async(const std::string& name, const A&... args) const {
     rref_detail::check_owner(h(), name.c_str());
-    rref_detail::send_scope scope(h().ctx.get(), h().owner);  // rrefs among the args are probed if the call fails
-    auto f = troupe::rpc_async<R>(node_of(), h().owner, "troupe.rref.method." + name, h().id, args...);
-    auto sent = scope.take();
-    if (!sent.empty()) {
-      std::weak_ptr<rref_detail::context_impl> weak = h().ctx;
-      f.then([weak, to = h().owner, sent = std::move(sent)](const rpc::future<R>& done) mutable {
-        try {
-          (void)done.get();
-        } catch (const error&) {
-          if (auto c = weak.lock()) rref_detail::probe(*c, to, std::move(sent));
-        }
+    return rref_detail::split_timeout(node_of().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
+      return rref_detail::probed_call<R>(h().ctx, h().owner, [&] {
+        return rref_detail::call_node<R>(node_of(), h().owner, "troupe.rref.method." + name, timeout, h().id, a...);
       });
-    }
-    return f;
+    }, args...);
   }
 
   /// Calls the method `name` on the owner's value with remote() semantics: returns at once an
-  /// rref<R> to its result, owned by this rref's owner.
+  /// rref<R> to its result, owned by this rref's owner. `args` may end with a timeout.
   template <class R, class... A>
   rref<R> remote(const std::string& name, const A&... args) const {
     rref_detail::check_owner(h(), name.c_str());
-    auto& c = *h().ctx;
-    rref_detail::send_scope scope(&c, h().owner);
-    auto bytes = rpc::encode_args<rref_id, rpc::detail::wire_t<A>...>(h().id, rpc::detail::wire_t<A>(args)...);
-    return rref<R>(rref_detail::start_remote(c, h().owner, "troupe.rref.method." + name, std::move(bytes),
-                                             node_of().default_timeout(), scope.take()));
+    const auto& id = h().id;
+    return rref_detail::split_timeout(node_of().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
+      return rref<R>(rref_detail::start_remote(*h().ctx, h().owner, "troupe.rref.method." + name, rref_detail::encoder(id, a...), timeout));
+    }, args...);
   }
 
   /// Boost serialization: sending forks the reference, receiving binds it (Note [RRef protocol]).
@@ -141,6 +216,7 @@ class rref {
 };
 
 namespace rref_detail {
+
 template <class X> struct is_rref : std::false_type {};
 template <class X> struct is_rref<rref<X>> : std::true_type {};
 
@@ -170,8 +246,9 @@ void add_function(rref_context& ctx, const std::string& name, F fn) {
 }
 
 /// Registers the method `name` of T, callable through any rref<T> (rref::rpc_sync): `fn(T&,
-/// args...)` runs on the owner under the RRef's lock, so it must not use RRefs of this node.
-/// Must return a value.
+/// args...)` runs on an executor thread of the owner while it holds the value's lease (one
+/// method per RRef at a time, Note [owner_rref actor]), so it must not call a method of the same
+/// RRef. Must return a value.
 template <class T, class F>
 void add_method(rref_context& ctx, const std::string& name, F fn) {
   using sig = rpc::detail::signature<std::decay_t<F>>;
@@ -191,18 +268,16 @@ void add_method(rref_context& ctx, const std::string& name, F fn) {
   }(static_cast<typename sig::args*>(nullptr));
 }
 
-/// Runs `function(args...)` on worker `to` and returns an rref<T> to its result at once. The
-/// deadline bounds the call; a lost call is confirmed by retried fork requests.
-template <class T, class... Args>
-rref<T> remote(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  rref_detail::send_scope scope(&ctx.impl(), to);
-  auto bytes = rpc::encode_args<rpc::detail::wire_t<Args>...>(rpc::detail::wire_t<Args>(args)...);
-  return rref<T>(ctx.remote(to, function, std::move(bytes), d.value, scope.take()));
-}
-
+/// Runs `function(args...)` on worker `to` and returns an rref<T> to its result at once; `args`
+/// may end with a timeout (an rpc::deadline or a chrono duration) bounding the call, else the
+/// node's default timeout. A lost call is confirmed by retried fork requests. Throws what
+/// encoding the arguments throws (not_supported, invalid_state); nothing else (later errors come
+/// from to_here).
 template <class T, class... Args>
 rref<T> remote(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
-  return remote<T>(ctx, to, function, rpc::deadline{ctx.this_node().default_timeout()}, args...);
+  return rref_detail::split_timeout(ctx.this_node().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
+    return rref<T>(ctx.remote(to, function, rref_detail::encoder(a...), timeout));
+  }, args...);
 }
 
 /// An owner-local RRef holding `value`.
@@ -212,50 +287,20 @@ rref<T> make_rref(rref_context& ctx, const T& value) {
   return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
 }
 
-/// rpc_sync through the context: RRefs in the result are bound to it; if the call fails, the
-/// RRefs it carried are probed so a lost call does not leak them (Note [RRef protocol]).
-template <class R, class... Args>
-R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  rref_detail::send_scope scope(&ctx.impl(), to);
-  auto f = rpc_async<R>(ctx.this_node(), to, function, d, args...);
-  auto sent = scope.take();
-  rref_detail::binding_scope bind(&ctx.impl());
-  try {
-    return f.get();
-  } catch (const error&) {
-    if (!sent.empty()) rref_detail::probe(ctx.impl(), to, std::move(sent));
-    throw;
-  }
-}
-
-template <class R, class... Args>
-R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
-  return rpc_sync<R>(ctx, to, function, rpc::deadline{ctx.this_node().default_timeout()}, args...);
-}
-
-/// rpc_async through the context; take a result that holds RRefs with get_bound(). RRefs it
-/// carries are probed if the call fails.
-template <class R, class... Args>
-rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  rref_detail::send_scope scope(&ctx.impl(), to);
-  auto f = rpc_async<R>(ctx.this_node(), to, function, d, args...);
-  auto sent = scope.take();
-  if (!sent.empty()) {
-    std::weak_ptr<rref_detail::context_impl> weak = ctx.shared_impl();
-    f.then([weak, to, sent = std::move(sent)](const rpc::future<R>& done) mutable {
-      try {
-        (void)done.get();
-      } catch (const error&) {
-        if (auto c = weak.lock()) rref_detail::probe(*c, to, std::move(sent));
-      }
-    });
-  }
-  return f;
-}
-
+/// rpc_async through the context; take a result that holds RRefs with get_bound(). `args` may
+/// end with a timeout (rpc/api.hpp). RRefs it carries are probed if the call fails, so a lost
+/// call does not leak them (Note [RRef protocol]).
 template <class R, class... Args>
 rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
-  return rpc_async<R>(ctx, to, function, rpc::deadline{ctx.this_node().default_timeout()}, args...);
+  return rref_detail::split_timeout(ctx.this_node().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
+    return rref_detail::probed_call<R>(ctx.shared_impl(), to, [&] { return rref_detail::call_node<R>(ctx.this_node(), to, function, timeout, a...); });
+  }, args...);
+}
+
+/// The older form, deadline first.
+template <class R, class... Args>
+rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
+  return rpc_async<R>(ctx, to, function, args..., d);
 }
 
 /// future::get() with the RRefs in the result bound to `ctx`. Blocks like get().
@@ -263,6 +308,19 @@ template <class R>
 R get_bound(rref_context& ctx, const rpc::future<R>& f) {
   rref_detail::binding_scope scope(&ctx.impl());
   return f.get();
+}
+
+/// rpc_sync through the context: RRefs in the result are bound to it; `args` may end with a
+/// timeout. Blocks; throws like rpc_sync.
+template <class R, class... Args>
+R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
+  return get_bound(ctx, rpc_async<R>(ctx, to, function, args...));
+}
+
+/// The older form, deadline first.
+template <class R, class... Args>
+R rpc_sync(rref_context& ctx, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
+  return get_bound(ctx, rpc_async<R>(ctx, to, function, d, args...));
 }
 
 }  // namespace troupe

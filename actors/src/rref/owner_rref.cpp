@@ -1,0 +1,247 @@
+// The owner_rref actor (Note [owner_rref actor] in owner_rref.hpp).
+#include "owner_rref.hpp"
+
+#include <deque>
+
+#include <caf/all.hpp>
+#include <set>
+#include <sstream>
+
+#include "context_impl.hpp"
+#include "troupe/actors/rpc/codec.hpp"
+
+namespace troupe::rref_detail {
+
+namespace {
+
+using namespace rref_msg;
+
+struct child_entry {
+  fork_id child;
+  std::string caller;
+};
+
+struct owner_state {
+  context_impl* r = nullptr;
+  rref_id id;
+  bool started = false, ready = false, creator_fork_deleted = false, deleted = false;
+  std::int32_t code = 0;
+  std::string message;
+  std::vector<char> value;
+  std::set<fork_id> forks, deleted_forks;
+  std::map<std::uint64_t, child_entry> children;  // pending-child tokens of owner-local handles
+  int local = 0;
+  std::set<std::pair<std::string, fork_id>> parked_remote;  // fetchers to send value_ready
+  std::vector<caf::typed_response_promise<fetch_answer>> parked_local;
+  std::uint64_t leased = 0;
+  std::deque<std::pair<std::uint64_t, caf::typed_response_promise<fetch_answer>>> lease_queue;
+  control_retries ctl;
+  bool quitting = false;
+};
+using owner_self = owner_rref_actor::stateful_pointer<owner_state>;
+
+fork_id creator_fork(const rref_id& id) { return fork_id{id.creator, id.local}; }
+
+fetch_answer answer_of(const owner_state& s) {
+  if (s.code != 0) return fetch_answer{s.code, s.message, {}};
+  return fetch_answer{0, {}, s.value};
+}
+
+fetch_answer deleted_answer(const owner_state& s) {
+  return fetch_answer{static_cast<std::int32_t>(errc::invalid_state), "rref " + s.id.str() + " was deleted by its owner " + s.r->me_, {}};
+}
+
+void maybe_quit(owner_self self) {
+  if (self->state.deleted && self->state.ctl.sends.empty() && !self->state.quitting) {
+    self->state.quitting = true;
+    self->send(self, done_atom::value);
+  }
+}
+
+// DELETED once nothing can reach the value any more (Note [owner_rref actor]).
+void maybe_delete(owner_self self) {
+  auto& s = self->state;
+  if (s.deleted) return maybe_quit(self);
+  if (!s.forks.empty() || s.local > 0 || !s.children.empty() || s.leased != 0) return;
+  if (s.started && !s.ready) return;                 // the user function is running
+  if (!s.ready && !s.creator_fork_deleted) return;   // the remote_call may still be on its way
+  if (!s.r->owner_gone(s.id)) return;                // a bind of this id is on its way here
+  s.deleted = true;
+  for (auto& rp : s.parked_local) rp.deliver(deleted_answer(s));
+  s.parked_local.clear();
+  for (auto& [lease, rp] : s.lease_queue) rp.deliver(deleted_answer(s));
+  s.lease_queue.clear();
+  maybe_quit(self);
+}
+
+// Hands the value to the next parked method call, one at a time.
+void grant_leases(owner_self self) {
+  auto& s = self->state;
+  while (s.ready && s.leased == 0 && !s.lease_queue.empty()) {
+    auto [lease, rp] = std::move(s.lease_queue.front());
+    s.lease_queue.pop_front();
+    if (s.code == 0) s.leased = lease;
+    rp.deliver(answer_of(s));
+  }
+}
+
+void on_value(owner_self self, value_set& v) {
+  auto& s = self->state;
+  if (s.ready || s.deleted) return;
+  s.ready = true;
+  s.code = v.code;
+  s.message = std::move(v.message);
+  s.value = std::move(v.value);
+  for (auto& rp : s.parked_local) rp.deliver(answer_of(s));
+  s.parked_local.clear();
+  grant_leases(self);
+  for (const auto& [requester, fork] : s.parked_remote)
+    start_control(self, s.ctl, *s.r, requester, "troupe.rref.value_ready",
+                  to_bytes(*s.r->sys_, value_ready{s.id, fork}), [self](errc, const std::vector<char>&) { maybe_delete(self); });
+  s.parked_remote.clear();
+  maybe_delete(self);
+}
+
+// A child whose carrier may be lost: ask its node; drop the hold if it never got it.
+void probe(owner_self self, std::uint64_t token, const std::string& to) {
+  auto& s = self->state;
+  auto it = s.children.find(token);
+  if (it == s.children.end()) return;
+  start_control(self, s.ctl, *s.r, to, "troupe.rref.fork_probe", to_bytes(*s.r->sys_, fork_probe{s.id, it->second.child}),
+                [self, token](errc c, const std::vector<char>& reply) {
+                  const bool received = c == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_probe") == 1;
+                  if (!received && (c == errc::ok || c == errc::peer_lost)) self->state.children.erase(token);
+                  maybe_delete(self);
+                });
+}
+
+std::string summary(const owner_state& s) {
+  std::ostringstream o;
+  o << "owner " << s.id.str() << " (forks {";
+  for (const auto& f : s.forks) o << " " << f.str();
+  o << " }, local refs " << s.local << ", pending children " << s.children.size()
+    << (s.ready ? ", ready)" : s.started ? ", running)" : ", pending)");
+  return o.str();
+}
+
+owner_rref_actor::behavior_type owner_rref(owner_self self, context_impl* r, rref_id id, std::optional<std::vector<char>> value) {
+  auto& st = self->state;
+  st.r = r;
+  st.id = std::move(id);
+  if (value) {
+    st.started = st.ready = true;
+    st.value = std::move(*value);
+    st.local = 1;
+  }
+  return {
+      [self](remote_call& m) -> std::int32_t {
+        auto& s = self->state;
+        if (s.deleted) return 2;
+        if (!s.deleted_forks.count(m.fork)) s.forks.insert(m.fork);
+        if (s.started) return 1;  // duplicate: the function runs once
+        s.started = true;
+        return 0;
+      },
+      [self](value_set& v) { on_value(self, v); },
+      [self](fork_request& m) -> std::int32_t {
+        auto& s = self->state;
+        if (s.deleted_forks.count(m.fork)) return 0;  // a late duplicate after the fork's delete
+        if (s.deleted) return 1;
+        s.forks.insert(m.fork);
+        return 0;
+      },
+      [self](user_delete& m) -> std::int32_t {
+        auto& s = self->state;
+        s.deleted_forks.insert(m.fork);
+        s.forks.erase(m.fork);
+        if (m.fork == creator_fork(s.id)) s.creator_fork_deleted = true;
+        maybe_delete(self);
+        return 0;
+      },
+      [self](child_ack& m) {
+        self->state.children.erase(m.token);
+        maybe_delete(self);
+      },
+      [self](rref_msg::fetch& m) -> fetch_answer {
+        auto& s = self->state;
+        if (s.deleted) return deleted_answer(s);
+        if (s.ready) {
+          ++s.r->stats_.fetches;
+          return answer_of(s);
+        }
+        s.parked_remote.emplace(m.requester, m.fork);
+        return fetch_answer{parked, {}, {}};
+      },
+      [self](local_fetch&) -> caf::result<fetch_answer> {
+        auto& s = self->state;
+        if (s.deleted) return deleted_answer(s);
+        if (s.ready) return answer_of(s);
+        auto rp = self->make_response_promise<fetch_answer>();
+        s.parked_local.push_back(rp);
+        return rp;
+      },
+      [self](lease_request& m) -> caf::result<fetch_answer> {
+        auto& s = self->state;
+        if (s.deleted) return deleted_answer(s);
+        if (s.ready && s.leased == 0 && s.lease_queue.empty()) {
+          if (s.code == 0) s.leased = m.lease;
+          return answer_of(s);
+        }
+        auto rp = self->make_response_promise<fetch_answer>();
+        s.lease_queue.emplace_back(m.lease, rp);
+        return rp;
+      },
+      [self](lease_return& m) {
+        auto& s = self->state;
+        if (m.lease != s.leased) {  // a lease given up while still queued (the method call timed out)
+          for (auto it = s.lease_queue.begin(); it != s.lease_queue.end(); ++it)
+            if (it->first == m.lease) {
+              it->second.deliver(fetch_answer{static_cast<std::int32_t>(errc::timeout), "lease given up", {}});
+              s.lease_queue.erase(it);
+              break;
+            }
+          return;
+        }
+        if (m.changed) s.value = std::move(m.value);
+        s.leased = 0;
+        grant_leases(self);
+        maybe_delete(self);
+      },
+      [self](child_hold& m) {
+        auto& s = self->state;
+        s.children[m.token] = child_entry{m.child, m.caller};
+        if (!m.caller.empty())
+          self->delayed_send(self, std::chrono::milliseconds(m.probe_after_ms), probe_due_atom::value, m.token);
+      },
+      [self](probe_start& m) { probe(self, m.token, m.to); },
+      [self](probe_due_atom, std::uint64_t token) {
+        auto it = self->state.children.find(token);
+        if (it != self->state.children.end()) probe(self, token, it->second.caller);  // no ack: the usual case costs nothing
+      },
+      [self](local_ref_atom, std::int32_t delta) {
+        auto& s = self->state;
+        s.local += delta;
+        if (delta > 0) s.r->local_ref_arrived(s.id);
+        maybe_delete(self);
+      },
+      [self](control_done& d) {
+        on_control_done(self, self->state.ctl, *self->state.r, d);
+        maybe_quit(self);
+      },
+      [self](retry_atom, std::uint64_t seq) { on_retry(self, self->state.ctl, *self->state.r, seq); },
+      [self](summary_atom) { return summary(self->state); },
+      [self](done_atom) {
+        self->state.r->actor_done(self->address());
+        self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, std::optional<std::vector<char>> value) {
+  logger_release release;  // spawned from a node executor or user thread
+  return r.sys_->spawn(owner_rref, &r, id, std::move(value));
+}
+
+}  // namespace troupe::rref_detail

@@ -1,0 +1,118 @@
+// The reserved "troupe.rref.*" functions: each reads its typed message (protocol.hpp) and
+// delivers it to the actor it names (Note [RRef protocol]). They run on the node's executor and
+// never wait for a value: a fetch that finds none is parked in the owner actor.
+#include <caf/all.hpp>
+
+#include "context_impl.hpp"
+#include "troupe/actors/rpc/api.hpp"
+
+namespace troupe::rref_detail {
+
+namespace {
+
+constexpr auto ask_timeout = std::chrono::milliseconds(10000);
+
+using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
+
+template <class R, class Msg>
+void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&)) {
+  std::weak_ptr<context_impl> weak = c.shared_from_this();
+  c.n_->functions().add(name, [weak, handler, name = std::string(name)](std::vector<char> bytes) -> R {
+    auto self = weak.lock();
+    if (!self) throw error(errc::invalid_state, name + ": the rref context of this worker is gone");
+    auto m = rref_msg::from_bytes<Msg>(*self->sys_, bytes, name.c_str());
+    binding_scope scope(self.get());
+    return handler(*self, m);
+  });
+}
+
+// Runs the user function of a remote_call here, on the executor, and hands its value to the owner.
+void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote_call& m) {
+  rref_msg::value_set v;
+  auto fn = c.n_->functions().find(m.function);
+  if (!fn) {
+    v.code = static_cast<std::int32_t>(errc::unknown_function);
+    v.message = "remote() of '" + m.function + "' for rref " + m.id.str() + ": worker " + c.me_ + " has no such function";
+  } else {
+    try {
+      storing_scope storing;  // the result becomes a stored value, fetched by many
+      v.value = fn->invoke(m.args, [] {});
+    } catch (const error& e) {
+      v.code = static_cast<std::int32_t>(e.code() == errc::bad_argument ? errc::bad_argument : errc::remote_exception);
+      v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
+    } catch (const std::exception& e) {
+      v.code = static_cast<std::int32_t>(errc::remote_exception);
+      v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
+    }
+  }
+  caf::anon_send(owner, std::move(v));
+}
+
+bool on_remote_call(context_impl& c, rref_msg::remote_call& m) {
+  auto owner = c.owner_for(m.id, true);
+  if (!owner) return false;  // a late duplicate of a call whose RRef is already gone
+  auto args = std::move(m.args);
+  auto start = c.ask<std::int32_t>(*owner, ask_timeout, rref_msg::remote_call{m.id, m.fork, m.function, {}});
+  if (!start || *start == 2) return false;  // deleted meanwhile
+  if (*start == 1) return true;             // duplicate: the function runs once
+  m.args = std::move(args);
+  run_remote(c, *owner, m);
+  return true;
+}
+
+std::int32_t on_fork_request(context_impl& c, rref_msg::fork_request& m) {
+  auto owner = c.owner_for(m.id, true);
+  if (!owner) return 1;  // refused: the RRef is gone (never for a live fork, Note [RRef protocol])
+  auto r = c.ask<std::int32_t>(*owner, ask_timeout, m);
+  return r ? *r : 1;
+}
+
+std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
+  // Created if absent: a delete that overtakes its remote_call must still be remembered.
+  if (auto owner = c.owner_for(m.id, true)) {
+    if (!c.ask<std::int32_t>(*owner, ask_timeout, m)) throw error(errc::timeout, "user_delete of rref " + m.id.str() + ": owner actor did not answer");
+  }
+  return 0;
+}
+
+fetch_reply on_fetch(context_impl& c, rref_msg::fetch& m) {
+  auto gone = fetch_reply{static_cast<std::int32_t>(errc::invalid_state), "rref " + m.id.str() + " was deleted by its owner " + c.me_, {}};
+  auto owner = c.owner_for(m.id, true);
+  if (!owner) return gone;
+  auto a = c.ask<rref_msg::fetch_answer>(*owner, ask_timeout, m);
+  if (!a) return gone;  // the actor ended between lookup and request
+  return fetch_reply{a->code, std::move(a->message), std::move(a->value)};
+}
+
+std::int32_t on_child_ack(context_impl& c, rref_msg::child_ack& m) {
+  c.deliver_ack(m);
+  return 0;
+}
+
+std::int32_t on_value_ready(context_impl& c, rref_msg::value_ready& m) {
+  if (auto u = c.user_for({m.id, m.fork})) caf::anon_send(*u, m);
+  return 0;
+}
+
+std::int32_t on_fork_probe(context_impl& c, rref_msg::fork_probe& m) {
+  const fork_key k{m.id, m.fork};
+  std::lock_guard<std::mutex> lock(c.mutex_);
+  if (c.users_.count(k) || c.gone_users_.contains(k) || c.owner_bound_.contains(k)) return 1;
+  c.abandoned_.add(k, std::chrono::steady_clock::now(), c.opts_.tombstone_ttl);
+  return 0;
+}
+
+}  // namespace
+
+void context_impl::start() {
+  serve(*this, "troupe.rref.remote_call", &on_remote_call);
+  serve(*this, "troupe.rref.fork_request", &on_fork_request);
+  serve(*this, "troupe.rref.child_ack", &on_child_ack);
+  serve(*this, "troupe.rref.user_delete", &on_user_delete);
+  serve(*this, "troupe.rref.fetch", &on_fetch);
+  serve(*this, "troupe.rref.fork_probe", &on_fork_probe);
+  serve(*this, "troupe.rref.value_ready", &on_value_ready);
+  courier_ = spawn_courier(*this);
+}
+
+}  // namespace troupe::rref_detail

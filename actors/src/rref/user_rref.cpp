@@ -1,0 +1,195 @@
+// The user_rref actor (Note [user_rref actor] in user_rref.hpp).
+#include "user_rref.hpp"
+
+#include <tuple>
+
+#include <caf/all.hpp>
+
+#include "context_impl.hpp"
+#include "troupe/actors/rpc/codec.hpp"
+
+namespace troupe::rref_detail {
+
+namespace {
+
+using namespace rref_msg;
+
+struct child_entry {
+  fork_id child;
+  std::string caller;
+};
+
+struct user_state {
+  context_impl* r = nullptr;
+  rref_id id;
+  fork_id fork;
+  std::string owner;
+  bool confirmed = false, deleting = false, value_seen = false;
+  std::int32_t failed = 0;
+  std::string failure;
+  int handles = 1;
+  std::map<std::uint64_t, child_entry> children;                       // G2: holds until child_ack
+  std::vector<std::tuple<std::string, fork_id, std::uint64_t>> acks;  // parents to ack once confirmed
+  std::vector<caf::typed_response_promise<bool>> waiters;             // to_here waiting for value_ready
+  control_retries ctl;
+  bool quitting = false;
+};
+using user_self = user_rref_actor::stateful_pointer<user_state>;
+
+void maybe_quit(user_self self) {
+  if (self->state.deleting && self->state.ctl.sends.empty() && !self->state.quitting) {
+    self->state.quitting = true;
+    self->send(self, done_atom::value);
+  }
+}
+
+void wake(user_state& s, bool ready) {
+  for (auto& rp : s.waiters) rp.deliver(ready);
+  s.waiters.clear();
+}
+
+// Once confirmed: ack every parent; with no hold left, delete (G1) and end.
+void settle(user_self self) {
+  auto& s = self->state;
+  if (!s.confirmed) return;
+  for (const auto& [parent, parent_fork, token] : s.acks) s.r->send_ack(parent, child_ack{s.id, parent_fork, token});
+  s.acks.clear();
+  if (s.handles > 0 || !s.children.empty() || s.deleting) return;
+  s.deleting = true;
+  s.r->user_gone({s.id, s.fork});
+  wake(s, false);
+  if (s.failed == 0) {
+    ++s.r->stats_.user_deletes;
+    start_control(self, s.ctl, *s.r, s.owner, "troupe.rref.user_delete", to_bytes(*s.r->sys_, user_delete{s.id, s.fork}),
+                  [self](errc, const std::vector<char>&) { maybe_quit(self); });
+  }
+  maybe_quit(self);
+}
+
+void confirm(user_self self, errc code, std::string why) {
+  auto& s = self->state;
+  if (s.confirmed) return;
+  s.confirmed = true;
+  s.failed = static_cast<std::int32_t>(code);
+  s.failure = std::move(why);
+  if (code != errc::ok) wake(s, true);  // to_here sees the failure at once
+  settle(self);
+}
+
+void send_fork_request(user_self self) {
+  auto& s = self->state;
+  ++s.r->stats_.fork_requests;
+  start_control(self, s.ctl, *s.r, s.owner, "troupe.rref.fork_request", to_bytes(*s.r->sys_, fork_request{s.id, s.fork}),
+                [self](errc c, const std::vector<char>& reply) {
+                  auto& s = self->state;
+                  if (c == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_request") == 0) return confirm(self, errc::ok, {});
+                  if (c == errc::ok) return confirm(self, errc::invalid_state, "rref " + s.id.str() + " was deleted by its owner " + s.owner);
+                  if (c == errc::peer_lost) return confirm(self, errc::owner_lost, "owner " + s.owner + " of rref " + s.id.str() + " is lost");
+                  confirm(self, c, "fork_request of rref " + s.id.str() + " to " + s.owner + " failed: " + std::string(to_string(c)));
+                });
+}
+
+// A child whose carrier may be lost: ask its node; drop the hold if it never got it.
+void probe(user_self self, std::uint64_t token, const std::string& to) {
+  auto& s = self->state;
+  auto it = s.children.find(token);
+  if (it == s.children.end()) return;
+  start_control(self, s.ctl, *s.r, to, "troupe.rref.fork_probe", to_bytes(*s.r->sys_, fork_probe{s.id, it->second.child}),
+                [self, token](errc c, const std::vector<char>& reply) {
+                  const bool received = c == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_probe") == 1;
+                  if (!received && (c == errc::ok || c == errc::peer_lost)) self->state.children.erase(token);
+                  settle(self);
+                  maybe_quit(self);
+                });
+}
+
+hold_answer status_of(const user_state& s) { return hold_answer{s.failed, s.failure, s.confirmed}; }
+
+std::string summary(const user_state& s) {
+  return "user " + s.id.str() + " fork " + s.fork.str() + " (owner " + s.owner + ", holds " +
+         std::to_string(s.handles + static_cast<int>(s.children.size())) +
+         (s.deleting ? ", deleting)" : s.confirmed ? ", confirmed)" : ", unconfirmed)");
+}
+
+user_rref_actor::behavior_type user_rref(user_self self, context_impl* r, rref_id id, fork_id fork, user_origin origin) {
+  auto& st = self->state;
+  st.r = r;
+  st.id = std::move(id);
+  st.fork = std::move(fork);
+  st.owner = origin.owner;
+  if (!origin.creator) {
+    st.acks.emplace_back(origin.parent, origin.parent_fork, origin.token);
+    send_fork_request(self);
+  }
+  return {
+      [self](remote_done& d) {
+        const auto code = static_cast<errc>(d.code);
+        auto& s = self->state;
+        if (code == errc::ok) confirm(self, d.accepted ? errc::ok : errc::invalid_state, "rref " + s.id.str() + " was deleted by its owner " + s.owner);
+        else if (code == errc::peer_lost) confirm(self, errc::owner_lost, "owner " + s.owner + " of rref " + s.id.str() + " is lost");
+        else send_fork_request(self);  // the call or its reply may be lost: confirm by a retried fork_request
+      },
+      [self](carrier& c) -> hold_answer {
+        auto& s = self->state;
+        if (s.deleting)
+          return hold_answer{static_cast<std::int32_t>(errc::invalid_state),
+                             "rref " + s.id.str() + " fork " + s.fork.str() + ": a stale duplicate of a fork already released", false};
+        ++s.handles;
+        s.acks.emplace_back(c.parent, c.parent_fork, c.token);
+        settle(self);  // already confirmed: ack this parent too
+        return status_of(s);
+      },
+      [self](child_hold& m) -> hold_answer {
+        auto& s = self->state;
+        if (s.failed != 0 || s.deleting) return status_of(s);
+        s.children[m.token] = child_entry{m.child, m.caller};
+        if (!m.caller.empty())
+          self->delayed_send(self, std::chrono::milliseconds(m.probe_after_ms), probe_due_atom::value, m.token);
+        return status_of(s);
+      },
+      [self](release_atom) {
+        --self->state.handles;
+        settle(self);
+      },
+      [self](child_ack& m) {
+        self->state.children.erase(m.token);
+        settle(self);
+      },
+      [self](probe_start& m) { probe(self, m.token, m.to); },
+      [self](probe_due_atom, std::uint64_t token) {
+        auto it = self->state.children.find(token);
+        if (it != self->state.children.end()) probe(self, token, it->second.caller);
+      },
+      [self](value_ready&) {
+        self->state.value_seen = true;
+        wake(self->state, true);
+      },
+      [self](await_atom) -> caf::result<bool> {
+        auto& s = self->state;
+        if (s.value_seen || s.failed != 0) return true;
+        auto rp = self->make_response_promise<bool>();
+        s.waiters.push_back(rp);
+        return rp;
+      },
+      [self](status_atom) { return status_of(self->state); },
+      [self](control_done& d) {
+        on_control_done(self, self->state.ctl, *self->state.r, d);
+        maybe_quit(self);
+      },
+      [self](retry_atom, std::uint64_t seq) { on_retry(self, self->state.ctl, *self->state.r, seq); },
+      [self](summary_atom) { return summary(self->state); },
+      [self](done_atom) {
+        self->state.r->actor_done(self->address());
+        self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+user_rref_actor spawn_user_rref(context_impl& r, const rref_id& id, const fork_id& fork, user_origin origin) {
+  logger_release release;  // spawned from a node executor or user thread
+  return r.sys_->spawn(user_rref, &r, id, fork, std::move(origin));
+}
+
+}  // namespace troupe::rref_detail

@@ -1,0 +1,62 @@
+#pragma once
+// The user_rref actor: one per UserRRef fork held by this node (Note [RRef protocol] in
+// rref/context.hpp).
+//
+// Note [user_rref actor]
+// The fork context: the holds on the fork (live handles of this node + children it passed on
+// whose child_ack is missing; G2), the parents it must ack once the owner confirmed it, and the
+// retry state of its control messages (fork_request, child_ack, user_delete, fork_probe).
+//
+//   remote() (creator fork) --> UNCONFIRMED --remote_done ok--> CONFIRMED
+//                                           --remote_done lost--> fork_request (retried)
+//   bound from a wire --> UNCONFIRMED --fork_request (retried)--> accept --> CONFIRMED
+//                                                               refused / owner lost --> FAILED
+//   CONFIRMED|FAILED: child_ack to every parent (retried)
+//   CONFIRMED, holds == 0 --> DELETING: tells the router (tombstone), user_delete (retried; G1)
+//   FAILED, holds == 0 --> DELETING without a delete
+//   DELETING and no control message pending --> quits
+//
+// A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
+// DELETING it is refused (the router then hands out a failed handle). value_ready (the owner's
+// answer to a parked fetch) wakes the to_here calls waiting on this fork.
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "protocol.hpp"
+
+namespace troupe::rref_detail {
+
+class context_impl;
+
+/// The user_rref interface. carrier / child_hold / status answer hold_answer (code 0, or the
+/// fork's failure: owner_lost, invalid_state); await answers whether value_ready came.
+using user_rref_actor = caf::typed_actor<
+    caf::reacts_to<rref_msg::remote_done>,
+    caf::replies_to<rref_msg::carrier>::with<rref_msg::hold_answer>,
+    caf::replies_to<rref_msg::child_hold>::with<rref_msg::hold_answer>,
+    caf::reacts_to<rref_msg::release_atom>,
+    caf::reacts_to<rref_msg::child_ack>,
+    caf::reacts_to<rref_msg::probe_start>,
+    caf::reacts_to<rref_msg::probe_due_atom, std::uint64_t>,
+    caf::reacts_to<rref_msg::value_ready>,
+    caf::replies_to<rref_msg::await_atom>::with<bool>,
+    caf::replies_to<rref_msg::status_atom>::with<rref_msg::hold_answer>,
+    caf::reacts_to<rref_msg::control_done>,
+    caf::reacts_to<rref_msg::retry_atom, std::uint64_t>,
+    caf::replies_to<rref_msg::summary_atom>::with<std::string>,
+    caf::reacts_to<rref_msg::done_atom>>;
+
+/// How a fork came to this node.
+struct user_origin {
+  std::string owner;
+  bool creator = false;  ///< made by remote(): confirmed by remote_done, no parent
+  std::string parent;    ///< else: the parent to ack, its fork and hold token
+  fork_id parent_fork;
+  std::uint64_t token = 0;
+};
+
+/// Spawns the fork context of (id, fork) with one hold (the handle being created).
+user_rref_actor spawn_user_rref(context_impl& r, const rref_id& id, const fork_id& fork, user_origin origin);
+
+}  // namespace troupe::rref_detail
