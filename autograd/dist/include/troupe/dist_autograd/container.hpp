@@ -25,11 +25,13 @@
 ///          send_fn m1 -> edge(x)                    y = f(x')
 ///   recv_fn m2 = grad_fn(y') <----meta{ctx, m2, worker1, [1]}-- send_fn m2 -> edge(y)
 ///
-/// Note [FAST mode backward] is in fast_engine.hpp (private). Release: ~context (or release())
-/// drops the local state and sends `__troupe_dist_autograd_release` to every worker involved
-/// (in parallel, retried with backoff on timeout); a worker forwards it to its own peers.
-/// Unknown ids are ignored; a released id is remembered for a while so a late message does not
-/// recreate it (idempotent).
+/// Note [FAST mode backward] is in fast_engine.hpp (private). Each context on each worker is a
+/// CAF actor owning the context's record (Note [context actor], src/context_actor.hpp). Release:
+/// ~context (or release()) drops the context here and its actor sends
+/// `__troupe_dist_autograd_release` to every worker involved (in parallel, retried on actor timers
+/// with backoff on timeout); a worker forwards it to its own peers. Unknown ids are ignored; a
+/// released id is remembered for a while so a late message does not recreate it (idempotent).
+/// Destroy the container before its node shuts down (it stops the context actors).
 
 #include <chrono>
 #include <cstdint>
