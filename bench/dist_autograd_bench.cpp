@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <vector>
 
 #include "bench_util.hpp"
 #include "troupe/actors/rpc/api.hpp"
@@ -91,9 +92,21 @@ void measure(da::container& dist, tb::report& rep, int iters, const tensor& x, c
              const std::function<tensor()>& local, const std::string& name, const std::string& limit, int hops,
              const std::string& what) {
   const bool same = troupe::equal(dist_iteration(dist, x, remote), local_grad(x, local));
-  const auto r = tb::summarize(tb::time_runs(iters / 10, iters, [&] { dist_iteration(dist, x, remote); }));
-  const auto l = tb::summarize(tb::time_runs(iters / 10, iters, [&] { local_grad(x, local); }));
-  const std::string p = "\"iters\": " + std::to_string(iters) + ", " + what + ", \"hops\": " + std::to_string(hops) +
+  // Alternate distributed and local iterations, so both see the same load of the (shared) machine.
+  std::vector<double> remote_s, local_s;
+  for (int i = 0; i < iters + iters / 10; ++i) {
+    auto t0 = tb::clock::now();
+    dist_iteration(dist, x, remote);
+    const double rs = tb::seconds_since(t0);
+    t0 = tb::clock::now();
+    local_grad(x, local);
+    const double ls = tb::seconds_since(t0);
+    if (i < iters / 10) continue;  // warm-up
+    remote_s.push_back(rs);
+    local_s.push_back(ls);
+  }
+  const auto r = tb::summarize(remote_s), l = tb::summarize(local_s);
+  const std::string p = "\"iters\": " + std::to_string(iters) + ", \"interleaved\": true, " + what + ", \"hops\": " + std::to_string(hops) +
                         ", \"grad_equal\": " + (same ? "true" : "false");
   rep.add(name + "_fwd_bwd_median_us", r.median * 1e6, "us", p);
   rep.add(name + "_fwd_bwd_p99_us", r.p99 * 1e6, "us", p);
