@@ -52,7 +52,7 @@ struct pair_of_nodes {
     std::uint64_t n = 0;
     for (const auto& c : ctx) {
       const auto s = c->stats();
-      n += s.remote_calls + s.fork_requests + s.child_acks + s.user_deletes + s.fetches + s.retries;
+      n += s.remote_calls + s.fork_requests + s.child_acks + s.user_deletes + s.fetches + s.retries + s.value_readies;
     }
     return n;
   }
@@ -123,16 +123,16 @@ void memory(pair_of_nodes& p, tb::report& rep, int n) {
     live.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) live.push_back(troupe::make_rref(owner, std::int64_t{i}));
     check(owner.owner_count() == static_cast<std::size_t>(n), "owner count");
-    rep.add("bytes_per_live_rref", static_cast<double>(heap_in_use() - before) / n, "bytes", params + ", \"includes\": \"owner entry + local handle\"");
+    rep.add("bytes_per_live_rref", static_cast<double>(heap_in_use() - before) / n, "bytes", params + ", \"includes\": \"owner_rref actor + map entry + local handle\"");
   }
-  check(owner.owner_count() == 0, "owner-local rrefs deleted with their handles");
+  check(owner.wait_quiescent(60s, true) && owner.owner_count() == 0, "owner-local rrefs deleted after their handles");
   std::vector<rref<std::int64_t>> users;
   users.reserve(static_cast<std::size_t>(n));
   const auto before = heap_in_use();
   for (int i = 0; i < n; ++i) users.push_back(troupe::remote<std::int64_t>(*p.ctx[0], "worker1", "id", std::int64_t{i}));
   check(users.back().to_here(30s) == n - 1, "last remote value");
   rep.add("bytes_per_live_remote_rref_both_sides", static_cast<double>(heap_in_use() - before) / n, "bytes",
-          params + ", \"includes\": \"owner entry + user fork entry + handle + tombstones, one process\"");
+          params + ", \"includes\": \"owner_rref actor + user_rref actor + map entries + handle, one process\"");
   check(p.ctx[0]->wait_quiescent(1ms, false) == false, "users alive");
   const auto t0 = tb::clock::now();
   users.clear();
@@ -141,7 +141,7 @@ void memory(pair_of_nodes& p, tb::report& rep, int n) {
   p.settle();
 }
 
-// Control messages (remote_call, fork_request, child_ack, user_delete, fetch, retries) per RRef
+// Control messages (remote_call, fork_request, child_ack, user_delete, fetch, value_ready, retries) per RRef
 // lifetime, against the minimum of the protocol note for the scenario.
 void messages(pair_of_nodes& p, tb::report& rep, int k) {
   auto& user = *p.ctx[0];

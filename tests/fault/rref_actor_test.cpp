@@ -94,6 +94,8 @@ TEST_CASE("remote takes its timeout as the last argument", "[rref]") {
 
 TEST_CASE("an rref is an identity object and share makes a second handle on the same reference", "[rref]") {
   STATIC_REQUIRE(std::is_nothrow_move_constructible_v<rref<int>>);
+  STATIC_REQUIRE_FALSE(std::is_copy_constructible_v<rref<int>>);
+  STATIC_REQUIRE_FALSE(std::is_copy_assignable_v<rref<int>>);
   troupe::test::cluster c(2);
   troupe::add_function(c[1], "seven", [] { return 7; });
   auto a = troupe::remote<int>(c[0], "worker1", "seven");

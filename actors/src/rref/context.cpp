@@ -5,14 +5,12 @@
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
-#include "troupe/actors/messages.hpp"
 #include "troupe/actors/rpc/api.hpp"
 
 namespace troupe::rref_detail {
 
 namespace {
 
-constexpr auto attempt_timeout = std::chrono::milliseconds(500);
 
 using courier_self = courier_actor::stateful_pointer<control_retries>;
 
@@ -48,23 +46,11 @@ courier_actor spawn_courier(context_impl& r) {
 context_impl::context_impl(node& n, rref_options opts) : n_(&n), me_(n.info().name), opts_(opts) {
   if (opts_.result_probe_after.count() <= 0) opts_.result_probe_after = 3 * n.default_timeout();
   if (opts_.tombstone_ttl.count() <= 0) opts_.tombstone_ttl = std::chrono::seconds(30);
-  // Workaround until node exposes its actor system (see /tmp/troupe-notes/rref2.md): a small
-  // local system of our own; nothing in it is published.
-  register_messages(cfg_);
-  cfg_.set("scheduler.policy", caf::atom("sharing"));
-  cfg_.set("scheduler.max-threads", 1);
-  cfg_.set("logger.console", caf::atom("none"));
-  sys_ = std::make_unique<caf::actor_system>(cfg_);
+  if (opts_.control_attempt_timeout.count() <= 0) opts_.control_attempt_timeout = std::chrono::milliseconds(500);
+  sys_ = &n.system();
 }
 
-context_impl::~context_impl() {
-  close();
-  {
-    std::lock_guard<std::mutex> lock(pool_mutex_);
-    pool_.clear();
-  }
-  sys_.reset();  // waits for the actors, which all got an exit in close()
-}
+context_impl::~context_impl() { close(); }
 
 void context_impl::close() {
   std::vector<caf::actor> all;
@@ -82,6 +68,9 @@ void context_impl::close() {
   changed_.notify_all();
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
+  logger_release release;  // the scoped actors below end on this thread
+  std::lock_guard<std::mutex> lock(pool_mutex_);
+  pool_.clear();  // before the node's system goes
 }
 
 void context_impl::mark_lost(const std::string& peer) {
@@ -177,7 +166,7 @@ void context_impl::send_attempt(const std::string& to, const std::string& fn, co
   if (is_lost(to)) return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::peer_lost), {}});
   std::shared_ptr<rpc::detail::call_state> st;
   try {
-    st = n_->call(to, fn, [&] { return rpc::encode_args<std::vector<char>>(payload); }, attempt_timeout);
+    st = n_->call(to, fn, [&] { return rpc::encode_args<std::vector<char>>(payload); }, opts_.control_attempt_timeout);
   } catch (const error& e) {
     return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(e.code()), {}});
   }
@@ -252,7 +241,7 @@ std::size_t rref_context::tombstone_count() const { return impl_->tombstone_coun
 
 rref_stats rref_context::stats() const {
   const auto& s = impl_->stats_;
-  return rref_stats{s.remote_calls, s.fork_requests, s.child_acks, s.user_deletes, s.fetches, s.retries};
+  return rref_stats{s.remote_calls, s.fork_requests, s.child_acks, s.user_deletes, s.fetches, s.retries, s.value_readies};
 }
 
 std::vector<std::string> rref_context::leaks() const {

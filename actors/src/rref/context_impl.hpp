@@ -1,10 +1,11 @@
 #pragma once
-// The router of one rref_context (Note [RRef protocol] in rref/context.hpp): it owns the actor
-// system the owner_rref / user_rref actors run on, keeps id -> actor maps and the tombstones,
+// The router of one rref_context (Note [RRef protocol] in rref/context.hpp): it spawns the
+// owner_rref / user_rref actors on the node's actor system, keeps id -> actor maps and the tombstones,
 // serves the reserved "troupe.rref.*" functions by delivering their typed messages to the
 // actors, and sends the actors' control messages through node::call. Its mutex guards only the
 // maps; no blocking request to an actor is made under it.
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -27,8 +28,9 @@ namespace troupe::rref_detail {
 using fork_key = std::pair<rref_id, fork_id>;
 
 /// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local of every
-/// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a node
-/// executor or user thread that outlives this context would hang its destruction (measured).
+/// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a user
+/// thread that outlives the node would hang the node's teardown (measured with a system of our
+/// own: the destructor waited forever).
 /// Foreign threads drop it with this guard after they spawned or asked.
 struct logger_release {
   logger_release() = default;
@@ -88,8 +90,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   node* n_;
   std::string me_;
   rref_options opts_;
-  caf::actor_system_config cfg_;
-  std::unique_ptr<caf::actor_system> sys_;
+  caf::actor_system* sys_;  // the node's (node::system)
   courier_actor courier_;
 
   mutable std::mutex mutex_;
@@ -110,7 +111,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
   std::atomic<std::int64_t> in_flight_{0};
   struct counters {
-    std::atomic<std::uint64_t> remote_calls{0}, fork_requests{0}, child_acks{0}, user_deletes{0}, fetches{0}, retries{0};
+    std::atomic<std::uint64_t> remote_calls{0}, fork_requests{0}, child_acks{0}, user_deletes{0}, fetches{0}, retries{0}, value_readies{0};
   } stats_;
 
   std::uint64_t next_id() { return next_.fetch_add(1); }
@@ -154,8 +155,11 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
 template <class R, class Handle, class... Ms>
 std::optional<R> context_impl::ask(const Handle& a, std::chrono::milliseconds timeout, Ms&&... ms) {
   logger_release release;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return std::nullopt;
+  }
   auto s = take_scoped();
-  if (!s) return std::nullopt;
   std::optional<R> out;
   bool reusable = true;
   (*s)->request(a, timeout, std::forward<Ms>(ms)...)
@@ -195,7 +199,8 @@ void on_control_done(Self* self, control_retries& ctl, context_impl& r, const rr
   }
   ++r.stats_.retries;
   self->delayed_send(self, it->second.backoff, rref_msg::retry_atom::value, d.seq);
-  it->second.backoff = std::min(it->second.backoff * 2, std::chrono::milliseconds(200));
+  // Doubling up to 200 ms, or up to one attempt timeout when that is shorter (tests).
+  it->second.backoff = std::min({it->second.backoff * 2, std::chrono::milliseconds(200), r.opts_.control_attempt_timeout});
 }
 
 /// The retry timer of `seq` fired.

@@ -95,6 +95,7 @@ void on_value(owner_self self, value_set& v) {
   for (auto& rp : s.parked_local) rp.deliver(answer_of(s));
   s.parked_local.clear();
   grant_leases(self);
+  s.r->stats_.value_readies += s.parked_remote.size();
   for (const auto& [requester, fork] : s.parked_remote)
     start_control(self, s.ctl, *s.r, requester, "troupe.rref.value_ready",
                   to_bytes(*s.r->sys_, value_ready{s.id, fork}), [self](errc, const std::vector<char>&) { maybe_delete(self); });
@@ -164,11 +165,9 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, context_impl* r, rre
       },
       [self](rref_msg::fetch& m) -> fetch_answer {
         auto& s = self->state;
+        ++s.r->stats_.fetches;
         if (s.deleted) return deleted_answer(s);
-        if (s.ready) {
-          ++s.r->stats_.fetches;
-          return answer_of(s);
-        }
+        if (s.ready) return answer_of(s);
         s.parked_remote.emplace(m.requester, m.fork);
         return fetch_answer{parked, {}, {}};
       },

@@ -6,26 +6,31 @@
 /// Note [RRef protocol]
 /// Ids: rref_id{creator, counter}; fork_id{creator, counter}; the creator's own fork of an RRef
 /// made by remote() has the same numbers as the RRef id (its "creator fork").
-/// Messages (rref/ids.hpp), each the one argument of a reserved RPC function so that it passes
-/// the transport hook: remote_call (user call, never retried, deduplicated by id), fork_request
-/// (child -> owner; the reply is the owner accept), child_ack (child -> parent), user_delete
-/// (user -> owner), fetch (to_here). Control messages are idempotent and retried with backoff
-/// (5 ms doubling to 200 ms) until answered; a peer_lost answer ends the retries. No order is
-/// assumed between any two messages.
 ///
-/// Owner entry (one per OwnerRRef on its owner):
+/// Actors (actors/src/rref/): one owner_rref actor per OwnerRRef (Note [owner_rref actor]) and
+/// one user_rref actor per UserRRef fork held by a node (Note [user_rref actor]), on the
+/// context's actor system. The context is a router: it keeps id -> actor maps and tombstones,
+/// serves the reserved RPC functions "troupe.rref.<message>" and delivers each message it reads
+/// to the actor it names as a typed CAF message. User functions and methods run on the node's
+/// executor, never in an actor; no executor thread waits for a value.
 ///
-///   (fork_request | fetch | arg before remote_call) --> PENDING --remote_call--> RUNNING
-///   remote_call --> RUNNING --fn returns/throws--> READY(value | error)
-///   make_rref --> READY
-///   READY/PENDING --(no known fork, no local ref, no pending child, and READY or the creator
-///                   fork deleted)--> DELETED (tombstone: late duplicates are refused)
+/// Messages (typed structs with inspect(), actors/src/rref/protocol.hpp): remote_call (user
+/// call, never retried, deduplicated by id), fork_request (child -> owner; the reply is the
+/// owner accept), child_ack (child -> parent), user_delete (user -> owner), fork_probe (sender ->
+/// receiver of a lost carrier), fetch (to_here; answered at once: value, error or "parked") and
+/// value_ready (owner -> user: a parked fetch's value exists). Across processes each travels as
+/// the CAF-serialised single argument of its reserved function through node::call, so the
+/// transport hook, the fault plan and peer_lost see every one. Control messages are idempotent
+/// and resent by their actor (actor timers) with backoff, 5 ms doubling to 200 ms, each attempt
+/// bounded by rref_options::control_attempt_timeout, until answered; a final failure (peer_lost,
+/// refused) ends them. No order is assumed between any two messages.
 ///
-/// UserRRef fork entry (one per fork held by this node; handles share it):
-///
-///   created by remote() | received as argument/result --> UNCONFIRMED
-///   UNCONFIRMED --remote_call reply | fork_request accept--> CONFIRMED --> child_ack to parent
-///   CONFIRMED and holds == 0 --> user_delete to owner (retried) --> GONE
+///   owner_rref:  PENDING --remote_call--> RUNNING --value_set--> READY(value | error)
+///                PENDING|READY --nothing refers to it--> DELETED (tombstone) --> quits
+///   user_rref:   UNCONFIRMED --remote reply | fork_request accept--> CONFIRMED --> acks parents
+///                UNCONFIRMED --refused / owner lost--> FAILED --> acks parents
+///                CONFIRMED|FAILED, holds == 0 --> DELETING (tombstone; user_delete if CONFIRMED)
+///                DELETING, no control message pending --> quits
 ///   holds = live handles + children this fork passed on whose child_ack is still missing
 ///
 /// G2: a fork that passes itself on keeps a hold (token) until the child's child_ack, and a
@@ -34,30 +39,33 @@
 /// holds == 0. The owner's local handles and its own pending children count as local refs.
 ///
 ///   creator A         owner O          child B
-///   remote() ---remote_call(id,F0)--->  (run fn)
+///   remote() ---remote_call(id,F0)--->  (run fn on executor)
 ///   <----------- reply (confirm F0) --
-///   call(B, rref) ----(wire: id,F1,parent A,token)----------------> bind
+///   call(B, rref) ----(wire: id,F1,parent A,token)----------------> bind (user_rref F1)
 ///                                   <---fork_request(id,F1)-------
 ///                                    ---accept------------------->
 ///   <------------------------------------------child_ack(token)---
 ///   release ---user_delete(id,F0)-->                 release
 ///                                   <---user_delete(id,F1)--------   -> O deletes
+///   to_here before the value:  ---fetch--> parked;  <--value_ready--;  ---fetch--> value
 ///
 /// Fails: a user function that throws makes fetch fail with remote_exception (text); a dead
 /// owner makes fetch and method calls fail with owner_lost naming it (the runtime's peer-loss
-/// bound); a fetch that finds a deleted id fails with invalid_state ("deleted by its owner"):
-/// the chaos test asserts this never happens to a live UserRRef.
+/// bound; a parked to_here re-asks every 250 ms, so it sees the loss even with no call pending);
+/// a fetch that finds a deleted id fails with invalid_state ("deleted by its owner"): the chaos
+/// test asserts this never happens to a live UserRRef.
 /// Lost carriers: when a call made through the context (rpc_sync/rpc_async/remote) that carried
-/// RRefs fails, the sender sends fork_probe(id, fork) (retried) to the callee for each: the callee
-/// answers "received" (its child_ack will come) or "not received", and then refuses that fork
-/// forever (a late copy of the call binds a failed rref), so the sender drops its hold.
+/// RRefs fails, the sender's actor sends fork_probe(id, fork) (retried) to the callee for each:
+/// the callee answers "received" (its child_ack will come) or "not received", and then refuses
+/// that fork (a late copy of the call binds a failed rref), so the sender drops its hold.
 /// Duplicated carriers are deduplicated by fork id.
 /// Results: an RRef sent inside a result (the agent tells which caller it goes to) is probed the
 /// same way once rref_options::result_probe_after has passed without its child_ack, which covers
 /// a lost reply and the discarded extra reply of a duplicated request. Cost: a caller that takes
 /// such a result later than that finds the RRef refused (invalid_state, "gave the call up").
-/// Assumes: one rref_context per node, destroyed before its node; fetch and method calls block
-/// one executor thread of the owner while they wait for the value.
+/// Tombstones (deleted ids, released / received / abandoned forks) are freed after
+/// rref_options::tombstone_ttl, which must exceed the longest transit of a message copy.
+/// Assumes: one rref_context per node, destroyed before its node.
 
 #include <chrono>
 #include <cstdint>
@@ -174,9 +182,11 @@ void note_owner_lost(const handle& h);
 
 }  // namespace rref_detail
 
-/// Counters of one context (control messages include retries).
+/// Counters of one context (control messages include retries). fetches counts the fetches this
+/// node answered as owner (parked ones too); the others count what this node sent.
 struct rref_stats {
   std::uint64_t remote_calls = 0, fork_requests = 0, child_acks = 0, user_deletes = 0, fetches = 0, retries = 0;
+  std::uint64_t value_readies = 0;  ///< owner -> user: a parked fetch's value exists now
 };
 
 /// Settings of an rref_context.
@@ -188,8 +198,11 @@ struct rref_options {
   std::chrono::milliseconds result_probe_after{0};
   /// How long the ids of deleted OwnerRRefs and released / probed forks are kept to refuse late
   /// duplicates of their messages. Must exceed the longest time a copy of a control message can
-  /// stay in transit (one attempt: 500 ms, plus any injected delay). 0: 30 s.
+  /// stay in transit (one attempt, control_attempt_timeout, plus any injected delay). 0: 30 s.
   std::chrono::milliseconds tombstone_ttl{0};
+  /// How long one attempt of a control message may take before it is resent (with backoff).
+  /// 0: 500 ms. Tests that inject many losses lower it; it must stay well above a round trip.
+  std::chrono::milliseconds control_attempt_timeout{0};
 };
 
 /// The RRef context of one node. Construct it after the node and destroy it before; it registers
@@ -215,8 +228,10 @@ class rref_context {
                                               const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
   /// A new RRef owned here holding the encoded `value`.
   std::shared_ptr<rref_detail::handle> make_local(std::vector<char> value);
-  /// Runs `fn` on the owner-local value of `id` (waiting up to `timeout` for it), under the
-  /// entry's lock; `fn` may change the bytes. Throws timeout, remote_exception, invalid_state.
+  /// Runs `fn` on the owner-local value of `id` on the calling thread while holding the owner
+  /// actor's lease on it (one method at a time; the lease request parks in the actor until the
+  /// value exists, up to `timeout`); `fn` may change the bytes. Blocks the calling (executor)
+  /// thread while parked. Throws timeout, remote_exception, invalid_state.
   void with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn);
 
   /// OwnerRRefs this node holds now.

@@ -112,10 +112,8 @@ class rref {
   explicit rref(std::shared_ptr<rref_detail::handle> h) : h_(std::move(h)) {}
   rref(rref&&) noexcept = default;
   rref& operator=(rref&&) noexcept = default;
-  // TROUPE_RREF_COPY_WORKAROUND: copyable until future<R>::get() can return a move-only R
-  // (/tmp/troupe-notes/rref2.md item 1a); identity semantics need these two deleted.
-  rref(const rref&) = default;
-  rref& operator=(const rref&) = default;
+  rref(const rref&) = delete;
+  rref& operator=(const rref&) = delete;
 
   /// A second handle on the same reference (no protocol message; the reference is released when
   /// the last of its handles is gone). Never blocks.
@@ -256,8 +254,12 @@ void add_method(rref_context& ctx, const std::string& name, F fn) {
   auto call = [&ctx, fn = std::move(fn)](const rref_id& id, auto&&... args) -> R {
     R out{};
     ctx.with_value(id, ctx.this_node().default_timeout(), [&](std::vector<char>& bytes) {
-      T obj = rpc::decode_result<T>(bytes, "method of rref " + id.str());
+      T obj = [&] {
+        rpc::hide_scope hide;  // the stored object is not part of the call's message
+        return rpc::decode_result<T>(bytes, "method of rref " + id.str());
+      }();
       out = fn(obj, args...);
+      rpc::hide_scope hide;
       rref_detail::storing_scope storing;
       bytes = rpc::encode_result<T>(obj);
     });
@@ -283,6 +285,7 @@ rref<T> remote(rref_context& ctx, const std::string& to, const std::string& func
 /// An owner-local RRef holding `value`.
 template <class T>
 rref<T> make_rref(rref_context& ctx, const T& value) {
+  rpc::hide_scope hide;  // a stored value, not part of any message (make_rref inside a served function)
   rref_detail::storing_scope storing;
   return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
 }
