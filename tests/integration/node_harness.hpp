@@ -2,12 +2,15 @@
 // Helpers of the multi-process node tests: a pipe that hands rank 0's ephemeral port to forked
 // children, and the options of a test node. Every wait is bounded.
 
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "troupe/actors/node.hpp"
 #include "troupe/tensors/error.hpp"
@@ -54,6 +57,33 @@ inline node_options test_options(int rank, int world, std::uint16_t master_port,
   o.default_timeout = std::chrono::seconds(10);
   o.join_timeout = std::chrono::seconds(10);
   return o;
+}
+
+/// Connects to 127.0.0.1:port, writes `bytes`, and returns whether the peer closed the
+/// connection within `timeout` (garbage must be dropped, not served).
+inline bool connection_dropped_after(std::uint16_t port, const std::vector<char>& bytes,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw error(errc::io_error, "socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    throw error(errc::io_error, "cannot connect to port " + std::to_string(port));
+  }
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) != 1) continue;
+    char buf[256];
+    closed = ::recv(fd, buf, sizeof buf, 0) <= 0;
+  }
+  ::close(fd);
+  return closed;
 }
 
 }  // namespace troupe::test

@@ -1,10 +1,5 @@
 // Multi-process tests of the direct RPC channel (Note [rpc fast path]): who may use it, and that
 // it answers like the CAF path.
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include "integration/node_harness.hpp"
@@ -16,28 +11,7 @@ using troupe::errc;
 
 namespace {
 
-// Sends `bytes` to 127.0.0.1:port; returns whether the peer closed the connection within 5 s.
-bool dropped_after(std::uint16_t port, const std::vector<char>& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  const auto end = std::chrono::steady_clock::now() + 5s;
-  bool closed = false;
-  while (!closed && std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) != 1) continue;
-    char buf[256];
-    closed = ::recv(fd, buf, sizeof buf, 0) <= 0;
-  }
-  ::close(fd);
-  return closed;
-}
-
+// A direct-channel frame header (u32 length, u8 kind) followed by `body` filler bytes.
 std::vector<char> frame(std::uint32_t len, std::uint8_t kind, std::size_t body) {
   std::vector<char> f{static_cast<char>(len), static_cast<char>(len >> 8), static_cast<char>(len >> 16), static_cast<char>(len >> 24),
                       static_cast<char>(kind)};
@@ -64,10 +38,10 @@ TEST_CASE("the direct rpc port drops a connection that does not present a valid 
   pipe.publish(n.port(), 2);
   const auto port = static_cast<std::uint16_t>(std::stoi(n.store().get("rpc_port/1", 10s)));
   REQUIRE(port != 0);
-  CHECK(dropped_after(port, {'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n'}));  // garbage
-  CHECK(dropped_after(port, frame(4, 0, 4)));                  // a request before any ticket
-  CHECK(dropped_after(port, frame(2u << 30, 2, 0)));          // an oversized frame
-  CHECK(dropped_after(port, frame(6, 2, 6)));                  // an auth frame that does not parse
+  CHECK(troupe::test::connection_dropped_after(port, {'G', 'E', 'T', ' ', '/', '\r', '\n', '\r', '\n'}));  // garbage
+  CHECK(troupe::test::connection_dropped_after(port, frame(4, 0, 4)));                  // a request before any ticket
+  CHECK(troupe::test::connection_dropped_after(port, frame(2u << 30, 2, 0)));          // an oversized frame
+  CHECK(troupe::test::connection_dropped_after(port, frame(6, 2, 6)));                  // an auth frame that does not parse
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 2, 3, 5s) == 5);  // served as before
   n.store().set("done", "1");
   n.shutdown(troupe::shutdown_mode::graceful, 10s);

@@ -1,9 +1,4 @@
 // Multi-process tests of the job token (Note [job token]) and of garbage on the port.
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 
 #include "integration/node_harness.hpp"
@@ -15,32 +10,13 @@ using troupe::errc;
 
 namespace {
 
-// Connects to 127.0.0.1:port, writes garbage, returns whether the peer closed the connection
-// within `timeout`.
+// Writes text a port scanner or a misdirected HTTP client would send, then pseudo-random bytes,
+// and returns whether the node dropped the connection within `timeout`.
 bool garbage_gets_dropped(std::uint16_t port, std::chrono::milliseconds timeout) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  // Text a port scanner or a misdirected HTTP client would send, then pseudo-random bytes.
   const std::string http = "GET / HTTP/1.1\r\nHost: troupe\r\n\r\n";
   std::vector<char> junk(http.begin(), http.end());
   for (std::uint32_t i = 0; i < 4096; ++i) junk.push_back(static_cast<char>((i * 2654435761u) >> 13));
-  (void)::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  bool closed = false;
-  while (!closed && std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) != 1) continue;
-    char buf[256];
-    const auto r = ::recv(fd, buf, sizeof buf, 0);
-    closed = r <= 0;
-  }
-  ::close(fd);
-  return closed;
+  return troupe::test::connection_dropped_after(port, junk, timeout);
 }
 
 }  // namespace
