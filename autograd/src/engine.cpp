@@ -6,14 +6,9 @@
 #include <unordered_set>
 
 #include "troupe/autograd/autograd_meta.hpp"
+#include "troupe/autograd/engine_steps.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/factories.hpp"
-
-#if defined(TROUPE_WITH_CUDA)
-#include <optional>
-
-#include "troupe/tensors/cuda.hpp"
-#endif
 
 namespace troupe {
 
@@ -84,75 +79,6 @@ void plan_execution(grad_node* root, const std::vector<grad_node*>& reachable, p
   }
 }
 
-void accumulate(tensor& slot, tensor g) {
-  if (!g.defined()) return;
-  slot = slot.defined() ? add(slot, g) : std::move(g);
-}
-
-tensor_list run_node(grad_node& n, tensor_list&& grads) {
-  std::lock_guard<std::mutex> lk(n.run_mutex());
-#if defined(TROUPE_WITH_CUDA)
-  // Note [Backward streams]: run on the stream the forward op used.
-  std::optional<cuda::stream_guard> on_stream;
-  if (n.forward_device() >= 0) on_stream.emplace(n.forward_device(), n.forward_stream());
-#endif
-  try {
-    return n.run(std::move(grads));
-  } catch (const error& e) {
-    throw error(e.code(), "backward of " + n.name() + ": " + e.message());
-  } catch (const std::exception& e) {
-    throw error(errc::autograd_error, "backward of " + n.name() + " threw: " + e.what());
-  }
-}
-
-#if defined(TROUPE_WITH_CUDA)
-// Note [Backward streams]: a CUDA gradient made by `producer` is consumed on `consumer`'s stream
-// (a node runs on its forward stream; nodes without one, such as AccumulateGrad, on the engine
-// thread's current stream). When the two streams differ, the consumer's stream waits on an event
-// recorded on the producer's, and the accumulation into the input buffer runs on the consumer's.
-void order_streams(const grad_node& producer, const grad_node& consumer, const tensor& g,
-                   std::optional<cuda::stream_guard>& guard) {
-  if (!g.defined() || !g.is_cuda()) return;
-  const int dev = g.device().index;
-  auto stream_of = [dev](const grad_node& x) {
-    return x.forward_device() == dev ? x.forward_stream() : cuda::current_stream(dev);
-  };
-  cuda::stream_handle from = stream_of(producer), to = stream_of(consumer);
-  if (from != to) {
-    cuda::event ready(dev);
-    ready.record(from);
-    ready.wait(to);
-  }
-  guard.emplace(dev, to);
-}
-#endif
-
-void deliver(grad_node& n, tensor_list&& out, pass_state& s, std::vector<grad_node*>& ready) {
-  const auto& edges = n.next_edges();
-  if (out.size() != edges.size())
-    throw error(errc::autograd_error, "backward of " + n.name() + " returned " + std::to_string(out.size()) +
-                                          " gradients for " + std::to_string(edges.size()) + " next edges");
-  for (std::size_t i = 0; i < edges.size(); ++i) {
-    const edge& e = edges[i];
-    if (!e.valid()) continue;
-    auto& buf = s.buffers[e.fn.get()];
-    if (buf.empty()) buf.resize(e.fn->num_inputs());
-    if (e.input_nr >= buf.size())
-      throw error(errc::autograd_error, "edge from " + n.name() + " into input " + std::to_string(e.input_nr) +
-                                            " of " + e.fn->name() + ", which takes " + std::to_string(buf.size()));
-#if defined(TROUPE_WITH_CUDA)
-    std::optional<cuda::stream_guard> on_consumer_stream;
-    order_streams(n, *e.fn, out[i], on_consumer_stream);
-#endif
-    accumulate(buf[e.input_nr], std::move(out[i]));
-    if (--s.deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
-  }
-}
-
-struct later_first {
-  bool operator()(const grad_node* a, const grad_node* b) const { return a->sequence_nr() < b->sequence_nr(); }
-};
-
 }  // namespace
 
 void engine::execute(const graph_task& task) const {
@@ -166,7 +92,7 @@ void engine::execute(const graph_task& task) const {
   auto root = std::make_shared<graph_root>(std::move(root_edges), std::move(root_grads));
   pass_state s{task, {}, {}, {}, {}};
   plan_execution(root.get(), count_dependencies(root.get(), s), s);
-  std::priority_queue<grad_node*, std::vector<grad_node*>, later_first> queue;
+  std::priority_queue<grad_node*, std::vector<grad_node*>, engine_steps::later_first> queue;
   queue.push(root.get());
   std::vector<grad_node*> ready;
   while (!queue.empty()) {
@@ -181,9 +107,9 @@ void engine::execute(const graph_task& task) const {
     if (auto c = s.captured.find(n); c != s.captured.end() && task.capture)
       for (auto nr : c->second) task.capture(edge{n->shared_from_this(), nr}, in[nr]);
     if (s.skip.count(n)) continue;
-    tensor_list out = run_node(*n, std::move(in));
+    tensor_list out = engine_steps::run_node(*n, std::move(in));
     if (!task.retain_graph) n->release_variables();
-    deliver(*n, std::move(out), s, ready);
+    engine_steps::deliver(*n, std::move(out), s.buffers, s.deps, ready);
     for (grad_node* r : ready) queue.push(r);
     ready.clear();
   }

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "troupe/autograd/autograd_meta.hpp"
+#include "troupe/autograd/engine_steps.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/error.hpp"
@@ -77,40 +78,6 @@ void capture_leaf(context_state& ctx, accumulate_grad& acc, tensor_list&& in) {
   ctx.grads.accumulate(acc.variable(), g);
 }
 
-tensor_list run_node(grad_node& n, tensor_list&& grads) {
-  std::lock_guard<std::mutex> lock(n.run_mutex());
-  try {
-    return n.run(std::move(grads));
-  } catch (const error& e) {
-    throw error(e.code(), "backward of " + n.name() + ": " + e.message());
-  } catch (const std::exception& e) {
-    throw error(errc::autograd_error, "backward of " + n.name() + " threw: " + e.what());
-  }
-}
-
-/// Hands `out` to the next edges of `n`; nodes whose dependencies are all met go to `ready`.
-void deliver(grad_node& n, tensor_list&& out, graph_pass& pass, std::vector<grad_node*>& ready) {
-  const auto& edges = n.next_edges();
-  if (out.size() != edges.size())
-    throw error(errc::autograd_error, "backward of " + n.name() + " returned " + std::to_string(out.size()) +
-                                          " gradients for " + std::to_string(edges.size()) + " next edges");
-  for (std::size_t i = 0; i < edges.size(); ++i) {
-    const edge& e = edges[i];
-    if (!e.valid()) continue;
-    auto& buf = pass.buffers[e.fn.get()];
-    if (buf.empty()) buf.resize(e.fn->num_inputs());
-    if (e.input_nr >= buf.size())
-      throw error(errc::autograd_error, "edge from " + n.name() + " into input " + std::to_string(e.input_nr) + " of " +
-                                            e.fn->name() + ", which takes " + std::to_string(buf.size()));
-    if (out[i].defined()) buf[e.input_nr] = buf[e.input_nr].defined() ? add(buf[e.input_nr], out[i]) : out[i];
-    if (--pass.deps[e.fn.get()] == 0) ready.push_back(e.fn.get());
-  }
-}
-
-struct later_first {
-  bool operator()(const grad_node* a, const grad_node* b) const { return a->sequence_nr() < b->sequence_nr(); }
-};
-
 }  // namespace
 
 run_info* current_run() { return tls_run; }
@@ -124,7 +91,7 @@ void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std
   run_info info{ctx.id, pass, retain, &started};
   run_scope current(&info);
   graph_pass& state = ctx.pass;
-  std::priority_queue<grad_node*, std::vector<grad_node*>, later_first> queue;
+  std::priority_queue<grad_node*, std::vector<grad_node*>, engine_steps::later_first> queue;
   std::vector<grad_node*> ready;
   tensor_list entry_in = std::move(inputs);
   entry_in.resize(entry->num_inputs());
@@ -150,9 +117,9 @@ void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std
       }
       continue;
     }
-    tensor_list out = run_node(*n, std::move(in));
+    tensor_list out = engine_steps::run_node(*n, std::move(in));
     if (!retain) n->release_variables();
-    deliver(*n, std::move(out), state, ready);
+    engine_steps::deliver(*n, std::move(out), state.buffers, state.deps, ready);
     for (grad_node* r : ready) queue.push(r);
     ready.clear();
   }
