@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench_node.hpp"
 #include "bench_util.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/actors/spawn.hpp"
@@ -33,15 +34,7 @@ namespace {
 
 constexpr std::int64_t dim = 256;
 
-troupe::node_options options(int rank, std::uint16_t port) {
-  troupe::node_options o;
-  o.rank = rank;
-  o.world_size = 3;
-  o.master_port = port;
-  o.job_token = "bench";
-  o.default_timeout = 30s;
-  return o;
-}
+troupe::node_options options(int rank, std::uint16_t port) { return troupe::bench::bench_node_options(rank, 3, port); }
 
 tensor weight(int rank) {
   troupe::generator g(static_cast<std::uint64_t>(10 + rank));

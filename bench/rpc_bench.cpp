@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "bench_node.hpp"
 #include "bench_util.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/actors/spawn.hpp"
@@ -28,13 +29,8 @@ namespace {
 bool g_fast_path = true;
 
 troupe::node_options options(int rank, std::uint16_t port) {
-  troupe::node_options o;
+  auto o = troupe::bench::bench_node_options(rank, 3, port);
   o.rpc_fast_path = g_fast_path;
-  o.rank = rank;
-  o.world_size = 3;
-  o.master_port = port;
-  o.job_token = "bench";
-  o.default_timeout = 30s;
   return o;
 }
 
