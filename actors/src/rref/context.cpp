@@ -16,7 +16,7 @@ using courier_self = courier_actor::stateful_pointer<control_retries>;
 
 // The router's own actor: sweeps tombstones every ttl/2 and sends the child_acks of RRefs bound
 // on their owner or refused on arrival (retried like every control message).
-courier_actor::behavior_type courier(courier_self self, context_impl* r) {
+courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_impl> r) {
   const auto period = std::max(r->opts_.tombstone_ttl / 2, std::chrono::milliseconds(1));
   self->delayed_send(self, period, sweep_atom::value);
   return {
@@ -32,6 +32,15 @@ courier_actor::behavior_type courier(courier_self self, context_impl* r) {
   };
 }
 
+// Moves an actor from its map to the draining set (it ends itself later, actor_done).
+template <class Map, class Key>
+void retire(Map& m, const Key& k, std::map<caf::actor_addr, caf::actor>& draining) {
+  auto it = m.find(k);
+  if (it == m.end()) return;
+  draining.emplace(it->second.address(), caf::actor_cast<caf::actor>(it->second));
+  m.erase(it);
+}
+
 void deliver(const caf::actor_addr& who, rref_msg::control_done d) {
   if (auto p = caf::actor_cast<caf::strong_actor_ptr>(who)) caf::anon_send(caf::actor_cast<caf::actor>(p), std::move(d));
 }
@@ -40,7 +49,7 @@ void deliver(const caf::actor_addr& who, rref_msg::control_done d) {
 
 courier_actor spawn_courier(context_impl& r) {
   logger_release release;
-  return r.sys_->spawn(courier, &r);
+  return r.sys_->spawn(courier, r.shared_from_this());
 }
 
 context_impl::context_impl(node& n, rref_options opts) : n_(&n), me_(n.info().name), opts_(opts) {
@@ -68,7 +77,6 @@ void context_impl::close() {
   changed_.notify_all();
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
-  logger_release release;  // the scoped actors below end on this thread
   std::lock_guard<std::mutex> lock(pool_mutex_);
   pool_.clear();  // before the node's system goes
 }
@@ -112,11 +120,7 @@ bool context_impl::owner_gone(const rref_id& id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (local_refs_on_way_.count(id)) return false;
-    auto it = owners_.find(id);
-    if (it != owners_.end()) {
-      draining_.emplace(it->second.address(), caf::actor_cast<caf::actor>(it->second));
-      owners_.erase(it);
-    }
+    retire(owners_, id, draining_);
     deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);
   }
   changed_.notify_all();
@@ -132,11 +136,7 @@ void context_impl::local_ref_arrived(const rref_id& id) {
 void context_impl::user_gone(const fork_key& k) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = users_.find(k);
-    if (it != users_.end()) {
-      draining_.emplace(it->second.address(), caf::actor_cast<caf::actor>(it->second));
-      users_.erase(it);
-    }
+    retire(users_, k, draining_);
     gone_users_.add(k, std::chrono::steady_clock::now(), opts_.tombstone_ttl);
   }
   changed_.notify_all();

@@ -27,6 +27,9 @@ namespace troupe::rref_detail {
 
 using fork_key = std::pair<rref_id, fork_id>;
 
+/// context_impl::ask for handlers that never park their answer.
+inline constexpr auto answers_at_once = std::chrono::milliseconds::max();
+
 /// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local of every
 /// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a user
 /// thread that outlives the node would hang the node's teardown (measured with a system of our
@@ -142,6 +145,8 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   void deliver_ack(const rref_msg::child_ack& ack);
 
   // --- blocking requests from user / executor threads (never under mutex_) ---
+  /// `timeout` == answers_at_once: the handler answers at once (no response promise), so no
+  /// timer is armed (a dead actor still fails the request at once). Otherwise a bounded wait.
   template <class R, class Handle, class... Ms>
   std::optional<R> ask(const Handle& a, std::chrono::milliseconds timeout, Ms&&... ms);
 
@@ -162,8 +167,9 @@ std::optional<R> context_impl::ask(const Handle& a, std::chrono::milliseconds ti
   auto s = take_scoped();
   std::optional<R> out;
   bool reusable = true;
-  (*s)->request(a, timeout, std::forward<Ms>(ms)...)
-      .receive([&](R& r) { out = std::move(r); },
+  auto handle = timeout == answers_at_once ? (*s)->request(a, caf::infinite, std::forward<Ms>(ms)...)
+                                            : (*s)->request(a, timeout, std::forward<Ms>(ms)...);
+  std::move(handle).receive([&](R& r) { out = std::move(r); },
                [&](caf::error& e) { reusable = e != caf::make_error(caf::sec::request_timeout); });
   if (reusable) give_scoped(std::move(s));  // a timed-out one may still get the late answer
   return out;
@@ -201,6 +207,20 @@ void on_control_done(Self* self, control_retries& ctl, context_impl& r, const rr
   self->delayed_send(self, it->second.backoff, rref_msg::retry_atom::value, d.seq);
   // Doubling up to 200 ms, or up to one attempt timeout when that is shorter (tests).
   it->second.backoff = std::min({it->second.backoff * 2, std::chrono::milliseconds(200), r.opts_.control_attempt_timeout});
+}
+
+/// A draining actor asks itself to end once nothing is pending (a handler that quits directly
+/// may lose the response it is about to send); end() runs on that message.
+template <class Self>
+void request_end(Self* self, bool nothing_pending) {
+  if (!nothing_pending || self->state.quitting) return;
+  self->state.quitting = true;
+  self->send(self, rref_msg::done_atom::value);
+}
+template <class Self>
+void end(Self* self) {
+  self->state.r->actor_done(self->address());
+  self->quit();
 }
 
 /// The retry timer of `seq` fired.

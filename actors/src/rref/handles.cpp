@@ -12,7 +12,6 @@ namespace troupe::rref_detail {
 
 namespace {
 
-constexpr auto ask_timeout = std::chrono::milliseconds(10000);
 
 thread_local context_impl* tls_context = nullptr;
 thread_local send_scope* tls_send = nullptr;
@@ -83,7 +82,7 @@ rref_msg::wire fork_for_send(const handle& h) {
   } else {
     auto u = c.user_for({h.id, h.fork});
     if (!u) throw error(errc::invalid_state, "rref " + h.id.str() + ": fork " + h.fork.str() + " is not held by " + c.me_);
-    auto a = c.ask<rref_msg::hold_answer>(*u, ask_timeout, hold);
+    auto a = c.ask<rref_msg::hold_answer>(*u, answers_at_once, hold);
     if (!a) throw error(errc::timeout, "rref " + h.id.str() + ": its fork context on " + c.me_ + " did not answer");
     if (a->code != 0) throw error(static_cast<errc>(a->code), a->message);
   }
@@ -152,7 +151,7 @@ std::shared_ptr<handle> bind(context_impl& c, const rref_msg::wire& w) {
     existing = it->second;
   }
   // A duplicate carrier of a fork held here: one more hold, unless the fork is being deleted.
-  auto a = c.ask<rref_msg::hold_answer>(*existing, ask_timeout, rref_msg::carrier{w.parent, w.parent_fork, w.parent_hold});
+  auto a = c.ask<rref_msg::hold_answer>(*existing, answers_at_once, rref_msg::carrier{w.parent, w.parent_fork, w.parent_hold});
   if (!a || a->code != 0) {
     h = failed_handle(std::move(h), a ? a->message : "rref " + w.id.str() + ": its fork context did not answer");
     c.send_ack(w.parent, rref_msg::child_ack{w.id, w.parent_fork, w.parent_hold});
@@ -165,7 +164,7 @@ bool confirmed(const handle& h) {
   if (h.owner_local) return true;
   auto u = h.ctx->user_for({h.id, h.fork});
   if (!u) return true;  // already deleting: it was confirmed
-  auto a = h.ctx->ask<rref_msg::hold_answer>(*u, ask_timeout, rref_msg::status_atom::value);
+  auto a = h.ctx->ask<rref_msg::hold_answer>(*u, answers_at_once, rref_msg::status_atom::value);
   return a && a->confirmed;
 }
 

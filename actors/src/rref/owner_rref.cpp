@@ -22,7 +22,7 @@ struct child_entry {
 };
 
 struct owner_state {
-  context_impl* r = nullptr;
+  std::shared_ptr<context_impl> r;  // keeps the router alive while the actor runs (it may outlive rref_context)
   rref_id id;
   bool started = false, ready = false, creator_fork_deleted = false, deleted = false;
   std::int32_t code = 0;
@@ -51,12 +51,7 @@ fetch_answer deleted_answer(const owner_state& s) {
   return fetch_answer{static_cast<std::int32_t>(errc::invalid_state), "rref " + s.id.str() + " was deleted by its owner " + s.r->me_, {}};
 }
 
-void maybe_quit(owner_self self) {
-  if (self->state.deleted && self->state.ctl.sends.empty() && !self->state.quitting) {
-    self->state.quitting = true;
-    self->send(self, done_atom::value);
-  }
-}
+void maybe_quit(owner_self self) { request_end(self, self->state.deleted && self->state.ctl.sends.empty()); }
 
 // DELETED once nothing can reach the value any more (Note [owner_rref actor]).
 void maybe_delete(owner_self self) {
@@ -125,9 +120,9 @@ std::string summary(const owner_state& s) {
   return o.str();
 }
 
-owner_rref_actor::behavior_type owner_rref(owner_self self, context_impl* r, rref_id id, std::optional<std::vector<char>> value) {
+owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<context_impl> r, rref_id id, std::optional<std::vector<char>> value) {
   auto& st = self->state;
-  st.r = r;
+  st.r = std::move(r);
   st.id = std::move(id);
   if (value) {
     st.started = st.ready = true;
@@ -229,10 +224,7 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, context_impl* r, rre
       },
       [self](retry_atom, std::uint64_t seq) { on_retry(self, self->state.ctl, *self->state.r, seq); },
       [self](summary_atom) { return summary(self->state); },
-      [self](done_atom) {
-        self->state.r->actor_done(self->address());
-        self->quit();
-      },
+      [self](done_atom) { end(self); },
   };
 }
 
@@ -240,7 +232,7 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, context_impl* r, rre
 
 owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, std::optional<std::vector<char>> value) {
   logger_release release;  // spawned from a node executor or user thread
-  return r.sys_->spawn(owner_rref, &r, id, std::move(value));
+  return r.sys_->spawn(owner_rref, r.shared_from_this(), id, std::move(value));
 }
 
 }  // namespace troupe::rref_detail

@@ -1,6 +1,8 @@
 // remote(), to_here(), local_value(), make_rref and method leases (Note [RRef protocol] in
 // rref/context.hpp). Data goes through node::call (remote_call, fetch); waiting happens in the
 // actors (parked fetches, parked leases), never on an executor thread of the owner.
+#include <future>
+
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
@@ -13,7 +15,6 @@ namespace {
 // While a fetch is parked, the user re-asks this often so that a dead owner is seen (its
 // peer_lost) even though no call to it is pending.
 constexpr auto parked_recheck = std::chrono::milliseconds(250);
-constexpr auto ask_timeout = std::chrono::milliseconds(10000);
 
 using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
 using clock = std::chrono::steady_clock;
@@ -38,7 +39,7 @@ std::vector<char> fetch_here(const handle& h, std::chrono::milliseconds timeout,
   auto a = c.owner_for(h.id, false);
   if (!a) throw error(errc::invalid_state, "rref " + h.id.str() + " was deleted by its owner " + c.me_);
   const auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>((clock::now() + timeout).time_since_epoch()).count();
-  auto r = c.ask<rref_msg::fetch_answer>(*a, wait ? timeout : ask_timeout, rref_msg::local_fetch{wait ? deadline : 0});
+  auto r = c.ask<rref_msg::fetch_answer>(*a, wait ? timeout : answers_at_once, rref_msg::local_fetch{wait ? deadline : 0});
   if (!r) no_value(h, c.me_, timeout);
   if (r->code == rref_msg::parked)
     throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + ": the value does not exist yet on " + c.me_);
@@ -58,7 +59,7 @@ void check_fork(const handle& h) {
   if (h.owner_local) return;
   auto u = h.ctx->user_for({h.id, h.fork});
   if (!u) return;
-  auto a = h.ctx->ask<rref_msg::hold_answer>(*u, ask_timeout, rref_msg::status_atom::value);
+  auto a = h.ctx->ask<rref_msg::hold_answer>(*u, answers_at_once, rref_msg::status_atom::value);
   if (a && a->code != 0) throw error(static_cast<errc>(a->code), a->message);
 }
 
@@ -79,6 +80,9 @@ std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout) {
   auto& c = *h.ctx;
   const auto end = clock::now() + timeout;
   const auto request = rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_});
+  // The creator's first to_here: once the remote_call is answered the value exists (the owner
+  // took it before replying), so one fetch suffices instead of a parked one and value_ready.
+  if (h.created.valid()) h.created.wait_for(timeout);
   for (;;) {
     check_owner(h, "to_here");
     const auto left = left_until(end);
@@ -128,13 +132,16 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
   ++c.stats_.remote_calls;
   c.in_flight_add(1);
   std::weak_ptr<context_impl> weak = h->ctx;
-  auto done = [weak, u, to](errc code, bool accepted, std::vector<send_scope::sent> carried) {
-    auto self = weak.lock();
-    if (!self) return;
-    if (code != errc::ok && !carried.empty()) probe(*self, to, std::move(carried));
-    if (code == errc::peer_lost) self->mark_lost(to);
-    caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted});
-    self->in_flight_add(-1);
+  auto answered = std::make_shared<std::promise<void>>();
+  h->created = answered->get_future().share();
+  auto done = [weak, u, to, answered](errc code, bool accepted, std::vector<send_scope::sent> carried) {
+    if (auto self = weak.lock()) {
+      if (code != errc::ok && !carried.empty()) probe(*self, to, std::move(carried));
+      if (code == errc::peer_lost) self->mark_lost(to);  // before to_here wakes: it then fails at once
+      caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted});
+      self->in_flight_add(-1);
+    }
+    answered->set_value();
   };
   send_scope scope(&c, to);  // rrefs among the args: probed if the call fails
   std::shared_ptr<rpc::detail::call_state> st;

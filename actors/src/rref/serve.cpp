@@ -10,7 +10,6 @@ namespace troupe::rref_detail {
 
 namespace {
 
-constexpr auto ask_timeout = std::chrono::milliseconds(10000);
 
 using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
 
@@ -52,7 +51,7 @@ bool on_remote_call(context_impl& c, rref_msg::remote_call& m) {
   auto owner = c.owner_for(m.id, true);
   if (!owner) return false;  // a late duplicate of a call whose RRef is already gone
   auto args = std::move(m.args);
-  auto start = c.ask<std::int32_t>(*owner, ask_timeout, rref_msg::remote_call{m.id, m.fork, m.function, {}});
+  auto start = c.ask<std::int32_t>(*owner, answers_at_once, rref_msg::remote_call{m.id, m.fork, m.function, {}});
   if (!start || *start == 2) return false;  // deleted meanwhile
   if (*start == 1) return true;             // duplicate: the function runs once
   m.args = std::move(args);
@@ -63,14 +62,14 @@ bool on_remote_call(context_impl& c, rref_msg::remote_call& m) {
 std::int32_t on_fork_request(context_impl& c, rref_msg::fork_request& m) {
   auto owner = c.owner_for(m.id, true);
   if (!owner) return 1;  // refused: the RRef is gone (never for a live fork, Note [RRef protocol])
-  auto r = c.ask<std::int32_t>(*owner, ask_timeout, m);
+  auto r = c.ask<std::int32_t>(*owner, answers_at_once, m);
   return r ? *r : 1;
 }
 
 std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
   // Created if absent: a delete that overtakes its remote_call must still be remembered.
   if (auto owner = c.owner_for(m.id, true)) {
-    if (!c.ask<std::int32_t>(*owner, ask_timeout, m)) throw error(errc::timeout, "user_delete of rref " + m.id.str() + ": owner actor did not answer");
+    if (!c.ask<std::int32_t>(*owner, answers_at_once, m)) throw error(errc::timeout, "user_delete of rref " + m.id.str() + ": owner actor did not answer");
   }
   return 0;
 }
@@ -79,7 +78,7 @@ fetch_reply on_fetch(context_impl& c, rref_msg::fetch& m) {
   auto gone = fetch_reply{static_cast<std::int32_t>(errc::invalid_state), "rref " + m.id.str() + " was deleted by its owner " + c.me_, {}};
   auto owner = c.owner_for(m.id, true);
   if (!owner) return gone;
-  auto a = c.ask<rref_msg::fetch_answer>(*owner, ask_timeout, m);
+  auto a = c.ask<rref_msg::fetch_answer>(*owner, answers_at_once, m);
   if (!a) return gone;  // the actor ended between lookup and request
   return fetch_reply{a->code, std::move(a->message), std::move(a->value)};
 }

@@ -20,7 +20,7 @@ struct child_entry {
 };
 
 struct user_state {
-  context_impl* r = nullptr;
+  std::shared_ptr<context_impl> r;  // keeps the router alive while the actor runs (it may outlive rref_context)
   rref_id id;
   fork_id fork;
   std::string owner;
@@ -36,12 +36,7 @@ struct user_state {
 };
 using user_self = user_rref_actor::stateful_pointer<user_state>;
 
-void maybe_quit(user_self self) {
-  if (self->state.deleting && self->state.ctl.sends.empty() && !self->state.quitting) {
-    self->state.quitting = true;
-    self->send(self, done_atom::value);
-  }
-}
+void maybe_quit(user_self self) { request_end(self, self->state.deleting && self->state.ctl.sends.empty()); }
 
 void wake(user_state& s, bool ready) {
   for (auto& rp : s.waiters) rp.deliver(ready);
@@ -111,9 +106,9 @@ std::string summary(const user_state& s) {
          (s.deleting ? ", deleting)" : s.confirmed ? ", confirmed)" : ", unconfirmed)");
 }
 
-user_rref_actor::behavior_type user_rref(user_self self, context_impl* r, rref_id id, fork_id fork, user_origin origin) {
+user_rref_actor::behavior_type user_rref(user_self self, std::shared_ptr<context_impl> r, rref_id id, fork_id fork, user_origin origin) {
   auto& st = self->state;
-  st.r = r;
+  st.r = std::move(r);
   st.id = std::move(id);
   st.fork = std::move(fork);
   st.owner = origin.owner;
@@ -178,10 +173,7 @@ user_rref_actor::behavior_type user_rref(user_self self, context_impl* r, rref_i
       },
       [self](retry_atom, std::uint64_t seq) { on_retry(self, self->state.ctl, *self->state.r, seq); },
       [self](summary_atom) { return summary(self->state); },
-      [self](done_atom) {
-        self->state.r->actor_done(self->address());
-        self->quit();
-      },
+      [self](done_atom) { end(self); },
   };
 }
 
@@ -189,7 +181,7 @@ user_rref_actor::behavior_type user_rref(user_self self, context_impl* r, rref_i
 
 user_rref_actor spawn_user_rref(context_impl& r, const rref_id& id, const fork_id& fork, user_origin origin) {
   logger_release release;  // spawned from a node executor or user thread
-  return r.sys_->spawn(user_rref, &r, id, fork, std::move(origin));
+  return r.sys_->spawn(user_rref, r.shared_from_this(), id, fork, std::move(origin));
 }
 
 }  // namespace troupe::rref_detail

@@ -70,6 +70,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -97,6 +98,7 @@ struct handle {
   rref_msg::wire pending;  ///< what arrived, while unbound
   errc failed = errc::ok;  ///< set when the handle can never be used (stale duplicate)
   std::string failure;
+  std::shared_future<void> created;  ///< remote(): ready once its remote_call was answered
   handle() = default;
   handle(const handle&) = delete;
   handle& operator=(const handle&) = delete;
