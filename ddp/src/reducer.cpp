@@ -165,6 +165,7 @@ void reducer::mark_ready(std::size_t i) {
 }
 
 void reducer::launch(int b) {
+  const auto launched_at = std::chrono::steady_clock::now();  // before the hook: a small work may finish at once
   comm_result r;
   try {
     r = hook_(group_, hook_views_[static_cast<std::size_t>(b)]);
@@ -180,7 +181,7 @@ void reducer::launch(int b) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     launched_[static_cast<std::size_t>(b)] = std::move(r);
-    launched_at_[static_cast<std::size_t>(b)] = std::chrono::steady_clock::now();
+    launched_at_[static_cast<std::size_t>(b)] = launched_at;
     launch_order_.push_back(b);
     ++launched_count_;
   }
