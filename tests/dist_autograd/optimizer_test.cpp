@@ -64,11 +64,8 @@ void parameter_server(troupe::test::port_pipe& pipe) {
 
 }  // namespace
 
-// Hidden ([.]) until the RRef actor rewrite lands: all its checks pass, but with that rewrite's
-// working tree the process's heap is corrupted afterwards (valgrind: rref_detail::context_impl::
-// owner_gone writes into a destroyed context_impl), which crashes the next test. Run it by name.
 TEST_CASE("a distributed optimizer step through a parameter-server rref equals the local functional step bitwise",
-          "[dist_autograd][rref][.]") {
+          "[dist_autograd][rref]") {
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&pipe](int) { parameter_server(pipe); });
   troupe::node n(troupe::test::test_options(0, 2, 0));
