@@ -43,6 +43,10 @@ struct node::impl {
     std::shared_ptr<detail::fast_conn> conn;
   };
   std::map<std::string, link> peers;  // name -> link
+  // Peers seen going down -> why. A call to one of them connects once, without the start-up
+  // retries, so it fails at once when the peer is really gone (and reconnects if it was only a
+  // dropped connection).
+  std::map<std::string, std::string> lost;
   std::mutex calls_mutex;
   std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
   std::size_t calls_prune_at = 1024;
@@ -109,6 +113,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
     {
       std::lock_guard<std::mutex> lock(peers_mutex);
       peers.erase(name);
+      lost[name] = reason;
     }
     if (auto f = weak.lock()) f->peer_down(name, reason);
   };
@@ -161,18 +166,32 @@ node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& 
 
 node::impl::link node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
   if (name == me.name) return link{agent, nullptr};
+  std::optional<std::string> lost_because;
   {
     std::lock_guard<std::mutex> lock(peers_mutex);
     auto it = peers.find(name);
     if (it != peers.end()) return it->second;
+    if (auto l = lost.find(name); l != lost.end()) lost_because = l->second;
   }
   const auto addr = store->get("troupe/addr/" + name, timeout);
   const auto colon = addr.rfind(':');
-  auto remote = connect(addr.substr(0, colon), static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1))), timeout);
+  const auto host = addr.substr(0, colon);
+  const auto peer_port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
+  caf::actor remote;
+  if (lost_because) {
+    try {
+      remote = connect(host, peer_port, std::chrono::milliseconds(1));  // one attempt: it was up before
+    } catch (const error& e) {
+      throw error(errc::peer_lost, "worker " + name + " was lost (" + *lost_because + ") and does not answer: " + e.message());
+    }
+  } else {
+    remote = connect(host, peer_port, timeout);
+  }
   auto ack = say_hello(remote, timeout);
   auto l = make_link(ack, addr.substr(0, colon), timeout);
   std::lock_guard<std::mutex> lock(peers_mutex);
   peers[name] = l;
+  lost.erase(name);
   return l;
 }
 

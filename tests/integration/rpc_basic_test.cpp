@@ -118,6 +118,10 @@ TEST_CASE("a SIGKILLed peer fails its pending call with peer_lost naming it with
   CHECK(ms < 2000);
   CHECK(troupe::rpc_sync<int>(n, "worker2", "add", 2, 2) == 4);  // the other peer keeps working
   CHECK(error_code_of([&] { troupe::rpc_sync<int>(n, "worker1", "add", troupe::rpc::deadline{500ms}, 1, 1); }) == errc::peer_lost);
+  // A later call with the default (10 s) deadline fails at once too: the node remembers the loss.
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK(error_code_of([&] { troupe::rpc_sync<int>(n, "worker1", "add", 1, 1); }) == errc::peer_lost);
+  CHECK(std::chrono::steady_clock::now() - t1 < 1s);
   n.store().set("done", "1");
   CHECK_THROWS_AS(children.join(10s), troupe::error);  // rank 1 died by SIGKILL
 }
