@@ -130,7 +130,9 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
     std::lock_guard<std::mutex> lock(peers_mutex);
     peers[ack.info.name] = std::move(l);
   }
-  store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor}));
+  const std::string store_host = opts.rank == 0 ? "rank 0, this node" : "rank 0 at " + opts.master_addr + ":" + std::to_string(opts.master_port);
+  store = std::make_unique<store_client>(
+      std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor, store_host, caf::actor{}}));
   store->set("troupe/addr/" + me.name, opts.listen_addr + ":" + std::to_string(port));
 }
 
