@@ -135,17 +135,6 @@ void echo_limit(troupe::node& n, tb::report& rep, int iters) {
   rep.add("limit_rpc_echo_256x256_median_us", e.median * 1e6, "us", "\"iters\": " + std::to_string(iters));
 }
 
-std::uint16_t free_port() {
-  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(probe);
-  return ntohs(addr.sin_port);
-}
 
 /// worker0: measures and prints (a forked child like the workers: OpenBLAS's thread pool does not
 /// survive fork, so every process that runs a matmul here is a child, the local limit included).
@@ -168,7 +157,7 @@ void drive(std::uint16_t port, int iters) {
 
 int main(int argc, char** argv) {
   const int iters = tb::quick_mode(argc, argv) ? 50 : 1000;
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = troupe::bench::free_loopback_port();
   try {
     auto job = troupe::spawn(3, [port, iters](int rank) { rank == 0 ? drive(port, iters) : serve(rank, port); });
     if (!job.join(10min)) throw troupe::error(troupe::errc::timeout, "dist_autograd_bench: still running after 10 min");

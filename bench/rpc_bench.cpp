@@ -181,16 +181,7 @@ int main(int argc, char** argv) {
   rep.add("limit_tcp_pingpong_median_us", tcp.median, "us");
   rep.add("limit_memcpy_gbps", memcpy_gbps(64u << 20, quick ? 5 : 20), "GB/s", "\"bytes\": 67108864");
 
-  // rank 0 listens on a port chosen here, before the fork (spawn must precede any actor system).
-  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ::bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  ::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::uint16_t port = ntohs(addr.sin_port);
-  ::close(probe);
+  const std::uint16_t port = troupe::bench::free_loopback_port();
   auto children = troupe::spawn(2, [port](int i) { serve(i + 1, port); });
   try {
     troupe::node n(options(0, port));
