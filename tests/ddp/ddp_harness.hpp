@@ -21,6 +21,7 @@
 #include "troupe/actors/spawn.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/ddp/process_group.hpp"
+#include "troupe/tensors/factories.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -169,6 +170,28 @@ inline void check_peer_lost(peer_loss_probe& probe, int survivors, int victim, c
     CHECK(r.ms < 2000.0);
     WARN(what << ": peer_lost " << r.ms << " ms after the SIGKILL, on rank " << r.rank);
   }
+}
+
+/// Rank body of the size-mismatch tests (every transport): rank 1 allreduces 20 elements, the
+/// others 10; every rank must fail with collective_mismatch naming rank 1 and both sizes, and the
+/// group must stay usable (the next allreduce of 3 ranks sums to 3).
+inline void expect_size_mismatch_reported(int rank, ddp::process_group& pg) {
+  tensor t = ones({rank == 1 ? 20 : 10});
+  bool failed = false;
+  try {
+    pg.allreduce(t).wait(std::chrono::seconds(10));
+  } catch (const error& e) {
+    failed = true;
+    expect(e.code() == errc::collective_mismatch, "code is collective_mismatch, got " + std::string(e.what()));
+    const std::string m = e.message();
+    expect(m.find("rank 1") != std::string::npos && m.find("numel 20") != std::string::npos &&
+               m.find("numel 10") != std::string::npos,
+           "message names the rank and both sizes: " + m);
+  }
+  expect(failed, "the mismatched allreduce failed");
+  tensor ok = ones({5});
+  pg.allreduce(ok).wait(std::chrono::seconds(10));
+  expect(ok.data<float>()[0] == 3.0f, "next allreduce sums");
 }
 
 }  // namespace troupe::test
