@@ -146,9 +146,11 @@ void serve_request(agent_actor* self, rpc_request& req) {
   }
   auto me = caf::actor_cast<caf::actor>(self);
   for (int i = 0; i < d.copies; ++i) {
-    auto job = [fn, req, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk.get(), local = same_host(reply_to.node(), self->node()),
+    auto job = [fn, req, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk, local = same_host(reply_to.node(), self->node()),
                 ic = s.cfg.interceptor ? s.cfg.interceptor->get() : nullptr] {
-      caf::anon_send(me, outgoing_response{reply_to, req.caller, serve_job(*fn, req, name, {local, bulk, reply_to.node()}, ic.get())});
+      serve_job(*fn, req, name, {local, bulk, reply_to.node()}, ic.get(), [me, reply_to, caller = req.caller](rpc_response r) {
+        caf::anon_send(me, outgoing_response{reply_to, caller, std::move(r)});
+      });
     };
     if (!s.cfg.exec->post(std::move(job)))
       self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state),

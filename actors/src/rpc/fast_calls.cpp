@@ -81,10 +81,10 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& re
                             "worker " + cfg_.me.name + " has no function '" + req.function + "'", {}, {}});
     return;
   }
-  const serve_target to{same_host(c->peer_node, cfg_.my_node), cfg_.bulk.get(), c->peer_node};
+  const serve_target to{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node};
   for (int i = 0; i < copies; ++i) {
     auto job = [self = shared_from_this(), c, fn, req, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
-      self->respond(c, serve_job(*fn, req, self->cfg_.me.name, to, ic.get()));
+      serve_job(*fn, req, self->cfg_.me.name, to, ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
     };
     if (jobs) jobs->push_back(std::move(job));
     else if (!cfg_.exec->post(std::move(job)))

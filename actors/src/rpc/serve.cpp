@@ -1,6 +1,22 @@
 // Serving one call (rpc/serve.hpp).
+//
+// Note [deferred reply]
+// A served function may answer later: it calls rpc::defer() on its executor thread (which marks
+// the call as deferred and returns a reply_later handle) and returns rpc::deferred{}. serve_job
+// then sends nothing; whoever holds the handle answers once, from any thread:
+//
+//   executor: fn(args) --defer()--> handle; return deferred{}     (no response yet)
+//   any thread: handle.complete(v) --[bulk scope + caller scope + serve scope]--> encode --> respond
+//   last handle dropped unanswered --> respond(invalid_state "dropped its deferred reply")
+//
+// The encode runs under the same scopes the immediate path uses (same-host bulk tensors, the
+// rref caller, the interceptor's serve scope, which is pushed again on the completing thread), so
+// a deferred result is indistinguishable from an immediate one for the caller and the
+// interceptor. If the function throws after defer(), the exception answers the call and the
+// handle's later answers are ignored. The caller's deadline still bounds its wait.
 #include "rpc/serve.hpp"
 
+#include <atomic>
 #include <optional>
 
 #include "rpc/intercept.hpp"
@@ -9,6 +25,65 @@
 namespace troupe::detail {
 
 namespace {
+
+// Everything a served call needs to answer, immediately or later (`req` without its payload).
+struct serve_context {
+  std::string function;
+  rpc_request req;
+  std::string me;
+  serve_target to;
+  std::shared_ptr<rpc::call_scope> scope;
+  std::function<void(rpc_response)> respond;
+};
+
+class deferred_reply final : public rpc::reply_later {
+ public:
+  explicit deferred_reply(std::shared_ptr<serve_context> ctx) : ctx_(std::move(ctx)) {}
+  ~deferred_reply() override {
+    fail(errc::invalid_state, "function '" + ctx_->function + "' on worker " + ctx_->me + " dropped its deferred reply");
+  }
+
+  void complete_encoded(const std::function<std::vector<char>()>& encode) override {
+    if (answered_.exchange(true)) return;
+    rpc_response resp{ctx_->req.id, 0, {}, {}, {}};
+    try {
+      bulk_scope bulk(ctx_->to.same_host, ctx_->to.bulk.get(), ctx_->to.node);
+      rref_detail::caller_scope caller(ctx_->req.caller);
+      std::optional<rpc::scope_guard> active;
+      rpc::detail::guarded("enter", [&] { active.emplace(ctx_->scope.get()); });
+      resp.payload = encode();
+      if (ctx_->scope) resp.meta = rpc::detail::guarded("take_meta", [&] { return ctx_->scope->take_meta(); });
+    } catch (const std::exception& e) {
+      resp = rpc_response{ctx_->req.id, static_cast<std::uint8_t>(errc::remote_exception),
+                          "function '" + ctx_->function + "' on worker " + ctx_->me + " (called by " + ctx_->req.caller +
+                              "): its deferred result could not be encoded: " + e.what(),
+                          {}, {}};
+    }
+    ctx_->respond(std::move(resp));
+  }
+
+  void fail(errc code, const std::string& message) override {
+    if (answered_.exchange(true)) return;
+    ctx_->respond(rpc_response{ctx_->req.id, static_cast<std::uint8_t>(code), message, {}, {}});
+  }
+
+  /// The call answered itself (the function threw after defer()): later answers do nothing.
+  void settle() { answered_ = true; }
+
+ private:
+  std::shared_ptr<serve_context> ctx_;
+  std::atomic<bool> answered_{false};
+};
+
+// The served call of this executor thread, while its function runs (for rpc::defer()).
+// It holds the handle until the function returned, so an exception that unwinds the function's
+// own handle still answers the call with that exception, not with "dropped".
+struct deferral_point {
+  std::shared_ptr<serve_context> ctx;
+  std::shared_ptr<deferred_reply> handle;
+  bool deferred = false;
+};
+thread_local deferral_point* tls_point = nullptr;
 
 rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me) {
   rpc_response resp;
@@ -37,31 +112,62 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
   return resp;
 }
 
-// Runs one served call under the interceptor's serve scope (Note [call interceptor]): decode,
-// run and encode with the scope active, then its meta goes with the response. An exception from
-// the interceptor answers the call with remote_exception.
-rpc_response serve_call(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, rpc::call_interceptor* ic) {
-  if (!ic) return run_function(fn, req, me);
-  try {
-    auto scope = rpc::detail::guarded("begin_serve", [&] { return ic->begin_serve(req.caller, req.function, req.meta); });
-    std::optional<rpc::scope_guard> active;
-    rpc::detail::guarded("enter", [&] { active.emplace(scope.get()); });
-    rpc_response resp = run_function(fn, req, me);
-    if (scope) resp.meta = rpc::detail::guarded("take_meta", [&] { return scope->take_meta(); });
-    return resp;
-  } catch (const rpc::detail::interceptor_failure& e) {
-    return rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
-                        "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}};
+// Runs the function with this thread's deferral point set; answers unless the function deferred
+// (Note [deferred reply]).
+void run_and_answer(const std::shared_ptr<serve_context>& ctx, const rpc::function_entry& fn, const rpc_request& req,
+                    rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
+  deferral_point point{ctx, {}, false};
+  deferral_point* previous = tls_point;
+  tls_point = &point;
+  rpc_response resp = run_function(fn, req, ctx->me);
+  tls_point = previous;
+  if (point.deferred) {
+    if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as `point` goes)
+    point.handle->settle();      // the function threw after defer(): the exception answers
   }
+  ctx->respond(take_meta_into(std::move(resp), ctx->scope.get()));
+}
+
+rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
+  if (scope) resp.meta = rpc::detail::guarded("take_meta", [&] { return scope->take_meta(); });
+  return resp;
 }
 
 }  // namespace
 
-rpc_response serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
-                       rpc::call_interceptor* ic) {
-  bulk_scope scope(to.same_host, to.bulk, to.node);  // the result may go through shared memory
-  rref_detail::caller_scope caller(req.caller);       // RRefs in the result know where they go
-  return serve_call(fn, req, me, ic);
+void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
+               rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
+  bulk_scope bulk(to.same_host, to.bulk.get(), to.node);  // the result may go through shared memory
+  rref_detail::caller_scope caller(req.caller);            // RRefs in the result know where they go
+  rpc_request head{req.id, req.function, req.caller, {}, {}};
+  auto ctx = std::make_shared<serve_context>(serve_context{fn.name, std::move(head), me, to, nullptr, std::move(respond)});
+  if (!ic) {
+    run_and_answer(ctx, fn, req, [](rpc_response r, rpc::call_scope*) { return r; });
+    return;
+  }
+  try {
+    ctx->scope = rpc::detail::guarded("begin_serve", [&] { return ic->begin_serve(req.caller, req.function, req.meta); });
+    std::optional<rpc::scope_guard> active;
+    rpc::detail::guarded("enter", [&] { active.emplace(ctx->scope.get()); });
+    run_and_answer(ctx, fn, req, &with_meta);
+  } catch (const rpc::detail::interceptor_failure& e) {
+    ctx->respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
+                              "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}});
+  }
 }
 
 }  // namespace troupe::detail
+
+namespace troupe::rpc {
+
+std::shared_ptr<reply_later> defer() {
+  auto* point = troupe::detail::tls_point;
+  if (!point) throw error(errc::invalid_state, "rpc::defer() called outside a served call");
+  if (point->deferred) throw error(errc::invalid_state, "rpc::defer() called twice in one served call");
+  auto handle = std::make_shared<troupe::detail::deferred_reply>(point->ctx);
+  point->deferred = true;
+  point->handle = handle;
+  return handle;
+}
+
+}  // namespace troupe::rpc

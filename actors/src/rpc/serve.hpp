@@ -2,6 +2,8 @@
 // Serving one call on an executor thread; shared by the agent (Note [rpc call]) and the fast path
 // (Note [rpc fast path]).
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <caf/node_id.hpp>
@@ -16,14 +18,16 @@ namespace troupe::detail {
 /// Where the result of a served call goes, for Note [tensor over shared memory].
 struct serve_target {
   bool same_host = false;
-  bulk_names* bulk = nullptr;
+  std::shared_ptr<bulk_names> bulk;  ///< shared: a deferred reply may encode after the call returned
   caf::node_id node;
 };
 
 /// Decodes, runs and encodes one call with the caller's name as rref current_caller(), the bulk
-/// scope of `to`, and the interceptor's serve scope (Note [call interceptor]). Never throws: every
-/// failure becomes the response's code (bad_argument, remote_exception, ...).
-rpc_response serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
-                       rpc::call_interceptor* ic);
+/// scope of `to`, and the interceptor's serve scope (Note [call interceptor]), and hands the
+/// response to `respond` — at once, or later from the thread that completes a deferred reply
+/// (Note [deferred reply]). Never throws: every failure becomes the response's code
+/// (bad_argument, remote_exception, ...).
+void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
+               rpc::call_interceptor* ic, std::function<void(rpc_response)> respond);
 
 }  // namespace troupe::detail

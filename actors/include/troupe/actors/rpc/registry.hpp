@@ -39,6 +39,33 @@ class reply_error : public error {
   using error::error;
 };
 
+/// The return value of a served function that answers later through rpc::defer().
+struct deferred {};
+
+/// A reply given later (Note [deferred reply] in src/rpc/serve.cpp). Thread-safe; the first
+/// complete/fail wins, later ones do nothing. Dropping the last handle without answering answers
+/// the caller with invalid_state, so a forgotten reply never hangs a caller.
+class reply_later {
+ public:
+  virtual ~reply_later() = default;
+  /// Answers with `value` (encoded now, on the calling thread, under the served call's
+  /// interceptor scope; see Note [call interceptor]).
+  template <class T>
+  void complete(const T& value) {
+    complete_encoded([&value] { return encode_result<T>(value); });
+  }
+  /// Answers with the bytes `encode` returns (encode_result<T> of the value the caller expects).
+  /// An exception from `encode` answers with remote_exception.
+  virtual void complete_encoded(const std::function<std::vector<char>()>& encode) = 0;
+  /// Answers with this error code and message.
+  virtual void fail(errc code, const std::string& message) = 0;
+};
+
+/// Called by a served function on its executor thread: its call is answered later through the
+/// returned handle (from any thread), and the function returns `rpc::deferred{}`. Throws
+/// invalid_state outside a served call, or when called twice for one call.
+std::shared_ptr<reply_later> defer();
+
 namespace detail {
 template <class F> struct signature : signature<decltype(&F::operator())> {};
 template <class R, class... A> struct signature<R (*)(A...)> {
@@ -55,6 +82,9 @@ template <class R, class F, class... A>
 std::vector<char> invoke_decoded(F& fn, std::tuple<A...>& args) {
   if constexpr (std::is_same_v<std::decay_t<R>, encoded_result>) {
     return std::apply(fn, std::move(args)).bytes;
+  } else if constexpr (std::is_same_v<std::decay_t<R>, deferred>) {
+    std::apply(fn, std::move(args));  // answered through rpc::defer()'s handle
+    return {};
   } else if constexpr (std::is_void_v<R>) {
     std::apply(fn, std::move(args));
     return {};
