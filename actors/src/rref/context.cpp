@@ -23,6 +23,18 @@ courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_
       [self, r](courier_send& m) {
         start_control(self, self->state, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
       },
+      // Note [deferred reply]: the owner answers a local_fetch when its value exists (or breaks
+      // the promise when it ends); the fetch's reply goes back from here.
+      [self](courier_fetch& m) {
+        using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
+        auto reply = m.reply;
+        auto gone = m.gone;
+        self->request(m.owner, caf::infinite, rref_msg::local_fetch{0})
+            .then([reply](rref_msg::fetch_answer& a) { reply->complete<fetch_reply>(fetch_reply{a.code, std::move(a.message), std::move(a.value)}); },
+                  [reply, gone](caf::error&) {
+                    reply->complete<fetch_reply>(fetch_reply{static_cast<std::int32_t>(errc::invalid_state), gone, {}});
+                  });
+      },
       [self, r, period](sweep_atom) {
         r->purge_tombstones();
         self->delayed_send(self, period, sweep_atom::value);

@@ -15,11 +15,13 @@
 #include <set>
 
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/logger.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "owner_rref.hpp"
+#include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/rref/context.hpp"
 #include "user_rref.hpp"
 
@@ -74,8 +76,15 @@ struct courier_send {
 template <class I> typename I::result_type inspect(I& f, courier_send& x) {
   return f(caf::meta::type_name("troupe.rref.courier_send"), x.to, x.ack);
 }
+/// A fetch from another worker, answered through its deferred reply once the owner has the value
+/// (Note [deferred reply]; local only, never serialized).
+struct courier_fetch {
+  owner_rref_actor owner;
+  std::shared_ptr<rpc::reply_later> reply;
+  std::string gone;  ///< the answer's message if the owner ends first
+};
 using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
-using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<sweep_atom>,
+using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<courier_fetch>, caf::reacts_to<sweep_atom>,
                                        caf::reacts_to<rref_msg::control_done>,
                                        caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
 
@@ -231,3 +240,5 @@ void on_retry(Self* self, control_retries& ctl, context_impl& r, std::uint64_t s
 }
 
 }  // namespace troupe::rref_detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_detail::courier_fetch)

@@ -80,9 +80,9 @@ std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout) {
   auto& c = *h.ctx;
   const auto end = clock::now() + timeout;
   const auto request = rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_});
-  // The creator's first to_here: once the remote_call is answered the value exists (the owner
-  // took it before replying), so one fetch suffices instead of a parked one and value_ready.
-  if (h.created.valid()) h.created.wait_for(timeout);
+  // The fetch goes at once, also on the creator before its remote_call is answered: the owner
+  // answers it when the value exists (a deferred reply, Note [deferred reply]), so remote +
+  // to_here costs one round trip beyond the function.
   for (;;) {
     check_owner(h, "to_here");
     const auto left = left_until(end);

@@ -74,13 +74,19 @@ std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
   return 0;
 }
 
-fetch_reply on_fetch(context_impl& c, rref_msg::fetch& m) {
-  auto gone = fetch_reply{static_cast<std::int32_t>(errc::invalid_state), "rref " + m.id.str() + " was deleted by its owner " + c.me_, {}};
+// Answered when the value exists, without holding this executor thread: the courier asks the
+// owner actor and completes the deferred reply (Note [deferred reply]).
+rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
+  auto reply = rpc::defer();
+  ++c.stats_.fetches;
+  std::string gone = "rref " + m.id.str() + " was deleted by its owner " + c.me_;
   auto owner = c.owner_for(m.id, true);
-  if (!owner) return gone;
-  auto a = c.ask<rref_msg::fetch_answer>(*owner, answers_at_once, m);
-  if (!a) return gone;  // the actor ended between lookup and request
-  return fetch_reply{a->code, std::move(a->message), std::move(a->value)};
+  if (!owner) {
+    reply->complete<fetch_reply>(fetch_reply{static_cast<std::int32_t>(errc::invalid_state), std::move(gone), {}});
+    return {};
+  }
+  caf::anon_send(c.courier_, courier_fetch{*owner, std::move(reply), std::move(gone)});
+  return {};
 }
 
 std::int32_t on_child_ack(context_impl& c, rref_msg::child_ack& m) {
