@@ -194,4 +194,25 @@ inline void expect_size_mismatch_reported(int rank, ddp::process_group& pg) {
   expect(ok.data<float>()[0] == 3.0f, "next allreduce sums");
 }
 
+/// Rank body of the monitored-barrier tests (every transport, 3 ranks): rank 2 arrives only after
+/// ranks 0 and 1 timed out, and each of them must get `timeout` with a message containing
+/// `names_rank_2`. Every rank stays until the others are done (an early exit looks like a death).
+inline void expect_late_rank_named(int rank, const ddp::file_store& st, ddp::process_group& pg, const std::string& names_rank_2) {
+  using std::chrono::seconds;
+  if (rank == 2) {
+    st.get("late/done0", seconds(20));
+    st.get("late/done1", seconds(20));
+    return;
+  }
+  try {
+    pg.monitored_barrier(std::chrono::milliseconds(300));
+    expect(false, "the barrier should time out");
+  } catch (const error& e) {
+    expect(e.code() == errc::timeout, "timeout, got " + std::string(e.what()));
+    expect(e.message().find(names_rank_2) != std::string::npos, "names rank 2: " + e.message());
+  }
+  st.set("late/done" + std::to_string(rank), "1");
+  st.get("late/done" + std::to_string(1 - rank), seconds(20));
+}
+
 }  // namespace troupe::test

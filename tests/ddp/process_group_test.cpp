@@ -297,21 +297,7 @@ TEST_CASE("bad collective arguments are rejected at once", "[ddp][process_group]
 
 TEST_CASE("a monitored barrier names the rank that did not arrive", "[ddp][process_group]") {
   REQUIRE(test::run_group(3, [](int rank, const ddp::file_store& st, ddp::process_group& pg) {
-    if (rank == 2) {
-      // Stays alive until BOTH others gave up: exiting earlier would make the slower one see a
-      // dead peer (peer_lost) instead of a late one (timeout).
-      st.get("late/done0", 20s);
-      st.get("late/done1", 20s);
-      return;
-    }
-    try {
-      pg.monitored_barrier(300ms);
-      test::expect(false, "the barrier should time out");
-    } catch (const error& e) {
-      test::expect(e.code() == errc::timeout, "timeout, got " + std::string(e.what()));
-      test::expect(e.message().find("rank(s) 2 did not arrive") != std::string::npos, "names rank 2: " + e.message());
-    }
-    st.set("late/done" + std::to_string(rank), "1");
+    test::expect_late_rank_named(rank, st, pg, "rank(s) 2 did not arrive");
   }));
 }
 

@@ -217,20 +217,7 @@ TEST_CASE("the automatic transport picks shared memory when every rank is on thi
 
 TEST_CASE("a tcp monitored barrier names the rank that did not arrive", "[ddp][process_group][tcp]") {
   REQUIRE(test::run_group(3, [](int rank, const ddp::file_store& st, ddp::process_group& pg) {
-    if (rank == 2) {
-      st.get("late/done0", 20s);  // arrives only after the others gave up
-      st.get("late/done1", 20s);
-      return;
-    }
-    try {
-      pg.monitored_barrier(300ms);
-      test::expect(false, "the barrier should time out");
-    } catch (const error& e) {
-      test::expect(e.code() == errc::timeout, "timeout, got " + std::string(e.what()));
-      test::expect(e.message().find("rank 2 did not arrive") != std::string::npos, "names rank 2: " + e.message());
-    }
-    st.set("late/done" + std::to_string(rank), "1");
-    st.get("late/done" + std::to_string(1 - rank), 20s);  // an early exit would look like a death
+    test::expect_late_rank_named(rank, st, pg, "rank 2 did not arrive");
   }, tcp_opts()));
 }
 
