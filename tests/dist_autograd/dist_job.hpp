@@ -1,6 +1,8 @@
 #pragma once
-// An in-process job of N nodes (tests/fault/rref_cluster.hpp: one actor system each, loopback TCP
-// between them, one switchable fault injector) with one dist_autograd container per node.
+// In-process jobs of N nodes with one dist_autograd container per node: dist_job builds on the
+// RRef tests' cluster (tests/fault/rref_cluster.hpp: one actor system each, loopback TCP between
+// them, one switchable fault injector); small_job has nodes with a chosen number of executor
+// threads (no fault hook), for the tests of nested chains on a small executor.
 
 #include <cstddef>
 #include <memory>
@@ -25,6 +27,41 @@ struct dist_job {
   node& at(int i) { return *c.nodes[static_cast<std::size_t>(i)]; }
   dist_autograd::container& operator[](int i) { return *dist[static_cast<std::size_t>(i)]; }
   /// Live contexts on every worker together.
+  std::size_t contexts() const {
+    std::size_t n = 0;
+    for (const auto& d : dist) n += d->num_contexts();
+    return n;
+  }
+};
+
+/// N nodes worker0..worker{N-1} with `executor_threads` each and one container each.
+struct small_job {
+  std::vector<std::unique_ptr<node>> nodes;
+  std::vector<std::unique_ptr<dist_autograd::container>> dist;
+
+  small_job(int n, int executor_threads, dist_autograd::container_options o = {}) {
+    for (int r = 0; r < n; ++r) {
+      node_options opt;
+      opt.rank = r;
+      opt.world_size = n;
+      opt.master_port = r == 0 ? 0 : nodes[0]->port();
+      opt.job_token = "dist-small";
+      opt.executor_threads = executor_threads;
+      opt.default_timeout = std::chrono::seconds(10);
+      opt.join_timeout = std::chrono::seconds(10);
+      nodes.push_back(std::make_unique<node>(opt));
+    }
+    for (auto& nd : nodes) dist.push_back(std::make_unique<dist_autograd::container>(*nd, o));
+  }
+  ~small_job() {
+    dist.clear();  // before the nodes go
+    for (auto& nd : nodes) nd->shutdown(shutdown_mode::immediate);
+  }
+  small_job(const small_job&) = delete;
+  small_job& operator=(const small_job&) = delete;
+
+  node& at(int i) { return *nodes[static_cast<std::size_t>(i)]; }
+  dist_autograd::container& operator[](int i) { return *dist[static_cast<std::size_t>(i)]; }
   std::size_t contexts() const {
     std::size_t n = 0;
     for (const auto& d : dist) n += d->num_contexts();

@@ -1,6 +1,8 @@
 // FAST mode (Note [FAST mode backward]): a chain over three workers, a node shared by two send
 // functions runs once per pass, and PropagateGradients / release survive the fault plan.
 #include <atomic>
+#include <stdexcept>
+#include <string>
 
 #include <catch2/catch.hpp>
 
@@ -128,4 +130,62 @@ TEST_CASE("propagate and release survive dropped, duplicated and lost-reply cont
   CHECK(n.dropped_requests >= 4);
   CHECK(n.dropped_replies >= 1);
   CHECK(n.duplicated >= 1);
+}
+
+TEST_CASE("propagate and release keep the gradients bitwise under each fault type of the fault plan",
+          "[dist_autograd][fault]") {
+  const std::string fault = GENERATE(as<std::string>{}, "fail_first=3", "drop=0.15", "drop_reply=0.15", "duplicate=0.3",
+                                     "delay=1..4", "reorder=8");
+  da::container_options o;
+  o.propagate_timeout = 250ms;
+  o.release_timeout = 250ms;
+  o.attempts = 8;
+  o.backoff = 5ms;
+  three_workers t(o);
+  auto plan = troupe::fault_plan::parse("seed 11\nrule __troupe_dist_autograd_propagate " + fault +
+                                        "\nrule __troupe_dist_autograd_release " + fault + "\n");
+  auto injector = std::make_shared<troupe::fault_injector>(plan);
+  t.job.c.hook->use(injector);
+  const auto [xl, wl] = fan_reference();
+  tensor x = leaf(5, {2, 3});
+  for (int iter = 0; iter < 10; ++iter) {
+    t.h_runs = 0;
+    check_fan(t, x, xl, wl);
+    CHECK(t.h_runs.load() == 1);  // a retried or duplicated propagation never runs a node twice
+    CHECK(t.job.contexts() == 0);
+  }
+  t.job.c.hook->use(nullptr);
+  const auto n = injector->counters();
+  INFO(fault);
+  CHECK(n.dropped_requests + n.dropped_replies + n.duplicated + n.delayed > 0);
+}
+
+TEST_CASE("an exception in the backward of a worker two hops away fails the caller's backward with its text",
+          "[dist_autograd]") {
+  three_workers t;
+  t.job.at(2).functions().add("fwd2_bad", [&t](tensor y) {
+    tensor z = troupe::matmul(y, t.w2);
+    troupe::register_hook(z, [](const tensor&) -> tensor { throw std::runtime_error("boom in worker2"); });
+    return z;
+  });
+  auto& n1 = t.job.at(1);
+  n1.functions().add("relay_bad", [&n1](tensor x) {
+    return troupe::mul(troupe::rpc_sync<tensor>(n1, "worker2", "fwd2_bad", troupe::mul(x, x)), 2.0);
+  });
+  tensor x = leaf(5, {2, 3});
+  {
+    da::context ctx(t.job[0]);
+    tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "relay_bad", x);
+    try {
+      t.job[0].backward(ctx.id(), {troupe::sum(out)});
+      FAIL("the exception on worker2 did not reach the caller");
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == troupe::errc::remote_exception);
+      CHECK_THAT(e.what(), Catch::Contains("boom in worker2"));
+      CHECK_THAT(e.what(), Catch::Contains("worker2"));
+    }
+    CHECK(t.job[1].num_contexts() == 0);  // released on every other worker by the failed backward
+    CHECK(t.job[2].num_contexts() == 0);
+  }
+  CHECK(t.job.contexts() == 0);
 }

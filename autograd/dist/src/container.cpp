@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <thread>
 
+#include <caf/all.hpp>
+
 #include "container_impl.hpp"
 #include "context_actor.hpp"
 #include "fast_engine.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/rpc/registry.hpp"
 #include "troupe/autograd/autograd_meta.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/elementwise.hpp"
@@ -92,10 +95,11 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
   auto propagate = [weak, id = ctx.id, msg, from](const tensor_list& grads) {
     run_info* run = current_run();
     auto self = weak.lock();
-    if (!run || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
-    propagation p{from, id, msg, run->pass, run->retain, grads, 0, {}};
-    start_propagation(self->n, self->opts, p);
-    run->started->push_back(std::move(p));
+    if (!run || !run->outbox || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
+    // Note [context actor]: the actor sends and retries it; the run's caller awaits it there.
+    caf::anon_send(caf::actor_cast<context_handle>(run->outbox->actor),
+                   ctx_propagate{run->outbox->group, from, msg, run->pass, run->retain, grads});
+    ++run->outbox->count;
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -123,24 +127,40 @@ caf::actor container::impl::drop(context_id id) {
   return a;
 }
 
+caf::actor container::impl::actor_of(context_id id) const {
+  std::lock_guard<std::mutex> lock(m);
+  auto it = actors.find(id);
+  return it == actors.end() ? caf::actor{} : it->second;
+}
+
 void container::impl::release_everywhere(context_id id, const std::string& except) {
-  release_through(n, opts, caf::actor_cast<context_handle>(drop(id)), except, /*final=*/true);
+  release_through(opts, caf::actor_cast<context_handle>(drop(id)), except, /*final=*/true);
 }
 
 // ---- container ------------------------------------------------------------------------------
 
 container::container(node& n, container_options opts) : impl_(std::make_shared<impl>(n, opts)) {
   std::weak_ptr<impl> weak = impl_;
+  // Both answer through deferred replies (Note [context actor]): no executor thread waits for
+  // another worker.
   n.functions().add(propagate_name, [weak](std::uint64_t id, std::uint64_t msg, std::uint64_t pass,
-                                           std::int32_t attempt, tensor_list grads, bool retain) {
+                                           std::int32_t /*attempt*/, tensor_list grads, bool retain) {
     auto self = weak.lock();
-    if (!self)
-      return propagate_answer{propagate_failed, static_cast<std::int32_t>(errc::invalid_state), "no container on this worker"};
-    return self->on_propagate(id, msg, pass, attempt, grads, retain);
+    if (!self) throw rpc::reply_error(errc::invalid_state, "dist_autograd: no container on this worker");
+    self->on_propagate(id, msg, pass, grads, retain);
+    return rpc::deferred{};
   });
   n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {
-    if (auto self = weak.lock()) self->release_everywhere(id, from);
-    return std::int32_t{0};
+    auto self = weak.lock();
+    auto reply = rpc::defer();
+    auto a = self ? caf::actor_cast<context_handle>(self->drop(id)) : context_handle{};
+    if (!a) {  // unknown here (or no container): nothing to release
+      reply->complete<std::int32_t>(0);
+      return rpc::deferred{};
+    }
+    caf::anon_send(a, ctx_release{from, true, std::make_shared<answer_once<std::int32_t>>(
+                                                  [reply](const std::int32_t&) { reply->complete<std::int32_t>(0); }, 0)});
+    return rpc::deferred{};
   });
   add_optimizer_functions(impl_);
   impl_->recorder = make_recorder(impl_);
@@ -195,25 +215,30 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
     grads.push_back(ones_like(r));
   }
   auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
-  std::vector<propagation> started;
+  const caf::actor a = impl_->actor_of(ctx_id);
+  propagation_outbox outbox{a, impl_->new_id(), 0};
+  propagate_answer local{propagate_done, 0, {}};
   std::exception_ptr err;
   try {
-    execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, started);
+    execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, outbox);
   } catch (...) {
     err = std::current_exception();
   }
-  try {
-    impl_->drain(*ctx, started);
-  } catch (...) {
-    if (!err) err = std::current_exception();
-  }
+  // Note [context actor]: the actor answers once every propagation this run handed it ended.
+  answer_waiter<propagate_answer> w;
+  caf::anon_send(caf::actor_cast<context_handle>(a),
+                 ctx_await{outbox.group, outbox.count, local, {0, 0},
+                           w.callback({propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
+                                       "dist_autograd::backward: context " + std::to_string(ctx_id) + " ended during it"})});
+  propagate_answer outcome;
+  if (!w.wait_for(propagation_bound(impl_->opts), outcome))
+    outcome = {propagate_failed, static_cast<std::int32_t>(errc::timeout),
+               "dist_autograd::backward: context " + std::to_string(ctx_id) + " got no answer within the bound"};
+  if (!err && std::get<0>(outcome) == propagate_failed)
+    err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
   if (!err) return;
-  caf::actor a;  // a failed backward releases the context on the other workers, keeps it here
-  {
-    std::lock_guard<std::mutex> lock(impl_->m);
-    if (auto it = impl_->actors.find(ctx_id); it != impl_->actors.end()) a = it->second;
-  }
-  release_through(impl_->n, impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false);
+  // A failed backward releases the context on the other workers, keeps it here.
+  release_through(impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false);
   std::rethrow_exception(err);
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,27 +37,78 @@ inline constexpr const char* release_name = "__troupe_dist_autograd_release";
 inline constexpr std::int32_t propagate_done = 0;
 inline constexpr std::int32_t propagate_running = 1;
 inline constexpr std::int32_t propagate_failed = 2;
+/// Not an answer of the receiver: the attempt's call itself failed (errc, text); sender-side only.
+inline constexpr std::int32_t propagate_attempt_failed = 3;
 /// The answer of PropagateGradients: (state, errc, message).
 using propagate_answer = std::tuple<std::int32_t, std::int32_t, std::string>;
 
-/// One PropagateGradients in flight; awaited (and retried) by the run that started it.
-struct propagation {
-  std::string to;
-  context_id ctx = 0;
-  message_id msg = 0;
-  std::uint64_t pass = 0;
-  bool retain = false;
-  tensor_list grads;
-  int attempt = 0;
-  rpc::future<propagate_answer> result;
+/// A PropagateGradients answer delivered exactly once (Note [context actor]): a callback that,
+/// dropped unanswered (its message went to an actor that ended, or the actor ended with it parked),
+/// answers `fallback` instead, so no waiter is ever left without an answer.
+template <class T>
+class answer_once {
+ public:
+  answer_once(std::function<void(const T&)> fn, T fallback) : fn_(std::move(fn)), fallback_(std::move(fallback)) {}
+  ~answer_once() {
+    if (fn_) fn_(fallback_);
+  }
+  answer_once(const answer_once&) = delete;
+  answer_once& operator=(const answer_once&) = delete;
+  /// Answers with `v`; later calls do nothing.
+  void operator()(const T& v) {
+    auto fn = std::move(fn_);
+    fn_ = nullptr;
+    if (fn) fn(v);
+  }
+
+ private:
+  std::function<void(const T&)> fn_;
+  T fallback_;
+};
+template <class T>
+using answer_ptr = std::shared_ptr<answer_once<T>>;
+
+/// A thread blocked (bounded) on one answer_once: the backward's caller, a release.
+template <class T>
+class answer_waiter {
+ public:
+  /// The callback to hand to the actor; `fallback` answers it when it is dropped unanswered.
+  answer_ptr<T> callback(T fallback) {
+    return std::make_shared<answer_once<T>>(
+        [st = st_](const T& v) {
+          {
+            std::lock_guard<std::mutex> lock(st->m);
+            st->value = v;
+            st->done = true;
+          }
+          st->cv.notify_all();
+        },
+        std::move(fallback));
+  }
+  /// Blocks up to `timeout`; the answer, or false when none came.
+  bool wait_for(std::chrono::milliseconds timeout, T& out) const {
+    std::unique_lock<std::mutex> lock(st_->m);
+    if (!st_->cv.wait_for(lock, timeout, [&] { return st_->done; })) return false;
+    out = st_->value;
+    return true;
+  }
+
+ private:
+  struct shared {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    T value{};
+  };
+  std::shared_ptr<shared> st_ = std::make_shared<shared>();
 };
 
-/// The outcome of one propagation handled here, shared with its duplicates (dedupe).
-struct handled_propagation {
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
+/// What an engine run hands its PropagateGradients to: the context's actor (which sends, retries
+/// and awaits them, Note [context actor]) under the run's group id; `count` of them so far.
+struct propagation_outbox {
+  caf::actor actor;
+  std::uint64_t group = 0;
+  std::size_t count = 0;
 };
 
 /// Dependencies and input buffers of one backward pass of one context on this worker
@@ -78,7 +130,7 @@ struct context_state {
   gradient_map grads;
   std::set<std::string> workers;  ///< workers this context exchanged messages with
   std::set<std::string> lost;     ///< workers found dead (no release is sent to them)
-  std::map<std::pair<message_id, std::uint64_t>, std::shared_ptr<handled_propagation>> handled;
+  std::set<std::pair<message_id, std::uint64_t>> handled;  ///< (message, pass) propagations seen here
   std::mutex run;   ///< serialises engine runs of this context here
   graph_pass pass;  ///< guarded by `run`
 };
@@ -113,12 +165,11 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::shared_ptr<recv_function> record_recv(context_state& ctx, message_id msg, const std::string& from,
                                              std::uint32_t num);
 
-  /// Waits for `started` (retrying timed-out attempts); rethrows the first error after all ended.
-  void drain(context_state& ctx, std::vector<propagation>& started);
-  /// Handler of PropagateGradients (deduplicated by (msg, pass)); never throws.
-  propagate_answer on_propagate(context_id id, message_id msg, std::uint64_t pass, std::int32_t attempt, const tensor_list& grads,
-                    bool retain);
-  void run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
+  /// The actor of context `id` (null when unknown here).
+  caf::actor actor_of(context_id id) const;
+  /// Handler of PropagateGradients (deduplicated by (msg, pass)): runs the local part on this
+  /// executor thread, answers later through a deferred reply (Note [context actor]); never throws.
+  void on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
   /// Drops the context here; returns its actor (null when unknown), which runs the release.
   caf::actor drop(context_id id);
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded).
@@ -144,7 +195,8 @@ struct container_access {
 /// Creates the owner-side state and registers the optimizer's reserved functions on `c.n`.
 void add_optimizer_functions(const std::shared_ptr<container::impl>& c);
 
-/// Starts `p` (a new attempt) through `n`.
-void start_propagation(node& n, const container_options& opts, propagation& p);
+/// The bound on an actor's answer to one group of propagations: backward_timeout for the polls,
+/// one more attempt's deadline, the backoffs, and a margin.
+std::chrono::milliseconds propagation_bound(const container_options& opts);
 
 }  // namespace troupe::dist_autograd

@@ -1,32 +1,18 @@
-// The context actor: state and behaviour (Note [context actor] in context_actor.hpp).
+// The context actor: state, behaviour and the release (Note [context actor] in context_actor.hpp);
+// its PropagateGradients handlers are in propagation.cpp.
 #include "context_actor.hpp"
 
 #include <algorithm>
-#include <map>
-#include <set>
-#include <vector>
 
 #include <caf/all.hpp>
 
+#include "context_actor_state.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::dist_autograd {
 
 namespace {
-
-struct context_actor_state {
-  node* n = nullptr;
-  container_options opts;
-  std::shared_ptr<context_state> record;
-  std::set<std::string> pending;       ///< workers whose release has not ended yet
-  std::map<std::string, int> attempts;  ///< attempts made per worker in this release
-  std::vector<caf::typed_response_promise<std::int32_t>> waiting;
-  std::int32_t released = 0;
-  bool final = false;
-  static inline const char* name = "troupe.dist.context";
-};
-using context_self = context_handle::stateful_pointer<context_actor_state>;
 
 void send_attempt(context_self self, const std::string& worker) {
   auto& s = self->state;
@@ -53,13 +39,13 @@ void send_attempt(context_self self, const std::string& worker) {
 void finish_if_done(context_self self) {
   auto& s = self->state;
   if (!s.pending.empty() || s.waiting.empty()) return;
-  for (auto& rp : s.waiting) rp.deliver(s.released);
+  for (auto& w : s.waiting) (*w)(s.released);
   s.waiting.clear();
   s.attempts.clear();
   if (s.final) self->quit();
 }
 
-caf::result<std::int32_t> on_release(context_self self, const ctx_release& r) {
+void on_release(context_self self, ctx_release& r) {
   auto& s = self->state;
   s.final = s.final || r.final;
   std::set<std::string> targets;
@@ -68,12 +54,10 @@ caf::result<std::int32_t> on_release(context_self self, const ctx_release& r) {
     for (const auto& w : s.record->workers)
       if (w != r.except && !s.record->lost.count(w)) targets.insert(w);
   }
-  auto rp = self->make_response_promise<std::int32_t>();
-  s.waiting.push_back(rp);
+  if (r.done) s.waiting.push_back(std::move(r.done));
   for (const auto& w : targets)
     if (s.pending.insert(w).second) send_attempt(self, w);
   finish_if_done(self);
-  return rp;
 }
 
 void on_ack(context_self self, const ctx_release_ack& a) {
@@ -95,11 +79,17 @@ context_handle::behavior_type context_actor(context_self self, node* n, containe
   self->state.opts = opts;
   self->state.record = std::move(record);
   return {
-      [self](const ctx_release& r) -> caf::result<std::int32_t> { return on_release(self, r); },
+      [self](ctx_release& r) { on_release(self, r); },
       [self](const ctx_release_ack& a) { on_ack(self, a); },
       [self](ctx_retry_atom, const std::string& worker) {
         if (self->state.pending.count(worker)) send_attempt(self, worker);
       },
+      [self](ctx_propagate& p) { on_propagate_start(self, p); },
+      [self](const ctx_propagate_ack& a) { on_propagate_ack(self, a); },
+      [self](ctx_pretry_atom, std::uint64_t seq) { on_propagate_retry(self, seq); },
+      [self](ctx_await& w) { on_await(self, w); },
+      [self](ctx_duplicate& d) { on_duplicate(self, d); },
+      [self](ctx_running_atom, std::uint64_t park) { on_running_timeout(self, park); },
   };
 }
 
@@ -109,16 +99,14 @@ context_handle spawn_context_actor(node& n, const container_options& opts, std::
   return n.system().spawn(context_actor, &n, opts, std::move(record));
 }
 
-void release_through(node& n, const container_options& opts, const context_handle& a, const std::string& except,
-                     bool final) {
+void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final) {
   if (!a) return;
   // The actor's own bound: every attempt's deadline plus the backoffs, and a margin.
   const auto bound = (opts.release_timeout + opts.backoff * 64) * opts.attempts + std::chrono::seconds(1);
-  try {
-    caf::scoped_actor self{n.system()};
-    self->request(a, bound, ctx_release{except, final}).receive([](std::int32_t) {}, [](const caf::error&) {});
-  } catch (...) {  // the node is gone: nothing can be released any more
-  }
+  answer_waiter<std::int32_t> w;
+  caf::anon_send(a, ctx_release{except, final, w.callback(0)});  // an actor already gone answers 0
+  std::int32_t released = 0;
+  w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(bound), released);
 }
 
 void stop_context_actors(node& n, const std::vector<context_handle>& actors) {

@@ -83,12 +83,12 @@ void capture_leaf(context_state& ctx, accumulate_grad& acc, tensor_list&& in) {
 run_info* current_run() { return tls_run; }
 
 void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std::shared_ptr<grad_node>& entry,
-                  tensor_list inputs, std::vector<propagation>& started) {
+                  tensor_list inputs, propagation_outbox& outbox) {
   no_grad_guard ng;
   std::lock_guard<std::mutex> lock(ctx.run);
   const bool is_root = dynamic_cast<graph_root*>(entry.get()) != nullptr;
   if (ctx.pass.id != pass) begin_pass(ctx, pass, retain, is_root ? entry.get() : nullptr);
-  run_info info{ctx.id, pass, retain, &started};
+  run_info info{ctx.id, pass, retain, &outbox};
   run_scope current(&info);
   graph_pass& state = ctx.pass;
   std::priority_queue<grad_node*, std::vector<grad_node*>, engine_steps::later_first> queue;

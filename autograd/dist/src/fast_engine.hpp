@@ -18,9 +18,11 @@
 //
 // Runs of one context on one worker are serialised (context_state::run). A leaf's gradient goes
 // into the context (the leaf's tensor hooks run first; .grad is never touched); recv functions
-// start a PropagateGradients to their sender and the run that started it waits for it (with
-// retries) before it answers its own caller, so the root's backward returns only when every
-// worker's part finished. Limitation (as in PyTorch's FAST mode): a node that depends on a send
+// hand a PropagateGradients for their sender to the context actor, which sends and retries it;
+// the run's caller then asks the actor for the outcome of everything the run handed it (the
+// root's backward waits, bounded; a worker serving a propagation answers through a deferred
+// reply), so the root's backward returns only when every worker's part finished
+// (Note [context actor]). Limitation (as in PyTorch's FAST mode): a node that depends on a send
 // function whose gradients never arrive in the pass (its tensor was not used) never runs.
 // A new pass (retain_graph) recomputes the dependencies; buffers of the previous pass are dropped.
 
@@ -36,7 +38,7 @@ struct run_info {
   context_id ctx = 0;
   std::uint64_t pass = 0;
   bool retain = false;
-  std::vector<propagation>* started = nullptr;
+  propagation_outbox* outbox = nullptr;  ///< where recv functions hand their PropagateGradients
 };
 
 /// The run on this thread, or null outside a run.
@@ -44,9 +46,10 @@ run_info* current_run();
 
 /// Runs `entry` (a graph_root on the root worker, a send function elsewhere) with `inputs` as
 /// part of pass `pass` of `ctx`, computing the pass's dependencies first if this worker has not
-/// seen it. Propagations started go to `started`. Blocks the calling thread; throws the first
-/// node error (troupe::error naming the node).
+/// seen it. Recv functions hand their propagations to `outbox` (the context actor sends them;
+/// this run does not wait for them). Blocks the calling thread for the local work only; throws the
+/// first node error (troupe::error naming the node).
 void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std::shared_ptr<grad_node>& entry,
-                  tensor_list inputs, std::vector<propagation>& started);
+                  tensor_list inputs, propagation_outbox& outbox);
 
 }  // namespace troupe::dist_autograd

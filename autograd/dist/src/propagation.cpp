@@ -1,103 +1,162 @@
-// PropagateGradients (Note [FAST mode backward] in fast_engine.hpp): starting, waiting for and
-// retrying the propagations a run started, and the handler on the receiving worker (deduplicated
-// by (message, pass), answering with a typed state so error codes survive every hop).
+// PropagateGradients (Notes [FAST mode backward] in fast_engine.hpp and [context actor] in
+// context_actor.hpp): the context actor's side (send, retry on actor timers, await a run's
+// propagations, answer duplicates) and the handler on the receiving worker (a deferred reply).
 #include <algorithm>
-#include <thread>
+
+#include <caf/all.hpp>
 
 #include "container_impl.hpp"
+#include "context_actor_state.hpp"
 #include "fast_engine.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/rpc/registry.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::dist_autograd {
 
-// ---- PropagateGradients ------------------------------------------------------------------------
-
-void start_propagation(node& n, const container_options& opts, propagation& p) {
-  p.result = rpc_async<propagate_answer>(n, p.to, propagate_name, rpc::deadline{opts.propagate_timeout}, p.ctx, p.msg,
-                                     p.pass, static_cast<std::int32_t>(p.attempt), p.grads, p.retain);
+std::chrono::milliseconds propagation_bound(const container_options& opts) {
+  return opts.backward_timeout + opts.propagate_timeout + opts.backoff * 64 * opts.attempts + std::chrono::seconds(1);
 }
 
 namespace {
-/// The error of a failed propagation answer from `to`: peer_lost and timeout keep their code (a
-/// worker lost hops away is still peer_lost here); anything else is a remote_exception.
-error answer_error(const std::string& to, std::int32_t code, const std::string& text) {
-  const auto c = static_cast<errc>(code);
-  if (c == errc::peer_lost || c == errc::timeout) return error(c, text);
-  return error(errc::remote_exception, "dist_autograd backward on " + to + ": " + text);
+
+propagate_answer failure(errc code, const std::string& text) {
+  return {propagate_failed, static_cast<std::int32_t>(code), text};
 }
+
+/// The receiver's failure as seen here: peer_lost and timeout keep their code (a worker lost hops
+/// away is still peer_lost at the root); anything else is a remote_exception naming `to`.
+propagate_answer from_remote(const std::string& to, const propagate_answer& a) {
+  const auto c = static_cast<errc>(std::get<1>(a));
+  if (c == errc::peer_lost || c == errc::timeout) return a;
+  return failure(errc::remote_exception, "dist_autograd backward on " + to + ": " + std::get<2>(a));
+}
+
+void send_propagation(context_self self, std::uint64_t seq) {
+  auto& p = self->state.out.at(seq);
+  const int attempt = ++p.attempt;
+  context_handle me = caf::actor_cast<context_handle>(self);
+  auto ack = [me, seq, attempt](propagate_answer a) { caf::anon_send(me, ctx_propagate_ack{seq, attempt, std::move(a)}); };
+  try {
+    auto f = rpc_async<propagate_answer>(*self->state.n, p.to, propagate_name,
+                                         rpc::deadline{self->state.opts.propagate_timeout}, self->state.record->id, p.msg,
+                                         p.pass, static_cast<std::int32_t>(attempt), p.grads, p.retain);
+    f.then([ack](const rpc::future<propagate_answer>& done) {
+      try {
+        ack(done.get());
+      } catch (const error& e) {
+        ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
+      }
+    });
+  } catch (const error& e) {  // the node is stopping or the peer cannot be resolved
+    ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
+  }
+}
+
+/// Answers group `id` once it was awaited and every propagation it handed over ended.
+void finish_group(context_self self, std::uint64_t id) {
+  auto& s = self->state;
+  auto it = s.groups.find(id);
+  if (it == s.groups.end() || !it->second.awaited || it->second.ended < it->second.expected) return;
+  propagation_group g = std::move(it->second);
+  s.groups.erase(it);
+  const propagate_answer& answer = std::get<0>(g.local) == propagate_failed ? g.local : g.first_failure;
+  if (g.key != std::pair<message_id, std::uint64_t>{0, 0}) {  // an incoming propagation: its duplicates too
+    auto& in = s.incoming[g.key];
+    in.known = true;
+    in.answer = answer;
+    for (auto& [park, waiter] : in.parked) (*waiter)(answer);
+    in.parked.clear();
+  }
+  if (g.done) (*g.done)(answer);
+}
+
+/// Outgoing propagation `seq` ended with `answer` (done or failed).
+void end_propagation(context_self self, std::uint64_t seq, const propagate_answer& answer) {
+  auto& s = self->state;
+  auto it = s.out.find(seq);
+  if (it == s.out.end()) return;
+  const std::uint64_t group = it->second.group;
+  s.out.erase(it);
+  auto& g = s.groups[group];
+  ++g.ended;
+  if (std::get<0>(answer) == propagate_failed && std::get<0>(g.first_failure) != propagate_failed) g.first_failure = answer;
+  finish_group(self, group);
+}
+
 }  // namespace
 
-void container::impl::drain(context_state& ctx, std::vector<propagation>& started) {
-  std::exception_ptr first;
-  auto fail = [&](const std::string& to, std::exception_ptr e, bool lost) {
-    if (lost) {
-      std::lock_guard<std::mutex> lock(ctx.m);
-      ctx.lost.insert(to);
-    }
-    if (!first) first = e;
-  };
-  for (auto& p : started) {
-    const auto give_up = std::chrono::steady_clock::now() + opts.backward_timeout;
-    int failures = 0;
-    for (;;) {
-      try {
-        const auto [state, code, text] = p.result.get();  // bounded by the attempt's deadline
-        if (state == propagate_done) break;
-        if (state == propagate_failed) {
-          fail(p.to, std::make_exception_ptr(answer_error(p.to, code, text)), false);
-          break;
-        }
-        if (std::chrono::steady_clock::now() > give_up) {  // still running there: poll again, bounded
-          fail(p.to, std::make_exception_ptr(error(errc::timeout, "dist_autograd: the propagation of message " +
-                                                                      std::to_string(p.msg) + " to " + p.to +
-                                                                      " did not finish within backward_timeout")),
-               false);
-          break;
-        }
-      } catch (const error& e) {  // the attempt itself failed: lost request or reply, dead peer
-        if (e.code() != errc::timeout || ++failures >= opts.attempts || std::chrono::steady_clock::now() >= give_up) {
-          fail(p.to, std::current_exception(), e.code() == errc::peer_lost);
-          break;
-        }
-      }
-      std::this_thread::sleep_for(opts.backoff * (1 << std::min(p.attempt, 6)));  // backoff before the next attempt
-      ++p.attempt;
-      start_propagation(n, opts, p);
-    }
-  }
-  started.clear();
-  if (first) std::rethrow_exception(first);
+void on_propagate_start(context_self self, ctx_propagate& p) {
+  auto& s = self->state;
+  const std::uint64_t seq = ++s.next_seq;
+  s.groups[p.group];  // known from now on, even before its await arrives
+  s.out.emplace(seq, outgoing_propagation{p.group, std::move(p.to), p.msg, p.pass, p.retain, std::move(p.grads), 0, 0,
+                                          std::chrono::steady_clock::now() + s.opts.backward_timeout});
+  send_propagation(self, seq);
 }
 
-void container::impl::run_propagation(context_state& ctx, message_id msg, std::uint64_t pass, const tensor_list& grads,
-                                      bool retain) {
-  std::shared_ptr<send_function> send;
-  {
-    std::lock_guard<std::mutex> lock(ctx.m);
-    if (auto it = ctx.sends.find(msg); it != ctx.sends.end()) send = it->second;
+void on_propagate_ack(context_self self, const ctx_propagate_ack& a) {
+  auto& s = self->state;
+  auto it = s.out.find(a.seq);
+  if (it == s.out.end()) return;  // ended already (an earlier attempt's answer won)
+  auto& p = it->second;
+  const auto [state, code, text] = a.answer;
+  if (state == propagate_done) return end_propagation(self, a.seq, a.answer);
+  if (state == propagate_failed) return end_propagation(self, a.seq, from_remote(p.to, a.answer));
+  if (a.attempt != p.attempt) return;  // a late non-answer of an earlier attempt: the current one decides
+  const auto delay = s.opts.backoff * (1 << std::min(p.attempt - 1, 6));
+  const bool late = std::chrono::steady_clock::now() + delay > p.give_up;
+  if (state == propagate_running) {  // the receiver still works on it: poll again, bounded
+    if (!late) return self->delayed_send(self, delay, ctx_pretry_atom::value, a.seq);
+    return end_propagation(self, a.seq,
+                           failure(errc::timeout, "dist_autograd: the propagation of message " + std::to_string(p.msg) +
+                                                      " to " + p.to + " did not finish within backward_timeout"));
   }
-  if (!send)
-    throw error(errc::bad_argument, "dist_autograd::propagate on " + n.info().name + ": no send function for message " +
-                                        std::to_string(msg) + " in context " + std::to_string(ctx.id));
-  if (grads.size() != send->next_edges().size())
-    throw error(errc::bad_argument, "dist_autograd::propagate on " + n.info().name + ": " +
-                                        std::to_string(grads.size()) + " gradients for a send of " +
-                                        std::to_string(send->next_edges().size()) + " tensors");
-  std::vector<propagation> started;
-  std::exception_ptr err;
-  try {
-    execute_fast(ctx, pass, retain, send, grads, started);
-  } catch (...) {
-    err = std::current_exception();
+  const auto c = static_cast<errc>(code);  // the attempt's call failed
+  if (c == errc::timeout && ++p.timeouts < s.opts.attempts && !late)
+    return self->delayed_send(self, delay, ctx_pretry_atom::value, a.seq);
+  if (c == errc::peer_lost) {
+    std::lock_guard<std::mutex> lock(s.record->m);
+    s.record->lost.insert(p.to);
   }
-  try {
-    drain(ctx, started);  // even after an error: nothing this run started is left behind
-  } catch (...) {
-    if (!err) err = std::current_exception();
-  }
-  if (err) std::rethrow_exception(err);
+  end_propagation(self, a.seq, {propagate_failed, code, text});
 }
+
+void on_propagate_retry(context_self self, std::uint64_t seq) {
+  if (self->state.out.count(seq)) send_propagation(self, seq);
+}
+
+void on_await(context_self self, ctx_await& w) {
+  auto& g = self->state.groups[w.group];
+  g.awaited = true;
+  g.expected = w.count;
+  g.local = std::move(w.local);
+  g.key = w.key;
+  g.done = std::move(w.done);
+  finish_group(self, w.group);
+}
+
+void on_duplicate(context_self self, ctx_duplicate& d) {
+  auto& s = self->state;
+  auto& in = s.incoming[d.key];
+  if (in.known) return (*d.done)(in.answer);
+  const std::uint64_t park = ++s.next_park;
+  in.parked.emplace(park, std::move(d.done));
+  // Polled again by the sender after `running`: the answer waits at most half an attempt here.
+  self->delayed_send(self, s.opts.propagate_timeout / 2, ctx_running_atom::value, park);
+}
+
+void on_running_timeout(context_self self, std::uint64_t park) {
+  for (auto& [key, in] : self->state.incoming) {
+    auto it = in.parked.find(park);
+    if (it == in.parked.end()) continue;
+    (*it->second)(propagate_answer{propagate_running, 0, {}});
+    in.parked.erase(it);
+    return;
+  }
+}
+
+// ---- the receiving worker's handler --------------------------------------------------------------
 
 namespace {
 /// The answer that carries the current exception's code and text.
@@ -105,50 +164,61 @@ propagate_answer failed_answer(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);
   } catch (const error& err) {
-    return {propagate_failed, static_cast<std::int32_t>(err.code()), err.message()};
+    return failure(err.code(), err.message());
   } catch (const std::exception& err) {
-    return {propagate_failed, static_cast<std::int32_t>(errc::remote_exception), err.what()};
+    return failure(errc::remote_exception, err.what());
   } catch (...) {
-    return {propagate_failed, static_cast<std::int32_t>(errc::remote_exception), "unknown exception"};
+    return failure(errc::remote_exception, "unknown exception");
   }
+}
+
+/// The send function of `msg` in `ctx`, checked against the gradients that arrived.
+std::shared_ptr<send_function> send_for(context_state& ctx, message_id msg, const tensor_list& grads,
+                                        const std::string& me) {
+  std::shared_ptr<send_function> send;
+  {
+    std::lock_guard<std::mutex> lock(ctx.m);
+    if (auto it = ctx.sends.find(msg); it != ctx.sends.end()) send = it->second;
+  }
+  if (!send)
+    throw error(errc::bad_argument, "dist_autograd::propagate on " + me + ": no send function for message " +
+                                        std::to_string(msg) + " in context " + std::to_string(ctx.id));
+  if (grads.size() != send->next_edges().size())
+    throw error(errc::bad_argument, "dist_autograd::propagate on " + me + ": " + std::to_string(grads.size()) +
+                                        " gradients for a send of " + std::to_string(send->next_edges().size()) +
+                                        " tensors");
+  return send;
 }
 }  // namespace
 
-propagate_answer container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass,
-                                               std::int32_t /*attempt*/, const tensor_list& grads, bool retain) {
+void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads,
+                                   bool retain) {
+  auto reply = rpc::defer();
+  auto done = std::make_shared<answer_once<propagate_answer>>(
+      [reply](const propagate_answer& a) { reply->complete<propagate_answer>(a); },
+      failure(errc::invalid_state, "dist_autograd::propagate on " + n.info().name + ": context " + std::to_string(id) +
+                                       " ended while the propagation ran"));
   auto ctx = find_if(id);
-  if (!ctx)
-    return {propagate_failed, static_cast<std::int32_t>(errc::bad_argument),
-            "dist_autograd::propagate: unknown context " + std::to_string(id) + " on " + n.info().name};
-  std::shared_ptr<handled_propagation> h;
+  caf::actor a = ctx ? actor_of(id) : caf::actor{};
+  if (!ctx || !a)
+    return (*done)(failure(errc::bad_argument,
+                           "dist_autograd::propagate: unknown context " + std::to_string(id) + " on " + n.info().name));
+  const std::pair<message_id, std::uint64_t> key{msg, pass};
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(ctx->m);
-    auto& slot = ctx->handled[{msg, pass}];
-    if (!slot) {
-      slot = std::make_shared<handled_propagation>();
-      first = true;
-    }
-    h = slot;
+    first = ctx->handled.insert(key).second;
   }
-  if (!first) {  // a duplicate or a retry: the first one's outcome, or "still running"
-    std::unique_lock<std::mutex> lock(h->m);
-    if (!h->cv.wait_for(lock, opts.propagate_timeout / 2, [&] { return h->done; })) return {propagate_running, 0, {}};
-    return h->error ? failed_answer(h->error) : propagate_answer{propagate_done, 0, {}};
-  }
-  std::exception_ptr err;
-  try {
-    run_propagation(*ctx, msg, pass, grads, retain);
+  auto handle = caf::actor_cast<context_handle>(a);
+  if (!first) return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
+  propagation_outbox outbox{a, new_id(), 0};
+  propagate_answer local{propagate_done, 0, {}};
+  try {  // the local part runs here; what it handed the actor is awaited there, not here
+    execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
   } catch (...) {
-    err = std::current_exception();
+    local = failed_answer(std::current_exception());
   }
-  {
-    std::lock_guard<std::mutex> lock(h->m);
-    h->done = true;
-    h->error = err;
-  }
-  h->cv.notify_all();
-  return err ? failed_answer(err) : propagate_answer{propagate_done, 0, {}};
+  caf::anon_send(handle, ctx_await{outbox.group, outbox.count, std::move(local), key, std::move(done)});
 }
 
 }  // namespace troupe::dist_autograd
