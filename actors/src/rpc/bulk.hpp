@@ -4,41 +4,50 @@
 //
 // Note [tensor over shared memory]
 // While a node encodes a payload for a peer on the same host (same CAF host id), a bulk_scope
-// is active on the encoding thread. write_tensor then copies every tensor of at least
-// `bulk_threshold` bytes into a POOLED, already-faulted POSIX shared-memory segment and writes
-// only its name and a generation (tensor kind 1). A fresh segment per transfer made the kernel
-// allocate and zero every page on both sides (~40 ms per direction for 64 MB, 3x the copy), so
-// segments are kept and reused:
+// is active on the encoding thread. write_tensor then sends every tensor of at least
+// `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1): the owner's
+// pid, the segment's memfd number in the owner, its name, generation, the tensor's byte offset
+// in it and a one-use ticket. Segments are anonymous memfds, never names in /dev/shm: a peer
+// maps one by opening /proc/<owner pid>/fd/<fd> (same user; it checks that the file it got is
+// the memfd of that name, so a reused pid or fd number fails instead of mapping something else),
+// and the kernel frees the memory when the last mapping goes, so a SIGKILLed process, sender or
+// receiver, leaks nothing.
 //
-//   * Sender (bulk_names, one per node): a pool per peer node; payload capacities are powers of
-//     two >= 1 MiB after a 4 KiB header page. A segment is named
-//     "/troupe_rpc_<pid>_<nonce>_<n>" (random nonce per process: a name is never reused, even
-//     across pid reuse) and mapped once with MAP_POPULATE. Its header holds an atomic state
-//     (0 free, 1 in flight, 2 retired) and the generation of the transfer in flight. The sender
-//     takes a segment only by CAS 0 -> 1, so a segment is never handed out twice while in use.
-//   * Receiver (one cache per process): the first transfer through a segment opens it, UNLINKS
-//     the name (nothing lingers in /dev/shm while both sides live) and keeps the mapping, keyed
-//     by name; later transfers reuse it (no open/mmap/munmap per call). It checks the generation
-//     and that header + bytes fit inside its own mapping (sizes are never trusted beyond it).
-//     The received tensor's storage IS the segment (zero copy, storage_kind::shared_memory); the
-//     storage's deleter stores state 0, handing the segment back to the sender. Measured against
-//     copying out into an ordinary tensor: 64 MB echo 17-18 ms vs 35-37 ms, so the copy out is
-//     gone. A received tensor kept alive pins its segment; the sender then uses another one.
-//   * Pooled per peer because only that peer's process holds the mapping of an unlinked name.
-//     The receiver's cache is bounded (bulk_cache_limit): it evicts a mapping only by CAS
-//     0 -> 2 (never one in flight or held by a tensor); the sender drops retired segments.
-//   * The sender's pool is bounded (bulk_pool_limit) for what it RETAINS: over it, free segments
-//     are retired; when every segment is in flight the pool grows anyway and sheds the surplus
-//     once it is free again.
-//   * A message never decoded (dropped, peer died) leaves its segment in flight until the node
-//     tears down; bulk_names::unlink_all() unlinks every name the node created (names a receiver
-//     already unlinked are gone), the destructor unmaps. A SIGKILLed process leaks only the
-//     names it created that nobody opened yet.
+//   * Owner (bulk_names, one per node): a pool per peer node of segments created with
+//     memfd_create and mapped once with MAP_POPULATE (a fresh segment per transfer made the
+//     kernel allocate and zero every page on both sides, ~40 ms per direction for 64 MB).
+//     Payload capacities are powers of two >= 1 MiB after a 4 KiB header page. The header holds
+//     an atomic REFERENCE COUNT (0 free, n holders, UINT32_MAX retired) and the generation. The
+//     owner takes a free segment only by CAS 0 -> 1 (the reference of the message it sends) and
+//     bumps the generation; a segment is never reused while any process holds it.
+//   * An ORDINARY tensor is copied into an owner segment (one copy; value semantics: the sender
+//     may change its tensor as soon as the call returns). A tensor whose storage already IS a
+//     segment (every large tensor received this way) is sent by reference, without a copy: the
+//     encoder adds one reference for the message. So an echo copies once (the caller's copy-in);
+//     the callee's result is a reference to the caller's own segment, which the caller views
+//     again, and a tensor can be forwarded to a third process the same way.
+//   * Receiver: the first decode of a message CLAIMS its ticket and its tensor inherits the
+//     message's reference; a duplicated frame (fault injection) finds its ticket claimed and
+//     takes a reference of its own (only while the count is live), so the counts stay exact. The
+//     tensor's storage is the mapped segment (zero copy, storage_kind::shared_memory, handle
+//     "rpc:<name>"); its deleter drops the reference. It checks the generation and that offset +
+//     bytes fit inside its own mapping (sizes are never trusted beyond it).
+//   * Sharing: a received large tensor is shared memory, like one from share_memory_(): when it
+//     is sent on, every holder views the same bytes and an in-place write by one is seen by all.
+//     An ordinary tensor is never shared by sending it.
+//   * Every process keeps one table of mappings: its own segments (while its pool or a tensor
+//     holds them) and peers' segments, least recently used first, bounded (bulk_cache_limit):
+//     a peer's mapping is let go only by CAS 0 -> retired (never one in use); the owner drops
+//     retired segments. The owner's pool is bounded (bulk_pool_limit) for what it RETAINS; when
+//     every segment is in use the pool grows anyway and sheds the surplus once it is free.
+//   * A message never decoded (dropped, peer died) keeps its reference: the segment stays in use
+//     until its owner drops that peer's pool (peer_down) or tears down. A dead peer's references
+//     die with it the same way. A node's teardown also lets go of every unused peer mapping.
 //
-//   sender: CAS free->in flight, memcpy --name,gen--> [CAF] --> receiver: cached map, tensor
-//   view; tensor dies -> state free
+//   owner: CAS 0->1, memcpy --pid,fd,name,gen,offset,ticket--> receiver: map (cached), claim,
+//   view; tensor sent on: refs+1 --> ... ; every tensor dies -> refs 0 -> free for the owner
 //
-// Only names with the "/troupe_rpc_" prefix are ever opened or unlinked by a receiver.
+// Only memfds named "troupe_rpc_..." are ever opened by a receiver.
 
 #include <cstddef>
 #include <cstdint>
@@ -59,17 +68,16 @@ inline constexpr std::size_t bulk_pool_limit = std::size_t{512} << 20;
 /// Most bytes of peers' segments one process keeps mapped as a receiver.
 inline constexpr std::size_t bulk_cache_limit = std::size_t{512} << 20;
 
-/// One pooled segment of a sender (see Note [tensor over shared memory]).
+struct seg_mapping;
+
+/// One pooled segment of an owner (see Note [tensor over shared memory]).
 struct bulk_segment {
-  std::string name;
-  void* base = nullptr;
-  std::size_t map_len = 0;   ///< header page + capacity
-  std::size_t capacity = 0;  ///< payload bytes
-  std::uint64_t gen = 0;     ///< generation of the last transfer
+  std::shared_ptr<seg_mapping> map;  ///< also held by every local tensor that views it
+  std::size_t capacity = 0;          ///< payload bytes
+  std::uint64_t gen = 0;             ///< generation of the last transfer
 };
 
-/// A node's pool of sending segments, and the names it created (unlinked at teardown).
-/// Thread-safe.
+/// A node's pools of sending segments, one per peer node. Thread-safe.
 class bulk_names {
  public:
   bulk_names() = default;
@@ -77,19 +85,20 @@ class bulk_names {
   bulk_names(const bulk_names&) = delete;
   bulk_names& operator=(const bulk_names&) = delete;
 
-  /// Records a name to unlink at teardown.
-  void add(std::string name);
-  /// Unlinks every recorded name still present; later acquire() calls return nullptr.
+  /// Closes the pools (later acquire() calls return nullptr), drops every segment not in use
+  /// and lets go of this process's unused mappings of peers' segments. Node teardown.
   void unlink_all();
-  /// A segment for `peer` with room for `nbytes`, now in flight (its generation bumped and
-  /// written to the header), or nullptr when the pool is closed or full.
+  /// `peer` (a node id string) is gone: its pool is dropped; segments it still held are freed
+  /// by the kernel once no local tensor views them.
+  void drop_peer(const std::string& peer);
+  /// A segment for `peer` with room for `nbytes`, now holding one reference (its generation
+  /// bumped and written to the header), or nullptr when the pool is closed or cannot grow.
   bulk_segment* acquire(const std::string& peer, std::size_t nbytes);
 
  private:
   void drop_retired();
   void make_room(std::size_t need);
   std::mutex mutex_;
-  std::vector<std::string> names_;
   std::map<std::string, std::vector<std::unique_ptr<bulk_segment>>> pool_;
   std::size_t pooled_bytes_ = 0;
   bool closed_ = false;

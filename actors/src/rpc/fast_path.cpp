@@ -196,6 +196,8 @@ void fast_path::peer_down(const std::string& peer, const std::string& reason) {
   for (auto& c : gone) {
     c->close();
     fail_calls_on(c.get(), peer, reason);
+    // Note [tensor over shared memory]: what the peer held is freed when no local tensor views it.
+    if (cfg_.bulk && c->peer_node) cfg_.bulk->drop_peer(caf::to_string(c->peer_node));
   }
 }
 
