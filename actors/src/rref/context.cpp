@@ -23,18 +23,6 @@ courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_
       [self, r](courier_send& m) {
         start_control(self, self->state, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
       },
-      // Note [deferred reply]: the owner answers a local_fetch when its value exists (or breaks
-      // the promise when it ends); the fetch's reply goes back from here.
-      [self](courier_fetch& m) {
-        using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
-        auto reply = m.reply;
-        auto gone = m.gone;
-        self->request(m.owner, caf::infinite, rref_msg::local_fetch{0})
-            .then([reply](rref_msg::fetch_answer& a) { reply->complete<fetch_reply>(fetch_reply{a.code, std::move(a.message), std::move(a.value)}); },
-                  [reply, gone](caf::error&) {
-                    reply->complete<fetch_reply>(fetch_reply{static_cast<std::int32_t>(errc::invalid_state), gone, {}});
-                  });
-      },
       [self, r, period](sweep_atom) {
         r->purge_tombstones();
         self->delayed_send(self, period, sweep_atom::value);
@@ -116,9 +104,17 @@ std::optional<owner_rref_actor> context_impl::owner_for(const rref_id& id, bool 
   auto it = owners_.find(id);
   if (it != owners_.end()) return it->second;
   if (!create) return std::nullopt;
-  auto a = spawn_owner_rref(*this, id, std::nullopt);
+  auto a = spawn_owner_rref(*this, id, nullptr);
   owners_.emplace(id, a);
   return a;
+}
+
+std::optional<std::pair<owner_rref_actor, bool>> context_impl::start_owner(const rref_id& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_ || deleted_owners_.contains(id)) return std::nullopt;
+  auto it = owners_.find(id);
+  if (it == owners_.end()) it = owners_.emplace(id, spawn_owner_rref(*this, id, nullptr)).first;
+  return std::make_pair(it->second, !started_.insert(id).second);
 }
 
 std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {
@@ -133,6 +129,7 @@ bool context_impl::owner_gone(const rref_id& id) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (local_refs_on_way_.count(id)) return false;
     retire(owners_, id, draining_);
+    started_.erase(id);  // the tombstone refuses later copies of its remote_call
     deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);
   }
   changed_.notify_all();

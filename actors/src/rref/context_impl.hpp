@@ -76,15 +76,8 @@ struct courier_send {
 template <class I> typename I::result_type inspect(I& f, courier_send& x) {
   return f(caf::meta::type_name("troupe.rref.courier_send"), x.to, x.ack);
 }
-/// A fetch from another worker, answered through its deferred reply once the owner has the value
-/// (Note [deferred reply]; local only, never serialized).
-struct courier_fetch {
-  owner_rref_actor owner;
-  std::shared_ptr<rpc::reply_later> reply;
-  std::string gone;  ///< the answer's message if the owner ends first
-};
 using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
-using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<courier_fetch>, caf::reacts_to<sweep_atom>,
+using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<sweep_atom>,
                                        caf::reacts_to<rref_msg::control_done>,
                                        caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
 
@@ -112,6 +105,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::map<rref_id, owner_rref_actor> owners_;
   std::map<fork_key, user_rref_actor> users_;
   std::map<rref_id, int> local_refs_on_way_;
+  std::set<rref_id> started_;  // live owners whose user function the router started (dedupe)
   // Deleted owners and DELETING forks until their last control message is done: CAF ends an
   // actor nobody references, so the router keeps them until they call actor_done.
   std::map<caf::actor_addr, caf::actor> draining_;  // binds on the owner not yet taken by its actor
@@ -135,6 +129,9 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   /// The owner actor of `id`; spawned PENDING if absent and `create`; nullopt if deleted.
   std::optional<owner_rref_actor> owner_for(const rref_id& id, bool create);
   std::optional<user_rref_actor> user_for(const fork_key& k);
+  /// For a remote_call of `id`: its owner actor (spawned PENDING if absent) and whether its user
+  /// function was already started (a duplicate); nullopt if the id was deleted or we are closed.
+  std::optional<std::pair<owner_rref_actor, bool>> start_owner(const rref_id& id);
   /// The owner actor decided to delete: erases and tombstones it, unless a bind of the id on
   /// this node sent it a local reference it has not taken yet (then false: stay).
   bool owner_gone(const rref_id& id);
@@ -241,4 +238,3 @@ void on_retry(Self* self, control_retries& ctl, context_impl& r, std::uint64_t s
 
 }  // namespace troupe::rref_detail
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_detail::courier_fetch)

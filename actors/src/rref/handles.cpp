@@ -107,7 +107,7 @@ std::shared_ptr<handle> bind_at_owner(context_impl& c, std::shared_ptr<handle> h
     if (!c.deleted_owners_.contains(w.id)) {
       // It may arrive before the remote_call that creates the value: a PENDING owner then.
       auto it = c.owners_.find(w.id);
-      if (it == c.owners_.end()) it = c.owners_.emplace(w.id, spawn_owner_rref(c, w.id, std::nullopt)).first;
+      if (it == c.owners_.end()) it = c.owners_.emplace(w.id, spawn_owner_rref(c, w.id, nullptr)).first;
       a = it->second;
     }
     if (a) {

@@ -27,14 +27,14 @@ struct owner_state {
   bool started = false, ready = false, creator_fork_deleted = false, deleted = false;
   std::int32_t code = 0;
   std::string message;
-  std::vector<char> value;
+  held_ptr value;
   std::set<fork_id> forks, deleted_forks;
   std::map<std::uint64_t, child_entry> children;  // pending-child tokens of owner-local handles
   int local = 0;
-  std::set<std::pair<std::string, fork_id>> parked_remote;  // fetchers to send value_ready
-  std::vector<caf::typed_response_promise<fetch_answer>> parked_local;
+  std::vector<std::shared_ptr<rpc::reply_later>> parked_remote;  // fetches from other workers
+  std::vector<caf::typed_response_promise<held_answer>> parked_local;
   std::uint64_t leased = 0;
-  std::deque<std::pair<std::uint64_t, caf::typed_response_promise<fetch_answer>>> lease_queue;
+  std::deque<std::pair<std::uint64_t, caf::typed_response_promise<held_answer>>> lease_queue;
   control_retries ctl;
   bool quitting = false;
 };
@@ -42,13 +42,26 @@ using owner_self = owner_rref_actor::stateful_pointer<owner_state>;
 
 fork_id creator_fork(const rref_id& id) { return fork_id{id.creator, id.local}; }
 
-fetch_answer answer_of(const owner_state& s) {
-  if (s.code != 0) return fetch_answer{s.code, s.message, {}};
-  return fetch_answer{0, {}, s.value};
+held_answer answer_of(const owner_state& s) {
+  if (s.code != 0) return held_answer{s.code, s.message, {}};
+  return held_answer{0, {}, s.value};
 }
 
-fetch_answer deleted_answer(const owner_state& s) {
-  return fetch_answer{static_cast<std::int32_t>(errc::invalid_state), "rref " + s.id.str() + " was deleted by its owner " + s.r->me_, {}};
+std::string deleted_text(const owner_state& s) { return "rref " + s.id.str() + " was deleted by its owner " + s.r->me_; }
+
+held_answer deleted_answer(const owner_state& s) {
+  return held_answer{static_cast<std::int32_t>(errc::invalid_state), deleted_text(s), {}};
+}
+
+// Answers a fetch from another worker (READY): the value is encoded here, on this thread, under
+// the fetch's served-call scopes (Note [deferred reply]), so the interceptor records its tensors.
+void answer_remote(const owner_state& s, rpc::reply_later& reply) {
+  if (s.code != 0) return reply.fail(static_cast<errc>(s.code), s.message);
+  const auto& v = s.value;
+  reply.complete_encoded([&v] {
+    storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
+    return v->encode();
+  });
 }
 
 void maybe_quit(owner_self self) { request_end(self, self->state.deleted && self->state.ctl.sends.empty()); }
@@ -62,6 +75,8 @@ void maybe_delete(owner_self self) {
   if (!s.ready && !s.creator_fork_deleted) return;   // the remote_call may still be on its way
   if (!s.r->owner_gone(s.id)) return;                // a bind of this id is on its way here
   s.deleted = true;
+  for (auto& reply : s.parked_remote) reply->fail(errc::invalid_state, deleted_text(s));
+  s.parked_remote.clear();
   for (auto& rp : s.parked_local) rp.deliver(deleted_answer(s));
   s.parked_local.clear();
   for (auto& [lease, rp] : s.lease_queue) rp.deliver(deleted_answer(s));
@@ -89,12 +104,9 @@ void on_value(owner_self self, value_set& v) {
   s.value = std::move(v.value);
   for (auto& rp : s.parked_local) rp.deliver(answer_of(s));
   s.parked_local.clear();
-  grant_leases(self);
-  s.r->stats_.value_readies += s.parked_remote.size();
-  for (const auto& [requester, fork] : s.parked_remote)
-    start_control(self, s.ctl, *s.r, requester, "troupe.rref.value_ready",
-                  to_bytes(*s.r->sys_, value_ready{s.id, fork}), [self](errc, const std::vector<char>&) { maybe_delete(self); });
+  for (auto& reply : s.parked_remote) answer_remote(s, *reply);
   s.parked_remote.clear();
+  grant_leases(self);
   maybe_delete(self);
 }
 
@@ -120,68 +132,64 @@ std::string summary(const owner_state& s) {
   return o.str();
 }
 
-owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<context_impl> r, rref_id id, std::optional<std::vector<char>> value) {
+owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<context_impl> r, rref_id id, held_ptr value) {
   auto& st = self->state;
   st.r = std::move(r);
   st.id = std::move(id);
   if (value) {
     st.started = st.ready = true;
-    st.value = std::move(*value);
+    st.value = std::move(value);
     st.local = 1;
   }
   return {
-      [self](remote_call& m) -> std::int32_t {
+      [self](remote_started& m) {
         auto& s = self->state;
-        if (s.deleted) return 2;
+        if (s.deleted) return;  // the router started it just before this actor deleted: ignored
         if (!s.deleted_forks.count(m.fork)) s.forks.insert(m.fork);
-        if (s.started) return 1;  // duplicate: the function runs once
         s.started = true;
-        return 0;
       },
       [self](value_set& v) { on_value(self, v); },
-      [self](fork_request& m) -> std::int32_t {
+      [self](fork_request_reply& m) {
         auto& s = self->state;
-        if (s.deleted_forks.count(m.fork)) return 0;  // a late duplicate after the fork's delete
-        if (s.deleted) return 1;
-        s.forks.insert(m.fork);
-        return 0;
+        std::int32_t code = 0;
+        if (s.deleted_forks.count(m.request.fork)) code = 0;  // a late duplicate after the fork's delete
+        else if (s.deleted) code = 1;
+        else s.forks.insert(m.request.fork);
+        m.reply->complete<std::int32_t>(code);  // the owner accept (Note [RRef protocol])
       },
-      [self](user_delete& m) -> std::int32_t {
+      [self](user_delete& m) {
         auto& s = self->state;
         s.deleted_forks.insert(m.fork);
         s.forks.erase(m.fork);
         if (m.fork == creator_fork(s.id)) s.creator_fork_deleted = true;
         maybe_delete(self);
-        return 0;
       },
       [self](child_ack& m) {
         self->state.children.erase(m.token);
         maybe_delete(self);
       },
-      [self](rref_msg::fetch& m) -> fetch_answer {
+      [self](remote_fetch& m) {
         auto& s = self->state;
-        ++s.r->stats_.fetches;
-        if (s.deleted) return deleted_answer(s);
-        if (s.ready) return answer_of(s);
-        s.parked_remote.emplace(m.requester, m.fork);
-        return fetch_answer{parked, {}, {}};
+        if (s.deleted) return m.reply->fail(errc::invalid_state, deleted_text(s));
+        if (!s.ready) return s.parked_remote.push_back(std::move(m.reply));
+        answer_remote(s, *m.reply);
       },
-      [self](local_fetch&) -> caf::result<fetch_answer> {
+      [self](local_fetch&) -> caf::result<held_answer> {
         auto& s = self->state;
         if (s.deleted) return deleted_answer(s);
         if (s.ready) return answer_of(s);
-        auto rp = self->make_response_promise<fetch_answer>();
+        auto rp = self->make_response_promise<held_answer>();
         s.parked_local.push_back(rp);
         return rp;
       },
-      [self](lease_request& m) -> caf::result<fetch_answer> {
+      [self](lease_request& m) -> caf::result<held_answer> {
         auto& s = self->state;
         if (s.deleted) return deleted_answer(s);
         if (s.ready && s.leased == 0 && s.lease_queue.empty()) {
           if (s.code == 0) s.leased = m.lease;
           return answer_of(s);
         }
-        auto rp = self->make_response_promise<fetch_answer>();
+        auto rp = self->make_response_promise<held_answer>();
         s.lease_queue.emplace_back(m.lease, rp);
         return rp;
       },
@@ -190,7 +198,7 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
         if (m.lease != s.leased) {  // a lease given up while still queued (the method call timed out)
           for (auto it = s.lease_queue.begin(); it != s.lease_queue.end(); ++it)
             if (it->first == m.lease) {
-              it->second.deliver(fetch_answer{static_cast<std::int32_t>(errc::timeout), "lease given up", {}});
+              it->second.deliver(held_answer{static_cast<std::int32_t>(errc::timeout), "lease given up", {}});
               s.lease_queue.erase(it);
               break;
             }
@@ -230,7 +238,7 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
 
 }  // namespace
 
-owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, std::optional<std::vector<char>> value) {
+owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, held_ptr value) {
   logger_release release;  // spawned from a node executor or user thread
   return r.sys_->spawn(owner_rref, r.shared_from_this(), id, std::move(value));
 }

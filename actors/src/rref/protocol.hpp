@@ -6,8 +6,10 @@
 // binary serializer through its inspect() into the single byte-vector argument of the reserved
 // RPC function "troupe.rref.<name>", so the transport hook and the fault plan see every one under
 // its own key; the router on the receiving node reads it back and delivers it as a CAF message to
-// the owner_rref or user_rref actor it names. Ids and strings only; values stay raw bytes.
-// The other messages here never leave the process (an actor and its router or handles).
+// the owner_rref or user_rref actor it names. Ids and strings only; values never travel in them
+// (a fetch's answer is the deferred reply of its RPC, the encoded value itself).
+// The other messages here never leave the process (an actor and its router or handles); those
+// that carry live values or reply handles are never serialized.
 
 #include <chrono>
 #include <cstdint>
@@ -22,6 +24,9 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include <caf/allowed_unsafe_message_type.hpp>
+
+#include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/rref/ids.hpp"
 #include "troupe/tensors/error.hpp"
 
@@ -81,9 +86,9 @@ template <class I> typename I::result_type inspect(I& f, fork_probe& x) {
   return f(caf::meta::type_name("troupe.rref.fork_probe"), x.id, x.fork);
 }
 
-/// user -> owner (to_here): the value of `id`. The owner answers at once with the value, its
-/// error, or "parked": then it remembers (requester, fork) and sends value_ready when the value
-/// exists. A data exchange through node::call; the requester re-asks after value_ready.
+/// user -> owner (to_here): the value of `id`. A deferred reply (Note [deferred reply]): the
+/// owner actor answers it when the value exists, with encode_result<T> of the live value,
+/// encoded under the fetch's served-call scope, or fails it with the stored error.
 struct fetch {
   rref_id id;
   fork_id fork;
@@ -93,7 +98,7 @@ template <class I> typename I::result_type inspect(I& f, fetch& x) {
   return f(caf::meta::type_name("troupe.rref.fetch"), x.id, x.fork, x.requester);
 }
 
-/// owner -> user: the value of `id` that `fork` fetched while it did not exist now does. Retried.
+/// Unused since the fetch is a deferred reply (kept: its type is announced in messages.cpp).
 struct value_ready {
   rref_id id;
   fork_id fork;
@@ -102,8 +107,8 @@ template <class I> typename I::result_type inspect(I& f, value_ready& x) {
   return f(caf::meta::type_name("troupe.rref.value_ready"), x.id, x.fork);
 }
 
-/// The owner's answer to a fetch: code 0 and the encoded value, an errc and its message, or
-/// parked (no value yet). Travels as the codec tuple (code, message, value).
+/// Unused since the values are held as live objects (kept: its type is announced in
+/// messages.cpp).
 struct fetch_answer {
   std::int32_t code = 0;
   std::string message;
@@ -112,20 +117,46 @@ struct fetch_answer {
 template <class I> typename I::result_type inspect(I& f, fetch_answer& x) {
   return f(caf::meta::type_name("troupe.rref.fetch_answer"), x.code, x.message, x.value);
 }
-/// fetch_answer::code of a parked fetch.
-inline constexpr std::int32_t parked = -1;
 
 // ---- in-process (router, handles, executor -> actor) ----
 
-/// The user function of a remote_call returned (code 0 and the value) or threw.
+// These carry live values (rpc::held_value) or reply handles: never serialized
+// (CAF_ALLOW_UNSAFE_MESSAGE_TYPE below).
+
+/// A live value (the object a function returned, make_rref's value, a method's new object).
+using held_ptr = std::shared_ptr<const rpc::held_value>;
+
+/// The router started the user function of a remote_call for the creator fork `fork`
+/// (deduplicated by the router: sent once per id).
+struct remote_started {
+  fork_id fork;
+};
+
+/// The user function of a remote_call returned (code 0 and the live value) or threw.
 struct value_set {
   std::int32_t code = 0;
   std::string message;
-  std::vector<char> value;
+  held_ptr value;
 };
-template <class I> typename I::result_type inspect(I& f, value_set& x) {
-  return f(caf::meta::type_name("troupe.rref.value_set"), x.code, x.message, x.value);
-}
+
+/// A fetch from another worker (to_here): the owner answers `reply` once the value exists.
+struct remote_fetch {
+  std::shared_ptr<rpc::reply_later> reply;
+};
+
+/// A fork_request from another worker: the owner answers `reply` (0 accepted, 1 refused) itself.
+struct fork_request_reply {
+  fork_request request;
+  std::shared_ptr<rpc::reply_later> reply;
+};
+
+/// The owner's answer to a local_fetch or lease_request: code 0 and the value, or an errc and
+/// its message.
+struct held_answer {
+  std::int32_t code = 0;
+  std::string message;
+  held_ptr value;
+};
 
 /// A local fetch on the owner (owner-local to_here): parked in the actor until the value exists.
 struct local_fetch {
@@ -147,11 +178,8 @@ template <class I> typename I::result_type inspect(I& f, lease_request& x) {
 struct lease_return {
   std::uint64_t lease = 0;
   bool changed = false;
-  std::vector<char> value;
+  held_ptr value;
 };
-template <class I> typename I::result_type inspect(I& f, lease_return& x) {
-  return f(caf::meta::type_name("troupe.rref.lease_return"), x.lease, x.changed, x.value);
-}
 
 /// An rref handle of this node gives this fork (or owner) one more child: the hold `token`
 /// stays until the child's child_ack. `caller` (a result's destination) gets a fork_probe if no
@@ -220,10 +248,9 @@ using probe_due_atom = caf::atom_constant<caf::atom("rprobedue")>;
 /// A handle of this node was released (one hold less) / a handle of the owner was bound.
 using release_atom = caf::atom_constant<caf::atom("rrelease")>;
 using local_ref_atom = caf::atom_constant<caf::atom("rlocalref")>;
-/// "What are you?" (the leak report line), "has the value been announced?" (to_here waiters).
+/// "What are you?" (the leak report line), "what is your state?" (a fork's failure).
 using summary_atom = caf::atom_constant<caf::atom("rsummary")>;
 using status_atom = caf::atom_constant<caf::atom("rstatus")>;
-using await_atom = caf::atom_constant<caf::atom("rawait")>;
 /// An actor ends itself with this, after the request it is answering (a handler that quits
 /// directly may lose its response).
 using done_atom = caf::atom_constant<caf::atom("rdone")>;
@@ -270,3 +297,10 @@ inline bool final_failure(errc c) {
 }
 
 }  // namespace troupe::rref_detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_started)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::value_set)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_fetch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::fork_request_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::held_answer)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::lease_return)

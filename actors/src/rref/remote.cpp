@@ -1,6 +1,7 @@
 // remote(), to_here(), local_value(), make_rref and method leases (Note [RRef protocol] in
 // rref/context.hpp). Data goes through node::call (remote_call, fetch); waiting happens in the
-// actors (parked fetches, parked leases), never on an executor thread of the owner.
+// actors (parked fetches as deferred replies, parked leases), never on an executor thread of the
+// owner.
 #include <future>
 
 #include <caf/all.hpp>
@@ -12,11 +13,6 @@ namespace troupe::rref_detail {
 
 namespace {
 
-// While a fetch is parked, the user re-asks this often so that a dead owner is seen (its
-// peer_lost) even though no call to it is pending.
-constexpr auto parked_recheck = std::chrono::milliseconds(250);
-
-using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
 using clock = std::chrono::steady_clock;
 
 [[noreturn]] void rethrow_for_owner(const error& e, const handle& h, const char* op) {
@@ -25,26 +21,8 @@ using clock = std::chrono::steady_clock;
   throw error(errc::owner_lost, std::string(op) + " of rref " + h.id.str() + ": owner " + h.owner + " is lost (" + e.message() + ")");
 }
 
-std::chrono::milliseconds left_until(clock::time_point end) {
-  return std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()));
-}
-
 [[noreturn]] void no_value(const handle& h, const std::string& where, std::chrono::milliseconds timeout) {
   throw error(errc::timeout, "to_here of rref " + h.id.str() + ": no value on owner " + where + " within " + std::to_string(timeout.count()) + " ms");
-}
-
-// The owner's value of an RRef owned here: parked in the owner actor until it exists.
-std::vector<char> fetch_here(const handle& h, std::chrono::milliseconds timeout, bool wait) {
-  auto& c = *h.ctx;
-  auto a = c.owner_for(h.id, false);
-  if (!a) throw error(errc::invalid_state, "rref " + h.id.str() + " was deleted by its owner " + c.me_);
-  const auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>((clock::now() + timeout).time_since_epoch()).count();
-  auto r = c.ask<rref_msg::fetch_answer>(*a, wait ? timeout : answers_at_once, rref_msg::local_fetch{wait ? deadline : 0});
-  if (!r) no_value(h, c.me_, timeout);
-  if (r->code == rref_msg::parked)
-    throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + ": the value does not exist yet on " + c.me_);
-  if (r->code != 0) throw error(static_cast<errc>(r->code), r->message);
-  return std::move(r->value);
 }
 
 void check_usable(const handle& h, const char* op) {
@@ -52,15 +30,6 @@ void check_usable(const handle& h, const char* op) {
     throw error(errc::invalid_state, std::string(op) + " of rref " + h.pending.id.str() +
                                          ": the rref was received outside an rref_context (use rref_context::add / rpc_sync)");
   if (h.failed != errc::ok) throw error(h.failed, h.failure);
-}
-
-// The fork's own failure (refused by its owner, owner lost), if any.
-void check_fork(const handle& h) {
-  if (h.owner_local) return;
-  auto u = h.ctx->user_for({h.id, h.fork});
-  if (!u) return;
-  auto a = h.ctx->ask<rref_msg::hold_answer>(*u, answers_at_once, rref_msg::status_atom::value);
-  if (a && a->code != 0) throw error(static_cast<errc>(a->code), a->message);
 }
 
 }  // namespace
@@ -74,43 +43,42 @@ void note_owner_lost(const handle& h) {
   if (h.ctx) h.ctx->mark_lost(h.owner);
 }
 
-std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout) {
+std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono::milliseconds timeout) {
   check_usable(h, "to_here");
-  if (h.owner_local) return fetch_here(h, timeout, true);
+  check_owner(h, "to_here");
   auto& c = *h.ctx;
-  const auto end = clock::now() + timeout;
-  const auto request = rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_});
-  // The fetch goes at once, also on the creator before its remote_call is answered: the owner
-  // answers it when the value exists (a deferred reply, Note [deferred reply]), so remote +
-  // to_here costs one round trip beyond the function.
-  for (;;) {
-    check_owner(h, "to_here");
-    const auto left = left_until(end);
-    if (left.count() == 0) no_value(h, h.owner, timeout);
-    fetch_reply reply;
-    try {
-      reply = rpc_sync<fetch_reply>(*c.n_, h.owner, "troupe.rref.fetch", rpc::deadline{left}, request);
-    } catch (const error& e) {
-      if (e.code() == errc::timeout) no_value(h, h.owner, timeout);
-      rethrow_for_owner(e, h, "to_here");
-    }
-    auto& [code, message, value] = reply;
-    if (code == 0) return std::move(value);
-    if (code != rref_msg::parked) throw error(static_cast<errc>(code), message);
-    // Parked in the owner actor: wait for its value_ready (or the fork's failure), re-asking
-    // now and then so that a dead owner is noticed.
-    check_fork(h);
-    if (auto u = c.user_for({h.id, h.fork})) c.ask<bool>(*u, std::min(left_until(end), parked_recheck), rref_msg::await_atom::value);
-    check_fork(h);
+  // One call, also on the creator before its remote_call is answered: the owner answers it when
+  // the value exists (a deferred reply, Note [deferred reply]), so remote + to_here costs one
+  // round trip beyond the function; a dead owner fails it with peer_lost within the runtime's bound.
+  std::shared_ptr<rpc::detail::call_state> st;
+  try {
+    st = c.n_->call(h.owner, "troupe.rref.fetch", [&] {
+      return rpc::encode_args<std::vector<char>>(rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_}));
+    }, timeout);
+    (void)st->value();  // blocks until answered, bounded by the call's deadline
+  } catch (const error& e) {
+    if (e.code() == errc::timeout) no_value(h, h.owner, timeout);
+    rethrow_for_owner(e, h, "to_here");
   }
+  return st;
 }
 
-std::vector<char> local_value(const handle& h) {
-  check_usable(h, "local_value");
-  if (h.owner != h.ctx->me_)
-    throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + " on worker " + h.ctx->me_ +
+rref_msg::held_ptr held_here(const handle& h, std::chrono::milliseconds timeout, bool wait) {
+  check_usable(h, wait ? "to_here" : "local_value");
+  auto& c = *h.ctx;
+  if (!wait && h.owner != c.me_)
+    throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + " on worker " + c.me_ +
                                          ": only its owner " + h.owner + " holds the value; use to_here()");
-  return fetch_here(h, std::chrono::milliseconds(0), false);
+  auto a = c.owner_for(h.id, false);
+  if (!a) throw error(errc::invalid_state, "rref " + h.id.str() + " was deleted by its owner " + c.me_);
+  const auto deadline = std::chrono::duration_cast<std::chrono::milliseconds>((clock::now() + timeout).time_since_epoch()).count();
+  auto r = c.ask<rref_msg::held_answer>(*a, wait ? timeout : answers_at_once, rref_msg::local_fetch{wait ? deadline : 0});
+  if (!r) {
+    if (wait) no_value(h, c.me_, timeout);
+    throw error(errc::invalid_state, "local_value() of rref " + h.id.str() + ": the owner actor on " + c.me_ + " did not answer");
+  }
+  if (r->code != 0) throw error(static_cast<errc>(r->code), r->message);
+  return std::move(r->value);
 }
 
 std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, const std::string& function,
@@ -177,7 +145,7 @@ std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to,
   return rref_detail::start_remote(*impl_, to, function, encode, timeout);
 }
 
-std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> value) {
+std::shared_ptr<rref_detail::handle> rref_context::make_local(std::shared_ptr<const rpc::held_value> value) {
   auto& c = *impl_;
   auto h = std::make_shared<rref_detail::handle>();
   h->id = rref_id{c.me_, c.next_id()};
@@ -192,26 +160,46 @@ std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> 
   return h;
 }
 
-void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
+std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> value) {
+  return make_local(rpc::hold_encoded(std::move(value)));
+}
+
+void rref_context::with_held(const rref_id& id, std::chrono::milliseconds timeout,
+                             const std::function<void(std::shared_ptr<const rpc::held_value>&)>& fn) {
   auto& c = *impl_;
   // A method call may overtake the remote_call that creates the value (no order is assumed
   // between messages): its lease parks in the (PENDING) owner actor until the value exists.
   auto a = c.owner_for(id, true);
   if (!a) throw error(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + c.me_);
   const auto lease = c.next_id();
-  auto r = c.ask<rref_msg::fetch_answer>(*a, timeout, rref_msg::lease_request{lease});
+  auto r = c.ask<rref_msg::held_answer>(*a, timeout, rref_msg::lease_request{lease});
   if (!r) {
     caf::anon_send(*a, rref_msg::lease_return{lease, false, {}});  // give up the lease (granted late or still queued)
     throw error(errc::timeout, "rref " + id.str() + ": no value on owner " + c.me_ + " within " + std::to_string(timeout.count()) + " ms");
   }
   if (r->code != 0) throw error(static_cast<errc>(r->code), r->message);
+  auto value = r->value;
   try {
-    fn(r->value);
+    fn(value);
   } catch (...) {
     caf::anon_send(*a, rref_msg::lease_return{lease, false, {}});
     throw;
   }
-  caf::anon_send(*a, rref_msg::lease_return{lease, true, std::move(r->value)});
+  const bool changed = value != r->value;
+  caf::anon_send(*a, rref_msg::lease_return{lease, changed, std::move(value)});
+}
+
+void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
+  with_held(id, timeout, [&](std::shared_ptr<const rpc::held_value>& v) {
+    std::vector<char> bytes = [&] {
+      rpc::hide_scope hide;  // the stored value is not part of any message
+      rref_detail::storing_scope storing;
+      return v->encode();
+    }();
+    auto before = bytes;
+    fn(bytes);
+    if (bytes != before) v = rpc::hold_encoded(std::move(bytes));  // unchanged: the live object stays
+  });
 }
 
 }  // namespace troupe

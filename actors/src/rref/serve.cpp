@@ -1,6 +1,7 @@
 // The reserved "troupe.rref.*" functions: each reads its typed message (protocol.hpp) and
 // delivers it to the actor it names (Note [RRef protocol]). They run on the node's executor and
-// never wait for a value: a fetch that finds none is parked in the owner actor.
+// never wait for an actor: a fetch is a deferred reply the owner actor answers (Note [deferred
+// reply]), a remote_call is deduplicated by the router's map.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
@@ -10,8 +11,6 @@ namespace troupe::rref_detail {
 
 namespace {
 
-
-using fetch_reply = std::tuple<std::int32_t, std::string, std::vector<char>>;
 
 template <class R, class Msg>
 void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&)) {
@@ -25,7 +24,9 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&))
   });
 }
 
-// Runs the user function of a remote_call here, on the executor, and hands its value to the owner.
+// Runs the user function of a remote_call here, on the executor, and hands its live value to the
+// owner: it is encoded only when a fetch is answered, so this call's response carries no tensor
+// of it (Note [owner_rref actor]).
 void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote_call& m) {
   rref_msg::value_set v;
   auto fn = c.n_->functions().find(m.function);
@@ -34,8 +35,7 @@ void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote
     v.message = "remote() of '" + m.function + "' for rref " + m.id.str() + ": worker " + c.me_ + " has no such function";
   } else {
     try {
-      storing_scope storing;  // the result becomes a stored value, fetched by many
-      v.value = fn->invoke(m.args, [] {});
+      v.value = fn->invoke_held(m.args, [] {});
     } catch (const error& e) {
       v.code = static_cast<std::int32_t>(e.code() == errc::bad_argument ? errc::bad_argument : errc::remote_exception);
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
@@ -48,54 +48,46 @@ void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote
 }
 
 bool on_remote_call(context_impl& c, rref_msg::remote_call& m) {
-  auto owner = c.owner_for(m.id, true);
-  if (!owner) return false;  // a late duplicate of a call whose RRef is already gone
-  auto args = std::move(m.args);
-  auto start = c.ask<std::int32_t>(*owner, answers_at_once, rref_msg::remote_call{m.id, m.fork, m.function, {}});
-  if (!start || *start == 2) return false;  // deleted meanwhile
-  if (*start == 1) return true;             // duplicate: the function runs once
-  m.args = std::move(args);
-  run_remote(c, *owner, m);
+  auto start = c.start_owner(m.id);
+  if (!start) return false;  // a late duplicate of a call whose RRef is already gone
+  auto& [owner, duplicate] = *start;
+  caf::anon_send(owner, rref_msg::remote_started{m.fork});  // before value_set (one sender: in order)
+  if (!duplicate) run_remote(c, owner, m);  // the function runs once per id
   return true;
 }
 
-std::int32_t on_fork_request(context_impl& c, rref_msg::fork_request& m) {
+// The owner actor answers (Note [deferred reply]): no executor thread waits for an actor.
+rpc::deferred on_fork_request(context_impl& c, rref_msg::fork_request& m) {
+  auto reply = rpc::defer();
   auto owner = c.owner_for(m.id, true);
-  if (!owner) return 1;  // refused: the RRef is gone (never for a live fork, Note [RRef protocol])
-  auto r = c.ask<std::int32_t>(*owner, answers_at_once, m);
-  return r ? *r : 1;
+  if (!owner) reply->complete<std::int32_t>(1);  // refused: the RRef is gone (never for a live fork)
+  else caf::anon_send(*owner, rref_msg::fork_request_reply{m, std::move(reply)});
+  return {};
 }
 
 std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
-  // Created if absent: a delete that overtakes its remote_call must still be remembered.
-  if (auto owner = c.owner_for(m.id, true)) {
-    if (!c.ask<std::int32_t>(*owner, answers_at_once, m)) throw error(errc::timeout, "user_delete of rref " + m.id.str() + ": owner actor did not answer");
-  }
+  // Created if absent: a delete that overtakes its remote_call must still be remembered. The
+  // answer does not wait for the actor: the message is in its mailbox, and it is idempotent.
+  if (auto owner = c.owner_for(m.id, true)) caf::anon_send(*owner, m);
   return 0;
 }
 
-// Answered when the value exists, without holding this executor thread: the courier asks the
-// owner actor and completes the deferred reply (Note [deferred reply]).
+// Answered when the value exists, without holding this executor thread: the owner actor
+// completes the deferred reply (Note [deferred reply]), encoding its live value under this call's
+// scopes.
 rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
   auto reply = rpc::defer();
   ++c.stats_.fetches;
-  std::string gone = "rref " + m.id.str() + " was deleted by its owner " + c.me_;
-  auto owner = c.owner_for(m.id, true);
-  if (!owner) {
-    reply->complete<fetch_reply>(fetch_reply{static_cast<std::int32_t>(errc::invalid_state), std::move(gone), {}});
-    return {};
+  if (auto owner = c.owner_for(m.id, true)) {
+    caf::anon_send(*owner, rref_msg::remote_fetch{std::move(reply)});
+  } else {
+    reply->fail(errc::invalid_state, "rref " + m.id.str() + " was deleted by its owner " + c.me_);
   }
-  caf::anon_send(c.courier_, courier_fetch{*owner, std::move(reply), std::move(gone)});
   return {};
 }
 
 std::int32_t on_child_ack(context_impl& c, rref_msg::child_ack& m) {
   c.deliver_ack(m);
-  return 0;
-}
-
-std::int32_t on_value_ready(context_impl& c, rref_msg::value_ready& m) {
-  if (auto u = c.user_for({m.id, m.fork})) caf::anon_send(*u, m);
   return 0;
 }
 
@@ -116,7 +108,6 @@ void context_impl::start() {
   serve(*this, "troupe.rref.user_delete", &on_user_delete);
   serve(*this, "troupe.rref.fetch", &on_fetch);
   serve(*this, "troupe.rref.fork_probe", &on_fork_probe);
-  serve(*this, "troupe.rref.value_ready", &on_value_ready);
   courier_ = spawn_courier(*this);
 }
 

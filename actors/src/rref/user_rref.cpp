@@ -24,24 +24,18 @@ struct user_state {
   rref_id id;
   fork_id fork;
   std::string owner;
-  bool confirmed = false, deleting = false, value_seen = false;
+  bool confirmed = false, deleting = false;
   std::int32_t failed = 0;
   std::string failure;
   int handles = 1;
   std::map<std::uint64_t, child_entry> children;                       // G2: holds until child_ack
   std::vector<std::tuple<std::string, fork_id, std::uint64_t>> acks;  // parents to ack once confirmed
-  std::vector<caf::typed_response_promise<bool>> waiters;             // to_here waiting for value_ready
   control_retries ctl;
   bool quitting = false;
 };
 using user_self = user_rref_actor::stateful_pointer<user_state>;
 
 void maybe_quit(user_self self) { request_end(self, self->state.deleting && self->state.ctl.sends.empty()); }
-
-void wake(user_state& s, bool ready) {
-  for (auto& rp : s.waiters) rp.deliver(ready);
-  s.waiters.clear();
-}
 
 // Once confirmed: ack every parent; with no hold left, delete (G1) and end.
 void settle(user_self self) {
@@ -52,7 +46,6 @@ void settle(user_self self) {
   if (s.handles > 0 || !s.children.empty() || s.deleting) return;
   s.deleting = true;
   s.r->user_gone({s.id, s.fork});
-  wake(s, false);
   if (s.failed == 0) {
     ++s.r->stats_.user_deletes;
     start_control(self, s.ctl, *s.r, s.owner, "troupe.rref.user_delete", to_bytes(*s.r->sys_, user_delete{s.id, s.fork}),
@@ -67,7 +60,6 @@ void confirm(user_self self, errc code, std::string why) {
   s.confirmed = true;
   s.failed = static_cast<std::int32_t>(code);
   s.failure = std::move(why);
-  if (code != errc::ok) wake(s, true);  // to_here sees the failure at once
   settle(self);
 }
 
@@ -154,17 +146,6 @@ user_rref_actor::behavior_type user_rref(user_self self, std::shared_ptr<context
       [self](probe_due_atom, std::uint64_t token) {
         auto it = self->state.children.find(token);
         if (it != self->state.children.end()) probe(self, token, it->second.caller);
-      },
-      [self](value_ready&) {
-        self->state.value_seen = true;
-        wake(self->state, true);
-      },
-      [self](await_atom) -> caf::result<bool> {
-        auto& s = self->state;
-        if (s.value_seen || s.failed != 0) return true;
-        auto rp = self->make_response_promise<bool>();
-        s.waiters.push_back(rp);
-        return rp;
       },
       [self](status_atom) { return status_of(self->state); },
       [self](control_done& d) {

@@ -17,8 +17,8 @@
 //   DELETING and no control message pending --> quits
 //
 // A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
-// DELETING it is refused (the router then hands out a failed handle). value_ready (the owner's
-// answer to a parked fetch) wakes the to_here calls waiting on this fork.
+// DELETING it is refused (the router then hands out a failed handle). to_here does not involve
+// this actor (its fetch is a call to the owner).
 
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
@@ -30,7 +30,7 @@ namespace troupe::rref_detail {
 class context_impl;
 
 /// The user_rref interface. carrier / child_hold / status answer hold_answer (code 0, or the
-/// fork's failure: owner_lost, invalid_state); await answers whether value_ready came.
+/// fork's failure: owner_lost, invalid_state).
 using user_rref_actor = caf::typed_actor<
     caf::reacts_to<rref_msg::remote_done>,
     caf::replies_to<rref_msg::carrier>::with<rref_msg::hold_answer>,
@@ -39,8 +39,6 @@ using user_rref_actor = caf::typed_actor<
     caf::reacts_to<rref_msg::child_ack>,
     caf::reacts_to<rref_msg::probe_start>,
     caf::reacts_to<rref_msg::probe_due_atom, std::uint64_t>,
-    caf::reacts_to<rref_msg::value_ready>,
-    caf::replies_to<rref_msg::await_atom>::with<bool>,
     caf::replies_to<rref_msg::status_atom>::with<rref_msg::hold_answer>,
     caf::reacts_to<rref_msg::control_done>,
     caf::reacts_to<rref_msg::retry_atom, std::uint64_t>,

@@ -17,6 +17,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +32,46 @@ namespace troupe::rpc {
 struct encoded_result {
   std::vector<char> bytes;
 };
+
+/// A value kept as its live object and encoded only when it is sent (an OwnerRRef's value:
+/// encoded when a to_here is answered, under that call's interceptor scope, so the interceptor
+/// sees the very tensors the function returned). Immutable once made; thread-safe.
+class held_value {
+ public:
+  virtual ~held_value() = default;
+  /// `encode_result<T>(value)`, on the calling thread (the active interceptor scope sees its
+  /// tensors). Throws what the codec throws.
+  virtual std::vector<char> encode() const = 0;
+  /// typeid(T); typeid(encoded_result) for a value held as bytes (hold_encoded).
+  virtual const std::type_info& type() const = 0;
+  /// The object, of type type().
+  virtual const void* object() const = 0;
+};
+
+namespace detail {
+template <class T>
+class held final : public held_value {
+ public:
+  explicit held(T value) : value_(std::move(value)) {}
+  std::vector<char> encode() const override {
+    if constexpr (std::is_same_v<T, encoded_result>) return value_.bytes;
+    else return encode_result<T>(value_);
+  }
+  const std::type_info& type() const override { return typeid(T); }
+  const void* object() const override { return &value_; }
+
+ private:
+  T value_;
+};
+}  // namespace detail
+
+/// Holds `value` as a live object (see held_value).
+template <class T>
+std::shared_ptr<const held_value> hold(T value) {
+  return std::make_shared<detail::held<std::decay_t<T>>>(std::move(value));
+}
+/// Holds bytes already encoded (encode_result<T> of some T); encode() returns them.
+inline std::shared_ptr<const held_value> hold_encoded(std::vector<char> bytes) { return hold(encoded_result{std::move(bytes)}); }
 
 /// Thrown by a served function to answer the call with this code and message (for example
 /// `invalid_state` or a stored `remote_exception`) instead of wrapping it as remote_exception.
@@ -93,6 +134,19 @@ std::vector<char> invoke_decoded(F& fn, std::tuple<A...>& args) {
   }
 }
 
+/// Runs `fn(args)` and keeps its result as a live object (function_entry::invoke_held).
+template <class R, class F, class... A>
+std::shared_ptr<const held_value> invoke_held(F& fn, std::tuple<A...>& args, const std::string& name) {
+  if constexpr (std::is_same_v<std::decay_t<R>, deferred>) {
+    throw error(errc::not_supported, "function '" + name + "' answers through rpc::defer() and cannot make a stored value");
+  } else if constexpr (std::is_void_v<R>) {
+    std::apply(fn, std::move(args));
+    return hold_encoded({});
+  } else {
+    return hold<std::decay_t<R>>(std::apply(fn, std::move(args)));
+  }
+}
+
 template <class Tuple> struct decoder;
 template <class... A> struct decoder<std::tuple<A...>> {
   static std::tuple<A...> decode(const std::vector<char>& bytes, const std::string& fn) {
@@ -107,6 +161,10 @@ struct function_entry {
   std::string name;
   std::string signature;  ///< "int32(int32,string)", for messages
   std::function<std::vector<char>(const std::vector<char>& args, const std::function<void()>& before_call)> invoke;
+  /// Like invoke, but keeps the result as a live object instead of encoding it (remote(): the
+  /// OwnerRRef stores it). Throws not_supported for a function that defers its answer.
+  std::function<std::shared_ptr<const held_value>(const std::vector<char>& args, const std::function<void()>& before_call)>
+      invoke_held;
 };
 
 /// Thread-safe map name -> function. Shared by a node's agent and its executor threads.
@@ -125,10 +183,16 @@ class registry {
     function_entry e;
     e.name = name;
     e.signature = type_tag_or_void<R>() + "(" + tags_of(static_cast<Args*>(nullptr)) + ")";
-    e.invoke = [name, fn = std::move(fn)](const std::vector<char>& bytes, const std::function<void()>& before) mutable {
+    auto shared = std::make_shared<F>(std::move(fn));  // one callable behind both entry points
+    e.invoke = [name, shared](const std::vector<char>& bytes, const std::function<void()>& before) {
       Args args = detail::decoder<Args>::decode(bytes, name);
       before();
-      return detail::invoke_decoded<R>(fn, args);
+      return detail::invoke_decoded<R>(*shared, args);
+    };
+    e.invoke_held = [name, shared](const std::vector<char>& bytes, const std::function<void()>& before) {
+      Args args = detail::decoder<Args>::decode(bytes, name);
+      before();
+      return detail::invoke_held<R>(*shared, args, name);
     };
     put(std::move(e));
   }

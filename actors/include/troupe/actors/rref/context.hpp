@@ -77,6 +77,8 @@
 #include <vector>
 
 #include "troupe/actors/node.hpp"
+#include "troupe/actors/rpc/future.hpp"
+#include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/rref/ids.hpp"
 #include "troupe/tensors/error.hpp"
 
@@ -169,8 +171,13 @@ void probe(context_impl& ctx, const std::string& to, std::vector<send_scope::sen
 /// Operations the rref<T> templates use (thread-safe; block only where stated).
 rref_msg::wire fork_for_send(const handle& h);                 ///< may throw invalid_state
 std::shared_ptr<handle> bind(context_impl& ctx, const rref_msg::wire& w);
-std::vector<char> fetch(const handle& h, std::chrono::milliseconds timeout);  ///< blocks
-std::vector<char> local_value(const handle& h);                ///< owner only
+/// to_here off the owner: the fetch call, once answered with the value (decode it with
+/// rpc::future<T>, under the call's interceptor scope). Blocks up to `timeout`; throws timeout,
+/// owner_lost, remote_exception, invalid_state.
+std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono::milliseconds timeout);
+/// The live value on the owner: waits up to `timeout` for it (`wait`, owner-local to_here) or
+/// not at all (local_value: invalid_state while it does not exist, or off the owner).
+std::shared_ptr<const rpc::held_value> held_here(const handle& h, std::chrono::milliseconds timeout, bool wait);
 bool confirmed(const handle& h);
 node& node_of(const handle& h);
 /// rref_context::remote on the implementation (for rref<T>::remote). `encode` writes the
@@ -188,7 +195,7 @@ void note_owner_lost(const handle& h);
 /// node answered as owner (parked ones too); the others count what this node sent.
 struct rref_stats {
   std::uint64_t remote_calls = 0, fork_requests = 0, child_acks = 0, user_deletes = 0, fetches = 0, retries = 0;
-  std::uint64_t value_readies = 0;  ///< owner -> user: a parked fetch's value exists now
+  std::uint64_t value_readies = 0;  ///< always 0 now (the fetch is a deferred reply); kept for users of the struct
 };
 
 /// Settings of an rref_context.
@@ -228,13 +235,21 @@ class rref_context {
   /// fails. Throws what `encode` throws (nothing is sent then) and invalid_state once closed.
   std::shared_ptr<rref_detail::handle> remote(const std::string& to, const std::string& function,
                                               const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
-  /// A new RRef owned here holding the encoded `value`.
+  /// A new RRef owned here holding the live `value` (Note [owner_rref actor]).
+  std::shared_ptr<rref_detail::handle> make_local(std::shared_ptr<const rpc::held_value> value);
+  /// A new RRef owned here holding the encoded `value` (encode_result<T> bytes).
   std::shared_ptr<rref_detail::handle> make_local(std::vector<char> value);
   /// Runs `fn` on the owner-local value of `id` on the calling thread while holding the owner
   /// actor's lease on it (one method at a time; the lease request parks in the actor until the
-  /// value exists, up to `timeout`); `fn` may change the bytes. Blocks the calling (executor)
-  /// thread while parked. Throws timeout, remote_exception, invalid_state.
+  /// value exists, up to `timeout`). Blocks the calling (executor) thread while parked. Throws
+  /// timeout, remote_exception, invalid_state.
+  /// Kept for byte-level users: `fn` gets the value encoded (no interceptor scope); bytes it
+  /// changes replace the value (then held as bytes), unchanged bytes keep the live object.
   void with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn);
+  /// Like with_value on the live value: `fn` may replace the pointer with a new value (never
+  /// change the object it points to: fetches may be encoding it). Blocks like with_value.
+  void with_held(const rref_id& id, std::chrono::milliseconds timeout,
+                 const std::function<void(std::shared_ptr<const rpc::held_value>&)>& fn);
 
   /// OwnerRRefs this node holds now.
   std::size_t owner_count() const;

@@ -79,6 +79,19 @@ decltype(auto) split_timeout(std::chrono::milliseconds fallback, F&& fn, const A
     return apply_first(fallback, fn, all, std::make_index_sequence<sizeof...(Args)>{});
 }
 
+/// The value of type T of a held value: a copy of the live object when it is a T (for a tensor:
+/// the same tensor), else decoded from its encoding (a value held as bytes). Not part of any
+/// message: no interceptor scope sees it.
+template <class T>
+T value_of(const std::shared_ptr<const rpc::held_value>& v, const std::string& what) {
+  if constexpr (std::is_copy_constructible_v<T>) {
+    if (v->type() == typeid(T)) return *static_cast<const T*>(v->object());
+  }
+  rpc::hide_scope hide;
+  storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
+  return rpc::decode_result<T>(v->encode(), what);
+}
+
 /// Runs `start()` (a node-level rpc_async) collecting the forks of the RRefs it encodes; if the
 /// call fails they are probed so a lost call does not leak them.
 template <class R, class Start>
@@ -119,17 +132,22 @@ class rref {
   /// the last of its handles is gone). Never blocks.
   rref share() const { return rref(h_); }
 
-  /// The value, copied from the owner. Blocks up to `timeout`. Throws remote_exception (the user
-  /// function threw), owner_lost (the owner died), timeout, invalid_state (unbound rref).
+  /// The value, copied from the owner: a call whose answer is decoded under its interceptor
+  /// scope, so inside a distributed autograd context its tensors carry gradients back to the
+  /// owner (Note [owner_rref actor]). On the owner: the live value, no message (a tensor is the
+  /// same tensor). Blocks up to `timeout`. Throws remote_exception (the user function threw),
+  /// owner_lost (the owner died), timeout, invalid_state (unbound rref).
   T to_here(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
     rref_detail::binding_scope scope(h().ctx.get());
-    return rpc::decode_result<T>(rref_detail::fetch(h(), timeout), "to_here of rref " + h().id.str());
+    if (h().owner_local) return rref_detail::value_of<T>(rref_detail::held_here(h(), timeout, true), "to_here of rref " + h().id.str());
+    return rpc::future<T>(rref_detail::fetch_call(h(), timeout)).get();
   }
-  /// The value, on its owner only (never blocks). Throws invalid_state elsewhere or while the
-  /// value does not exist yet; remote_exception if the function threw.
+  /// The live value, on its owner only (never blocks; a tensor is the same tensor, like
+  /// PyTorch's local_value). Throws invalid_state elsewhere or while the value does not exist
+  /// yet; remote_exception if the function threw.
   T local_value() const {
     rref_detail::binding_scope scope(h().ctx.get());
-    return rpc::decode_result<T>(rref_detail::local_value(h()), "local_value of rref " + h().id.str());
+    return rref_detail::value_of<T>(rref_detail::held_here(h(), std::chrono::milliseconds(0), false), "local_value of rref " + h().id.str());
   }
   /// The owner's worker name.
   const std::string& owner_name() const { return h().owner; }
@@ -246,22 +264,18 @@ void add_function(rref_context& ctx, const std::string& name, F fn) {
 /// Registers the method `name` of T, callable through any rref<T> (rref::rpc_sync): `fn(T&,
 /// args...)` runs on an executor thread of the owner while it holds the value's lease (one
 /// method per RRef at a time, Note [owner_rref actor]), so it must not call a method of the same
-/// RRef. Must return a value.
+/// RRef. It works on a copy of the held object that then replaces it (tensors inside share
+/// storage with the held ones). Must return a value.
 template <class T, class F>
 void add_method(rref_context& ctx, const std::string& name, F fn) {
   using sig = rpc::detail::signature<std::decay_t<F>>;
   using R = typename sig::result;
   auto call = [&ctx, fn = std::move(fn)](const rref_id& id, auto&&... args) -> R {
     R out{};
-    ctx.with_value(id, ctx.this_node().default_timeout(), [&](std::vector<char>& bytes) {
-      T obj = [&] {
-        rpc::hide_scope hide;  // the stored object is not part of the call's message
-        return rpc::decode_result<T>(bytes, "method of rref " + id.str());
-      }();
+    ctx.with_held(id, ctx.this_node().default_timeout(), [&](std::shared_ptr<const rpc::held_value>& v) {
+      T obj = rref_detail::value_of<T>(v, "method of rref " + id.str());  // a copy: fetches may be encoding v
       out = fn(obj, args...);
-      rpc::hide_scope hide;
-      rref_detail::storing_scope storing;
-      bytes = rpc::encode_result<T>(obj);
+      v = rpc::hold<T>(std::move(obj));
     });
     return out;
   };
@@ -282,12 +296,17 @@ rref<T> remote(rref_context& ctx, const std::string& to, const std::string& func
   }, args...);
 }
 
-/// An owner-local RRef holding `value`.
+/// An owner-local RRef holding (a copy of) `value` as a live object; a tensor stays the same
+/// tensor (local_value returns it, a to_here on another worker records its gradient path).
 template <class T>
 rref<T> make_rref(rref_context& ctx, const T& value) {
-  rpc::hide_scope hide;  // a stored value, not part of any message (make_rref inside a served function)
-  rref_detail::storing_scope storing;
-  return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
+  if constexpr (std::is_copy_constructible_v<T>) {
+    return rref<T>(ctx.make_local(rpc::hold<T>(value)));
+  } else {
+    rpc::hide_scope hide;  // a stored value, not part of any message (make_rref inside a served function)
+    rref_detail::storing_scope storing;
+    return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
+  }
 }
 
 /// rpc_async through the context; take a result that holds RRefs with get_bound(). `args` may
