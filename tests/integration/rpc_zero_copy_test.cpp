@@ -91,6 +91,16 @@ troupe::rpc::registry functions() {
   reg.add("keep_and_echo", [](troupe::tensor t) { kept() = t; return t; });
   reg.add("kept_byte0", [](int) { return static_cast<int>(byte0(kept())); });
   reg.add("make", [](std::int64_t n) { return pattern(n, 77); });
+  reg.add("fill", [](troupe::tensor t, int v) {  // writes into what it received, in place
+    std::memset(t.data_ptr(), v, t.nbytes());
+    return troupe::is_shared(t) && mapping_of(t.data_ptr()).find("troupe_rpc_") == std::string::npos;
+  });
+  reg.add("make_shared", [](std::int64_t n, int strategy) {  // a shared tensor nobody here keeps
+    troupe::shm_provider p(static_cast<troupe::sharing_strategy>(strategy), "zc");
+    auto t = pattern(n, 55);
+    troupe::share_memory_(t, p);
+    return t;
+  });
   return reg;
 }
 
@@ -228,4 +238,41 @@ TEST_CASE("a tensor received from a peer that is then SIGKILLed stays readable, 
   CHECK(rpc_mappings(child) == 0);
   CHECK(rpc_mappings(::getpid()) == 0);
   CHECK(rpc_names_in_dev_shm() == names_before);
+}
+
+TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writes are shared both ways and a "
+          "dropped one stays alive until the receiver mapped it", "[actors][rpc][bulk]") {
+  const auto strategy = GENERATE(troupe::sharing_strategy::file_descriptor, troupe::sharing_strategy::file_system);
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { serve(1, 2, pipe.read()); });
+  {
+    troupe::node n(troupe::test::test_options(0, 2, 0));
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready/1"}, 10s);
+    troupe::shm_provider provider(strategy, "zc");
+    auto t = pattern(big, 3);
+    troupe::share_memory_(t, provider);
+    CHECK(troupe::rpc_sync<bool>(n, "worker1", "fill", t, 9));  // the callee mapped our segment
+    CHECK(byte0(t) == 9);
+    CHECK(static_cast<const unsigned char*>(t.data_ptr())[big - 1] == 9);
+    // An argument nobody keeps: only the pin holds its storage until the callee mapped it.
+    std::weak_ptr<troupe::storage> weak;
+    auto f = [&] {
+      auto tmp = pattern(big, 4);
+      troupe::share_memory_(tmp, provider);
+      weak = tmp.storage();
+      return troupe::rpc_async<bool>(n, "worker1", "fill", tmp, 7);
+    }();
+    CHECK(f.get());
+    CHECK(troupe::rpc_sync<bool>(n, "worker1", "fill", t, 8));  // its pin sweeps the released one
+    CHECK(weak.expired());
+    // A result nobody keeps on the callee's side arrives intact, as the callee's segment.
+    const auto made = troupe::rpc_sync<troupe::tensor>(n, "worker1", "make_shared", std::int64_t{big}, static_cast<int>(strategy));
+    CHECK(same_bytes(made, pattern(big, 55)));
+    CHECK(troupe::is_shared(made));
+    CHECK(mapping_of(made.data_ptr()).find("troupe_rpc_") == std::string::npos);
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  }
+  CHECK(children.join(20s));
 }

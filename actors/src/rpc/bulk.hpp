@@ -49,6 +49,7 @@
 //
 // Only memfds named "troupe_rpc_..." are ever opened by a receiver.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -95,10 +96,36 @@ class bulk_names {
   /// bumped and written to the header), or nullptr when the pool is closed or cannot grow.
   bulk_segment* acquire(const std::string& peer, std::size_t nbytes);
 
+  /// Where a pin is: a slot of this node's pin segment holding `ticket` until the receiver
+  /// clears it.
+  struct pin_ref {
+    std::shared_ptr<seg_mapping> segment;
+    std::uint32_t slot = 0;
+    std::uint64_t ticket = 0;
+  };
+  /// Keeps `keep` (a shared tensor's storage, sent by handle) alive until the receiving peer
+  /// has mapped it and cleared the slot. False when the pool is closed or no slot is free (the
+  /// caller then copies the tensor instead).
+  bool pin(const std::string& peer, std::shared_ptr<const void> keep, pin_ref& out);
+  /// Lets go of the pins whose slot the receiver cleared. Cheap when nothing is pinned; the
+  /// direct channel's I/O thread calls it on every wake.
+  void sweep_pins();
+
  private:
+  struct pinned {
+    std::string peer;
+    std::uint32_t slot;
+    std::uint64_t ticket;
+    std::shared_ptr<const void> keep;
+  };
   void drop_retired();
   void make_room(std::size_t need);
+  void sweep_pins_locked(std::vector<std::shared_ptr<const void>>& released);
   std::mutex mutex_;
+  std::shared_ptr<seg_mapping> pin_segment_;
+  std::vector<pinned> pinned_;
+  std::vector<std::uint32_t> free_slots_;
+  std::atomic<std::size_t> npinned_{0};
   std::map<std::string, std::vector<std::unique_ptr<bulk_segment>>> pool_;
   std::size_t pooled_bytes_ = 0;
   bool closed_ = false;

@@ -10,11 +10,12 @@
 
 namespace troupe::rpc::detail {
 
-// Note [tensor over shared memory] (rpc/bulk.cpp).
+// Note [tensor over shared memory] (rpc/bulk.hpp; rpc/bulk_codec.cpp).
 bool write_tensor_bulk(writer& w, const tensor& h);
 /// dtype, rank, sizes and byte count of a contiguous CPU tensor (shared by both tensor kinds).
 void write_tensor_header(writer& w, const tensor& h);
 tensor read_tensor_bulk(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
+tensor read_tensor_shared(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
 
 std::string demangle(const char* mangled) {
   int status = 0;
@@ -40,7 +41,7 @@ void write_tensor(writer& w, const tensor& t) {
     return;
   }
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
-  if (write_tensor_bulk(w, h)) return;  // kind 1: a shared-memory segment's name
+  if (write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
   w.pod(std::uint8_t{0});  // kind 0: inline bytes
   w.pod(std::uint8_t{1});  // defined
   write_tensor_header(w, h);
@@ -52,7 +53,7 @@ tensor read_tensor_bytes(reader& r) {
   std::uint8_t kind = 0, defined = 0, dt = 0;
   r.pod(kind);
   r.pod(defined);
-  if (kind > 1) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
+  if (kind > 2) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
   if (!defined) return tensor();
   std::uint32_t rank = 0;
   r.pod(dt);
@@ -67,7 +68,8 @@ tensor read_tensor_bytes(reader& r) {
   const auto type = static_cast<troupe::dtype>(dt);
   if (nbytes != static_cast<std::uint64_t>(numel_of(sizes)) * element_size(type))
     throw error(errc::protocol_violation, "tensor byte count does not match its shape");
-  if (kind == 1) return read_tensor_bulk(r, sizes, type, nbytes);  // a view of a pooled segment: no copy
+  if (kind == 1) return read_tensor_bulk(r, sizes, type, nbytes);    // a view of a segment: no copy
+  if (kind == 2) return read_tensor_shared(r, sizes, type, nbytes);  // a share_memory_() tensor, mapped
   if (nbytes > r.left()) throw error(errc::protocol_violation, "an rpc tensor of " + std::to_string(nbytes) + " bytes is cut short");
   tensor t = empty(sizes, tensor_options{type});
   r.raw(t.data_ptr(), nbytes);

@@ -276,6 +276,7 @@ void fast_path::run() {
       if (fds[i + 2].revents) on_readable(polled[i], nullptr);
     run_timers();
     sweep_deadlines();
+    if (cfg_.bulk) cfg_.bulk->sweep_pins();  // Note [tensor over shared memory]: shared tensors mapped by now
   }
 }
 
