@@ -33,30 +33,32 @@ using troupe::tensor;
 namespace {
 
 constexpr std::int64_t dim = 256;
+constexpr std::int64_t small_dim = 4;  // the protocol's own cost: no bulk transfer, no real matmul
 
 troupe::node_options options(int rank, std::uint16_t port) { return troupe::bench::bench_node_options(rank, 3, port); }
 
-tensor weight(int rank) {
+tensor weight(int rank, std::int64_t d = dim) {
   troupe::generator g(static_cast<std::uint64_t>(10 + rank));
-  tensor w = troupe::randn({dim, dim}, g, {}, 0.0, 0.05);
+  tensor w = troupe::randn({d, d}, g, {}, 0.0, 0.05);
   troupe::set_requires_grad(w);
   return w;
 }
 
-tensor input() {
+tensor input(std::int64_t d = dim) {
   troupe::generator g(1);
-  tensor x = troupe::randn({dim, dim}, g);
+  tensor x = troupe::randn({d, d}, g);
   troupe::set_requires_grad(x);
   return x;
 }
 
-// worker1 / worker2: "mm"(x) = x @ W_rank, "echo"(t) = t.
+// worker1 / worker2: "mm"(x) = x @ W_rank, "mm_small"(x) = x @ w_rank (4x4), "echo"(t) = t.
 void serve(int rank, std::uint16_t port) {
   troupe::node n(options(rank, port));
   {
     da::container dist(n);
-    tensor w = weight(rank);
+    tensor w = weight(rank), w_small = weight(rank, small_dim);
     n.functions().add("mm", [&w](tensor x) { return troupe::matmul(x, w); });
+    n.functions().add("mm_small", [&w_small](tensor x) { return troupe::matmul(x, w_small); });
     n.functions().add("echo", [](tensor t) { return t; });
     n.store().set("ready/" + std::to_string(rank), "1");
     n.store().get("done", 600s);
@@ -64,13 +66,29 @@ void serve(int rank, std::uint16_t port) {
   n.shutdown(troupe::shutdown_mode::immediate);
 }
 
+/// Seconds spent in each phase of one distributed iteration.
+struct phases {
+  double forward = 0, backward = 0, release = 0;
+};
+
 /// Runs one distributed iteration: `forward` builds the loss inside a fresh context; returns the
-/// gradient of x on this worker (for the correctness check).
+/// gradient of x on this worker (for the correctness check); `t` gets the phases' times.
 template <class F>
-tensor dist_iteration(da::container& dist, const tensor& x, F forward) {
-  da::context ctx(dist);
-  dist.backward(ctx.id(), {forward()});
-  return dist.get_gradients(ctx.id()).at(x);
+tensor dist_iteration(da::container& dist, const tensor& x, F forward, phases& t) {
+  tensor g;
+  auto t0 = tb::clock::now();
+  {
+    da::context ctx(dist);
+    tensor loss = forward();
+    t.forward = tb::seconds_since(t0);
+    t0 = tb::clock::now();
+    dist.backward(ctx.id(), {loss});
+    g = dist.get_gradients(ctx.id()).at(x);
+    t.backward = tb::seconds_since(t0);
+    t0 = tb::clock::now();
+  }
+  t.release = tb::seconds_since(t0);
+  return g;
 }
 
 tensor local_grad(tensor x, const std::function<tensor()>& forward) {  // x: a handle on the leaf
@@ -84,12 +102,13 @@ tensor local_grad(tensor x, const std::function<tensor()>& forward) {  // x: a h
 void measure(da::container& dist, tb::report& rep, int iters, const tensor& x, const std::function<tensor()>& remote,
              const std::function<tensor()>& local, const std::string& name, const std::string& limit, int hops,
              const std::string& what) {
-  const bool same = troupe::equal(dist_iteration(dist, x, remote), local_grad(x, local));
+  phases ph;
+  const bool same = troupe::equal(dist_iteration(dist, x, remote, ph), local_grad(x, local));
   // Alternate distributed and local iterations, so both see the same load of the (shared) machine.
-  std::vector<double> remote_s, local_s;
+  std::vector<double> remote_s, local_s, fwd_s, bwd_s, rel_s;
   for (int i = 0; i < iters + iters / 10; ++i) {
     auto t0 = tb::clock::now();
-    dist_iteration(dist, x, remote);
+    dist_iteration(dist, x, remote, ph);
     const double rs = tb::seconds_since(t0);
     t0 = tb::clock::now();
     local_grad(x, local);
@@ -97,6 +116,9 @@ void measure(da::container& dist, tb::report& rep, int iters, const tensor& x, c
     if (i < iters / 10) continue;  // warm-up
     remote_s.push_back(rs);
     local_s.push_back(ls);
+    fwd_s.push_back(ph.forward);
+    bwd_s.push_back(ph.backward);
+    rel_s.push_back(ph.release);
   }
   const auto r = tb::summarize(remote_s), l = tb::summarize(local_s);
   const std::string p = "\"iters\": " + std::to_string(iters) + ", \"interleaved\": true, " + what + ", \"hops\": " + std::to_string(hops) +
@@ -105,6 +127,10 @@ void measure(da::container& dist, tb::report& rep, int iters, const tensor& x, c
   rep.add(name + "_fwd_bwd_p99_us", r.p99 * 1e6, "us", p);
   rep.add(limit, l.median * 1e6, "us", p);
   rep.add(name + "_overhead_per_hop_us", (r.median - l.median) * 1e6 / hops, "us", p);
+  // Where the distributed iteration's time goes: context + forward, backward, release.
+  rep.add(name + "_forward_median_us", tb::summarize(fwd_s).median * 1e6, "us", p);
+  rep.add(name + "_backward_median_us", tb::summarize(bwd_s).median * 1e6, "us", p);
+  rep.add(name + "_release_median_us", tb::summarize(rel_s).median * 1e6, "us", p);
   if (!same) std::fprintf(stderr, "dist_autograd_bench: %s gradient differs from the local one\n", name.c_str());
 }
 
@@ -114,6 +140,16 @@ void one_hop(troupe::node& n, da::container& dist, tb::report& rep, int iters) {
       dist, rep, iters, x, [&] { return troupe::sum(troupe::rpc_sync<tensor>(n, "worker1", "mm", x)); },
       [&] { return troupe::sum(troupe::matmul(x, w1)); }, "one_hop", "limit_local_fwd_bwd_median_us", 1,
       "\"matmul\": \"256x256\"");
+}
+
+/// The same hop with 4x4 tensors: what the protocol itself costs (meta, send/recv records, two
+/// PropagateGradients, the context actors, the release), without bulk transfers or compute.
+void one_hop_small(troupe::node& n, da::container& dist, tb::report& rep, int iters) {
+  const tensor x = input(small_dim), w1 = weight(1, small_dim);
+  measure(
+      dist, rep, iters, x, [&] { return troupe::sum(troupe::rpc_sync<tensor>(n, "worker1", "mm_small", x)); },
+      [&] { return troupe::sum(troupe::matmul(x, w1)); }, "one_hop_4x4", "limit_local_4x4_fwd_bwd_median_us", 1,
+      "\"matmul\": \"4x4\"");
 }
 
 void pipeline(troupe::node& n, da::container& dist, tb::report& rep, int iters) {
@@ -145,6 +181,7 @@ void drive(std::uint16_t port, int iters) {
     da::container dist(n);
     n.store().wait({"ready/1", "ready/2"}, 30s);
     echo_limit(n, rep, iters);
+    one_hop_small(n, dist, rep, iters);
     one_hop(n, dist, rep, iters);
     pipeline(n, dist, rep, iters);
     n.store().set("done", "1");

@@ -24,6 +24,23 @@ namespace {
 constexpr std::size_t max_remembered_releases = 65536;
 thread_local current_context_slot tls_current;
 
+/// Blocks (bounded by propagation_bound) until the actor `a` of context `id` answers for the
+/// propagations `outbox` handed it; a missing answer is a timeout.
+propagate_answer await_group(const container::impl& c, const caf::actor& a, context_id id,
+                             const propagation_outbox& outbox) {
+  answer_waiter<propagate_answer> w;
+  caf::anon_send(caf::actor_cast<context_handle>(a),
+                 ctx_await{outbox.group, outbox.count, {propagate_done, 0, {}}, {0, 0},
+                           w.callback({propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
+                                       "dist_autograd::backward: context " + std::to_string(id) + " ended during it"})});
+  propagate_answer outcome;
+  if (!w.wait_for(propagation_bound(c.opts), outcome))
+    outcome = {propagate_failed, static_cast<std::int32_t>(errc::timeout),
+               "dist_autograd::backward on " + c.n.info().name + ": context " + std::to_string(id) +
+                   " got no answer from its actor within the bound"};
+  return outcome;
+}
+
 }  // namespace
 
 current_context_slot& current_slot() { return tls_current; }
@@ -96,10 +113,13 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     run_info* run = current_run();
     auto self = weak.lock();
     if (!run || !run->outbox || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
-    // Note [context actor]: the actor sends and retries it; the run's caller awaits it there.
-    caf::anon_send(caf::actor_cast<context_handle>(run->outbox->actor),
-                   ctx_propagate{run->outbox->group, from, msg, run->pass, run->retain, grads});
+    // Note [context actor]: the actor retries it and the run's caller awaits it there; the first
+    // attempt goes from here, after the actor knows it (so its ack finds it).
+    const auto a = caf::actor_cast<context_handle>(run->outbox->actor);
+    const std::uint64_t seq = self->new_id();
+    caf::anon_send(a, ctx_propagate{run->outbox->group, seq, from, msg, run->pass, run->retain, grads});
     ++run->outbox->count;
+    send_propagate_attempt(self->n, self->opts, a, id, seq, 1, from, msg, run->pass, grads, run->retain);
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -133,8 +153,20 @@ caf::actor container::impl::actor_of(context_id id) const {
   return it == actors.end() ? caf::actor{} : it->second;
 }
 
+bool container::impl::has_release_targets(context_id id, const std::string& except) const {
+  auto ctx = find_if(id);
+  if (!ctx) return false;
+  std::lock_guard<std::mutex> lock(ctx->m);
+  return std::any_of(ctx->workers.begin(), ctx->workers.end(),
+                     [&](const std::string& w) { return w != except && !ctx->lost.count(w); });
+}
+
 void container::impl::release_everywhere(context_id id, const std::string& except) {
-  release_through(opts, caf::actor_cast<context_handle>(drop(id)), except, /*final=*/true);
+  const bool forward = has_release_targets(id, except);
+  const auto a = caf::actor_cast<context_handle>(drop(id));
+  if (!a) return;
+  if (!forward) return caf::anon_send(a, ctx_release{except, true, nullptr});  // it just ends: no wait
+  release_through(opts, a, except, /*final=*/true);
 }
 
 // ---- container ------------------------------------------------------------------------------
@@ -152,15 +184,16 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
   });
   n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {
     auto self = weak.lock();
-    auto reply = rpc::defer();
+    const bool forward = self && self->has_release_targets(id, from);
     auto a = self ? caf::actor_cast<context_handle>(self->drop(id)) : context_handle{};
-    if (!a) {  // unknown here (or no container): nothing to release
-      reply->complete<std::int32_t>(0);
-      return rpc::deferred{};
+    if (!a || !forward) {  // nothing to forward (or unknown here): answer now, the actor just ends
+      if (a) caf::anon_send(a, ctx_release{from, true, nullptr});
+      return std::int32_t{0};
     }
+    auto reply = rpc::defer();
     caf::anon_send(a, ctx_release{from, true, std::make_shared<answer_once<std::int32_t>>(
                                                   [reply](const std::int32_t&) { reply->complete<std::int32_t>(0); }, 0)});
-    return rpc::deferred{};
+    return std::int32_t{0};  // ignored: the deferred reply answers
   });
   add_optimizer_functions(impl_);
   impl_->recorder = make_recorder(impl_);
@@ -217,25 +250,17 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
   auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
   const caf::actor a = impl_->actor_of(ctx_id);
   propagation_outbox outbox{a, impl_->new_id(), 0};
-  propagate_answer local{propagate_done, 0, {}};
   std::exception_ptr err;
   try {
     execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, outbox);
   } catch (...) {
     err = std::current_exception();
   }
-  // Note [context actor]: the actor answers once every propagation this run handed it ended.
-  answer_waiter<propagate_answer> w;
-  caf::anon_send(caf::actor_cast<context_handle>(a),
-                 ctx_await{outbox.group, outbox.count, local, {0, 0},
-                           w.callback({propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
-                                       "dist_autograd::backward: context " + std::to_string(ctx_id) + " ended during it"})});
-  propagate_answer outcome;
-  if (!w.wait_for(propagation_bound(impl_->opts), outcome))
-    outcome = {propagate_failed, static_cast<std::int32_t>(errc::timeout),
-               "dist_autograd::backward: context " + std::to_string(ctx_id) + " got no answer within the bound"};
-  if (!err && std::get<0>(outcome) == propagate_failed)
-    err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
+  if (outbox.count > 0) {  // Note [context actor]: the actor answers once they all ended
+    const propagate_answer outcome = await_group(*impl_, a, ctx_id, outbox);
+    if (!err && std::get<0>(outcome) == propagate_failed)
+      err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
+  }
   if (!err) return;
   // A failed backward releases the context on the other workers, keeps it here.
   release_through(impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false);

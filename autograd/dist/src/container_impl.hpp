@@ -172,6 +172,8 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   void on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
   /// Drops the context here; returns its actor (null when unknown), which runs the release.
   caf::actor drop(context_id id);
+  /// Whether context `id` has workers to release but `except` and the dead.
+  bool has_release_targets(context_id id, const std::string& except) const;
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded).
   void release_everywhere(context_id id, const std::string& except);
 };

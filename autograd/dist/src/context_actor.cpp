@@ -38,7 +38,7 @@ void send_attempt(context_self self, const std::string& worker) {
 /// Answers every waiting release once nothing is pending; quits after a final one.
 void finish_if_done(context_self self) {
   auto& s = self->state;
-  if (!s.pending.empty() || s.waiting.empty()) return;
+  if (!s.pending.empty()) return;
   for (auto& w : s.waiting) (*w)(s.released);
   s.waiting.clear();
   s.attempts.clear();

@@ -14,9 +14,10 @@
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
-//   S engine run (group g): recv_fn ──ctx_propagate{g, to R, msg, pass, grads}──> S actor
-//   S actor: attempt 1 ──__troupe_dist_autograd_propagate(ctx, msg, pass, grads)──> R
-//            ack done / failed ──> the propagation ended      (ctx_propagate_ack, from future.then)
+//   S engine run (group g): recv_fn ──ctx_propagate{g, seq, to R, msg, pass, grads}──> S actor,
+//            then attempt 1 from the engine thread (one thread hop less on the critical path):
+//            ──__troupe_dist_autograd_propagate(ctx, msg, pass, grads)──> R
+//   S actor: ack done / failed ──> the propagation ended      (ctx_propagate_ack, from future.then)
 //            ack timeout ──delayed_send(backoff·2^k)──> attempt k+1   (`attempts` in all)
 //            ack running ──delayed_send(backoff·2^k)──> poll again    (until backward_timeout)
 //            peer_lost ──> ended, the worker marked lost (no release goes there)
@@ -24,7 +25,8 @@
 //            propagations of g ended: the local error, else the first remote one, else done
 //   R handler (executor): (msg, pass) new? ── yes: rpc::defer(), run the send function's local
 //            part here (group g'), ctx_await{g', key (msg, pass), deferred reply} ──> R actor;
-//            the executor thread is free again; the reply goes when g' ended
+//            the executor thread is free again; the reply goes when g' ended (at once from the
+//            executor when g' handed over nothing: the actor still learns the outcome for dedupe)
 //                                           ── no (retry, duplicate): ctx_duplicate ──> R actor:
 //            the first's outcome at once if known, else parked: answered with it when it comes,
 //            or `running` after propagate_timeout / 2 (the sender polls again)
@@ -81,9 +83,11 @@ typename Inspector::result_type inspect(Inspector& f, ctx_release_ack& x) {
   return f(caf::meta::type_name("troupe.dist.ctx_release_ack"), x.worker, x.code);
 }
 
-/// A recv function's gradients for worker `to`, part of engine run `group` (local only).
+/// A recv function's gradients for worker `to`, part of engine run `group`, outgoing propagation
+/// `seq`; its first attempt was already made by the engine thread (local only).
 struct ctx_propagate {
   std::uint64_t group = 0;
+  std::uint64_t seq = 0;
   std::string to;
   message_id msg = 0;
   std::uint64_t pass = 0;
@@ -130,6 +134,12 @@ using context_handle =
                      caf::reacts_to<ctx_propagate>, caf::reacts_to<ctx_propagate_ack>, caf::reacts_to<ctx_await>,
                      caf::reacts_to<ctx_duplicate>, caf::reacts_to<ctx_pretry_atom, std::uint64_t>,
                      caf::reacts_to<ctx_running_atom, std::uint64_t>>;
+
+/// Makes attempt `attempt` of outgoing propagation `seq` of context `ctx`; its outcome goes to
+/// `me` as a ctx_propagate_ack (from the node's executor). Any thread; never throws.
+void send_propagate_attempt(node& n, const container_options& opts, const context_handle& me, context_id ctx,
+                            std::uint64_t seq, int attempt, const std::string& to, message_id msg, std::uint64_t pass,
+                            const tensor_list& grads, bool retain);
 
 /// Spawns the actor owning `record` on `n`'s actor system.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record);

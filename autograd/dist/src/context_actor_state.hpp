@@ -57,7 +57,6 @@ struct context_actor_state {
   std::int32_t released = 0;
   bool final = false;
   // PropagateGradients
-  std::uint64_t next_seq = 0;
   std::map<std::uint64_t, outgoing_propagation> out;  ///< by seq
   std::map<std::uint64_t, propagation_group> groups;  ///< by group id
   std::map<std::pair<message_id, std::uint64_t>, incoming_outcome> incoming;

@@ -33,24 +33,10 @@ propagate_answer from_remote(const std::string& to, const propagate_answer& a) {
 }
 
 void send_propagation(context_self self, std::uint64_t seq) {
-  auto& p = self->state.out.at(seq);
-  const int attempt = ++p.attempt;
-  context_handle me = caf::actor_cast<context_handle>(self);
-  auto ack = [me, seq, attempt](propagate_answer a) { caf::anon_send(me, ctx_propagate_ack{seq, attempt, std::move(a)}); };
-  try {
-    auto f = rpc_async<propagate_answer>(*self->state.n, p.to, propagate_name,
-                                         rpc::deadline{self->state.opts.propagate_timeout}, self->state.record->id, p.msg,
-                                         p.pass, static_cast<std::int32_t>(attempt), p.grads, p.retain);
-    f.then([ack](const rpc::future<propagate_answer>& done) {
-      try {
-        ack(done.get());
-      } catch (const error& e) {
-        ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
-      }
-    });
-  } catch (const error& e) {  // the node is stopping or the peer cannot be resolved
-    ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
-  }
+  auto& s = self->state;
+  auto& p = s.out.at(seq);
+  send_propagate_attempt(*s.n, s.opts, caf::actor_cast<context_handle>(self), s.record->id, seq, ++p.attempt, p.to,
+                         p.msg, p.pass, p.grads, p.retain);
 }
 
 /// Answers group `id` once it was awaited and every propagation it handed over ended.
@@ -86,13 +72,31 @@ void end_propagation(context_self self, std::uint64_t seq, const propagate_answe
 
 }  // namespace
 
+void send_propagate_attempt(node& n, const container_options& opts, const context_handle& me, context_id ctx,
+                            std::uint64_t seq, int attempt, const std::string& to, message_id msg, std::uint64_t pass,
+                            const tensor_list& grads, bool retain) {
+  auto ack = [me, seq, attempt](propagate_answer a) { caf::anon_send(me, ctx_propagate_ack{seq, attempt, std::move(a)}); };
+  try {
+    auto f = rpc_async<propagate_answer>(n, to, propagate_name, rpc::deadline{opts.propagate_timeout}, ctx, msg, pass,
+                                         static_cast<std::int32_t>(attempt), grads, retain);
+    f.then([ack](const rpc::future<propagate_answer>& done) {
+      try {
+        ack(done.get());
+      } catch (const error& e) {
+        ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
+      }
+    });
+  } catch (const error& e) {  // the node is stopping or the peer cannot be resolved
+    ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
+  }
+}
+
 void on_propagate_start(context_self self, ctx_propagate& p) {
   auto& s = self->state;
-  const std::uint64_t seq = ++s.next_seq;
   s.groups[p.group];  // known from now on, even before its await arrives
-  s.out.emplace(seq, outgoing_propagation{p.group, std::move(p.to), p.msg, p.pass, p.retain, std::move(p.grads), 0, 0,
-                                          std::chrono::steady_clock::now() + s.opts.backward_timeout});
-  send_propagation(self, seq);
+  // Attempt 1 was made by the engine thread right after it sent this message, so its ack comes later.
+  s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), p.msg, p.pass, p.retain, std::move(p.grads), 1, 0,
+                                            std::chrono::steady_clock::now() + s.opts.backward_timeout});
 }
 
 void on_propagate_ack(context_self self, const ctx_propagate_ack& a) {
@@ -218,6 +222,7 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
   } catch (...) {
     local = failed_answer(std::current_exception());
   }
+  if (outbox.count == 0) (*done)(local);  // nothing to wait for: answer now; the actor keeps it for duplicates
   caf::anon_send(handle, ctx_await{outbox.group, outbox.count, std::move(local), key, std::move(done)});
 }
 
