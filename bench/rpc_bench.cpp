@@ -19,6 +19,7 @@
 #include "bench_node.hpp"
 #include "bench_util.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/shared_memory.hpp"
 #include "troupe/actors/spawn.hpp"
 #include "troupe/tensors/factories.hpp"
 
@@ -129,6 +130,20 @@ void echo_metrics(troupe::node& n, tb::report& rep, std::size_t bytes, int iters
 }  // namespace
 
 namespace {
+
+// A share_memory_() tensor travels by handle both ways (no copy at all; each side maps the
+// other's segment): the round trip is the mapping work, independent of the bytes touched later.
+void shared_echo_metric(troupe::node& n, tb::report& rep, int iters) {
+  troupe::shm_provider provider(troupe::sharing_strategy::file_descriptor, "rpcbench");
+  auto t = troupe::empty({16 << 20}, troupe::dtype::float32);
+  std::memset(t.data_ptr(), 3, t.nbytes());
+  troupe::share_memory_(t, provider);
+  troupe::tensor back;
+  auto runs = tb::time_runs(2, iters, [&] { back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t); });
+  if (!troupe::is_shared(back) || std::memcmp(back.data_ptr(), t.data_ptr(), t.nbytes()) != 0)
+    throw troupe::error(troupe::errc::protocol_violation, "shared tensor echo returned different bytes");
+  rep.add("tensor_echo_64mb_shared_rtt_ms", tb::summarize(runs).median * 1e3, "ms", "\"iters\": " + std::to_string(iters));
+}
 
 double small_rtt_metrics(troupe::node& n, tb::report& rep, int iters) {
   int sink = 0;
@@ -241,7 +256,8 @@ int main(int argc, char** argv) {
     const pid_t server = children.pids().at(0);
     echo_metrics(n, rep, 1u << 20, quick ? 20 : 200, "1mb", server);
     echo_metrics(n, rep, 64u << 20, quick ? 3 : 10, "64mb", server);
-    during_transfer_metrics(n, rep, quick ? 3 : 10, idle_us);
+    shared_echo_metric(n, rep, quick ? 5 : 50);
+    during_transfer_metrics(n, rep, quick ? 3 : 50, idle_us);
     peer_loss_metric(n, rep, children);
     n.store().set("done", "1");
     n.shutdown(troupe::shutdown_mode::immediate);

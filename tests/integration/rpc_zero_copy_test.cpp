@@ -255,6 +255,7 @@ TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writ
     CHECK(troupe::rpc_sync<bool>(n, "worker1", "fill", t, 9));  // the callee mapped our segment
     CHECK(byte0(t) == 9);
     CHECK(static_cast<const unsigned char*>(t.data_ptr())[big - 1] == 9);
+    CHECK(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t).storage() == t.storage());  // ours, back
     // An argument nobody keeps: only the pin holds its storage until the callee mapped it.
     std::weak_ptr<troupe::storage> weak;
     auto f = [&] {

@@ -138,6 +138,19 @@ std::shared_ptr<seg_mapping> segment_table::open(const std::string& name, int pi
   return std::make_shared<seg_mapping>(p, len, -1, pid, fd, name);
 }
 
+void segment_table::add_own_shared(const std::string& name, const std::shared_ptr<storage>& s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (own_shared_.size() > 64)
+    std::erase_if(own_shared_, [](const auto& kv) { return kv.second.expired(); });
+  own_shared_[name] = s;
+}
+
+std::shared_ptr<storage> segment_table::own_shared(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = own_shared_.find(name);
+  return it == own_shared_.end() ? nullptr : it->second.lock();
+}
+
 std::shared_ptr<seg_mapping> segment_table::pins(const std::string& name, int pid, int fd) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = pins_.find(name);

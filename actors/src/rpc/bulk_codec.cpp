@@ -58,6 +58,7 @@ bool write_tensor_shared(writer& w, const tensor& h, d::bulk_names& names) {
   const shm_handle sh = shared_handle_of(h);
   d::bulk_names::pin_ref pin;
   if (!names.pin(peer_key(), h.storage(), pin)) return false;
+  d::table().add_own_shared(sh.name, h.storage());
   w.pod(std::uint8_t{2});  // kind 2: a shared tensor's handle
   w.pod(std::uint8_t{1});  // defined
   write_tensor_header(w, h);
@@ -199,7 +200,16 @@ tensor read_tensor_shared(reader& r, const shape_t& sizes, troupe::dtype dt, std
     throw error(errc::protocol_violation, "malformed shared tensor handle '" + name + "' in an rpc payload");
   shm_handle h{fs ? sharing_strategy::file_system : sharing_strategy::file_descriptor, name, seg_bytes, -1};
   tensor t;
-  if (fs) {
+  if (auto own = pid == ::getpid() ? d::table().own_shared(name) : nullptr) {  // our own, back: the same storage
+    if (own->nbytes() < seg_bytes) throw error(errc::protocol_violation, "shared tensor " + name + " is smaller than its handle says");
+    auto impl = std::make_shared<tensor_impl>();
+    impl->storage = std::move(own);
+    impl->sizes = sizes;
+    impl->strides = contiguous_strides(sizes);
+    impl->offset = static_cast<std::int64_t>(offset / es);
+    impl->dtype = dt;
+    t = tensor(std::move(impl));
+  } else if (fs) {
     t = tensor_from_shared_handle(h, dt, sizes, contiguous_strides(sizes), static_cast<std::int64_t>(offset / es));
   } else {
     unique_fd ours(d::open_peer_memfd(name, pid, fd));

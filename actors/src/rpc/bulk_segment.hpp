@@ -20,6 +20,7 @@
 #include <caf/node_id.hpp>
 
 #include "rpc/bulk.hpp"
+#include "troupe/tensors/storage.hpp"
 
 namespace troupe::detail {
 
@@ -101,6 +102,11 @@ class segment_table {
   std::shared_ptr<seg_mapping> get(const std::string& name, int pid, int fd);
   /// The mapping of a peer's pin segment (cached; see pin_table).
   std::shared_ptr<seg_mapping> pins(const std::string& name, int pid, int fd);
+  /// Remembers (weakly) a share_memory_() storage this process sent by handle, so its own
+  /// handle coming back resolves to the same storage instead of a second mapping.
+  void add_own_shared(const std::string& name, const std::shared_ptr<storage>& s);
+  /// That storage, if it is still alive.
+  std::shared_ptr<storage> own_shared(const std::string& name);
   /// True the first time `ticket` is seen.
   bool claim(std::uint64_t ticket);
   /// Lets go of every peer's mapping nobody uses.
@@ -116,6 +122,7 @@ class segment_table {
   std::unordered_map<std::string, std::list<entry>::iterator> index_;
   std::size_t bytes_ = 0;
   std::unordered_map<std::string, std::shared_ptr<seg_mapping>> pins_;
+  std::unordered_map<std::string, std::weak_ptr<storage>> own_shared_;
   std::unordered_set<std::uint64_t> claimed_;
   std::deque<std::uint64_t> claim_order_;
 };
