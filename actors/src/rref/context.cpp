@@ -67,7 +67,7 @@ void context_impl::close() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return;
     closed_ = true;
-    for (auto& [id, a] : owners_) all.push_back(caf::actor_cast<caf::actor>(a));
+    for (auto& [id, e] : owners_) all.push_back(caf::actor_cast<caf::actor>(e.actor));
     for (auto& [k, a] : users_) all.push_back(caf::actor_cast<caf::actor>(a));
     for (auto& [addr, a] : draining_) all.push_back(a);
     owners_.clear();
@@ -102,19 +102,65 @@ std::optional<owner_rref_actor> context_impl::owner_for(const rref_id& id, bool 
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_ || deleted_owners_.contains(id)) return std::nullopt;
   auto it = owners_.find(id);
-  if (it != owners_.end()) return it->second;
+  if (it != owners_.end()) return it->second.actor;
   if (!create) return std::nullopt;
-  auto a = spawn_owner_rref(*this, id, nullptr);
-  owners_.emplace(id, a);
-  return a;
+  return entry_for(id).actor;
+}
+
+owner_entry& context_impl::entry_for(const rref_id& id) {
+  auto it = owners_.find(id);
+  if (it == owners_.end()) it = owners_.emplace(id, owner_entry{spawn_owner_rref(*this, id, nullptr), false, false, 0, {}, nullptr, {}}).first;
+  return it->second;
 }
 
 std::optional<std::pair<owner_rref_actor, bool>> context_impl::start_owner(const rref_id& id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_ || deleted_owners_.contains(id)) return std::nullopt;
-  auto it = owners_.find(id);
-  if (it == owners_.end()) it = owners_.emplace(id, spawn_owner_rref(*this, id, nullptr)).first;
-  return std::make_pair(it->second, !started_.insert(id).second);
+  auto& e = entry_for(id);
+  const bool duplicate = e.started;
+  e.started = true;
+  return std::make_pair(e.actor, duplicate);
+}
+
+void context_impl::fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply) {
+  std::int32_t code = static_cast<std::int32_t>(errc::invalid_state);
+  std::string message = "rref " + id.str() + " was deleted by its owner " + me_;
+  rref_msg::held_ptr value;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!closed_ && !deleted_owners_.contains(id)) {
+      auto& e = entry_for(id);  // a fetch may overtake the remote_call that creates the value: PENDING
+      if (!e.ready) return e.parked.push_back(std::move(reply));
+      code = e.code;
+      message = e.message;
+      value = e.value;
+    }
+  }
+  answer_fetch(*reply, code, message, value);
+}
+
+void context_impl::publish(const rref_id& id, std::int32_t code, const std::string& message, rref_msg::held_ptr value) {
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = owners_.find(id);
+    if (it == owners_.end()) return;  // deleted meanwhile: its parked fetches were failed
+    auto& e = it->second;
+    e.ready = true;
+    e.code = code;
+    e.message = message;
+    e.value = value;
+    parked.swap(e.parked);
+  }
+  for (auto& reply : parked) answer_fetch(*reply, code, message, value);
+}
+
+void answer_fetch(rpc::reply_later& reply, std::int32_t code, const std::string& message, const rref_msg::held_ptr& value) {
+  if (code != 0) return reply.fail(static_cast<errc>(code), message);
+  reply.complete_encoded([&value] {
+    storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
+    return value->encode();
+  });
 }
 
 std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {
@@ -125,14 +171,20 @@ std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {
 }
 
 bool context_impl::owner_gone(const rref_id& id) {
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (local_refs_on_way_.count(id)) return false;
-    retire(owners_, id, draining_);
-    started_.erase(id);  // the tombstone refuses later copies of its remote_call
-    deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);
+    auto it = owners_.find(id);
+    if (it != owners_.end()) {
+      parked.swap(it->second.parked);
+      draining_.emplace(it->second.actor.address(), caf::actor_cast<caf::actor>(it->second.actor));
+      owners_.erase(it);
+    }
+    deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);  // refuses later copies of its remote_call
   }
   changed_.notify_all();
+  for (auto& reply : parked) reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
   return true;
 }
 
@@ -257,7 +309,7 @@ std::vector<std::string> rref_context::leaks() const {
   std::vector<caf::actor> all;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex_);
-    for (auto& [id, a] : impl_->owners_) all.push_back(caf::actor_cast<caf::actor>(a));
+    for (auto& [id, e] : impl_->owners_) all.push_back(caf::actor_cast<caf::actor>(e.actor));
     for (auto& [k, a] : impl_->users_) all.push_back(caf::actor_cast<caf::actor>(a));
   }
   std::vector<std::string> out;

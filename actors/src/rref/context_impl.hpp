@@ -81,6 +81,24 @@ using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts
                                        caf::reacts_to<rref_msg::control_done>,
                                        caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
 
+/// The router's entry of an OwnerRRef: its actor, and what a fetch from another worker needs
+/// without a hop into the actor (Note [owner_rref actor]): the value once it exists (the actor
+/// publishes every new one), the fetches parked until then, and whether its user function was
+/// started (the remote_call dedupe).
+struct owner_entry {
+  owner_rref_actor actor;
+  bool started = false, ready = false;
+  std::int32_t code = 0;
+  std::string message;
+  rref_msg::held_ptr value;
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
+};
+
+/// Answers a fetch's deferred reply with a value or its error: the value is encoded on the
+/// calling thread under the fetch's served-call scopes (Note [deferred reply]), so distributed
+/// autograd records its send there.
+void answer_fetch(rpc::reply_later& reply, std::int32_t code, const std::string& message, const rref_msg::held_ptr& value);
+
 class context_impl;
 /// Spawns the router's courier.
 courier_actor spawn_courier(context_impl& r);
@@ -102,10 +120,9 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   mutable std::condition_variable changed_;
   bool closed_ = false;
   std::atomic<std::uint64_t> next_{1};
-  std::map<rref_id, owner_rref_actor> owners_;
+  std::map<rref_id, owner_entry> owners_;
   std::map<fork_key, user_rref_actor> users_;
   std::map<rref_id, int> local_refs_on_way_;
-  std::set<rref_id> started_;  // live owners whose user function the router started (dedupe)
   // Deleted owners and DELETING forks until their last control message is done: CAF ends an
   // actor nobody references, so the router keeps them until they call actor_done.
   std::map<caf::actor_addr, caf::actor> draining_;  // binds on the owner not yet taken by its actor
@@ -129,9 +146,17 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   /// The owner actor of `id`; spawned PENDING if absent and `create`; nullopt if deleted.
   std::optional<owner_rref_actor> owner_for(const rref_id& id, bool create);
   std::optional<user_rref_actor> user_for(const fork_key& k);
+  /// The entry of `id`, with a PENDING owner actor spawned if absent. Call with mutex_ held.
+  owner_entry& entry_for(const rref_id& id);
   /// For a remote_call of `id`: its owner actor (spawned PENDING if absent) and whether its user
   /// function was already started (a duplicate); nullopt if the id was deleted or we are closed.
   std::optional<std::pair<owner_rref_actor, bool>> start_owner(const rref_id& id);
+  /// A fetch of `id` from another worker: answered now if the value exists (or the id is gone),
+  /// else parked in the entry until publish(). Never blocks on an actor.
+  void fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply);
+  /// The value of `id` exists or changed (code 0) or its function failed: later fetches get it,
+  /// parked ones are answered now, on this thread.
+  void publish(const rref_id& id, std::int32_t code, const std::string& message, rref_msg::held_ptr value);
   /// The owner actor decided to delete: erases and tombstones it, unless a bind of the id on
   /// this node sent it a local reference it has not taken yet (then false: stay).
   bool owner_gone(const rref_id& id);

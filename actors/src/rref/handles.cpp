@@ -106,9 +106,7 @@ std::shared_ptr<handle> bind_at_owner(context_impl& c, std::shared_ptr<handle> h
     c.owner_bound_.add({w.id, w.fork}, std::chrono::steady_clock::now(), c.opts_.tombstone_ttl);
     if (!c.deleted_owners_.contains(w.id)) {
       // It may arrive before the remote_call that creates the value: a PENDING owner then.
-      auto it = c.owners_.find(w.id);
-      if (it == c.owners_.end()) it = c.owners_.emplace(w.id, spawn_owner_rref(c, w.id, nullptr)).first;
-      a = it->second;
+      a = c.entry_for(w.id).actor;
     }
     if (a) {
       ++c.local_refs_on_way_[w.id];  // the actor may not delete before it took this reference

@@ -31,7 +31,6 @@ struct owner_state {
   std::set<fork_id> forks, deleted_forks;
   std::map<std::uint64_t, child_entry> children;  // pending-child tokens of owner-local handles
   int local = 0;
-  std::vector<std::shared_ptr<rpc::reply_later>> parked_remote;  // fetches from other workers
   std::vector<caf::typed_response_promise<held_answer>> parked_local;
   std::uint64_t leased = 0;
   std::deque<std::pair<std::uint64_t, caf::typed_response_promise<held_answer>>> lease_queue;
@@ -53,17 +52,6 @@ held_answer deleted_answer(const owner_state& s) {
   return held_answer{static_cast<std::int32_t>(errc::invalid_state), deleted_text(s), {}};
 }
 
-// Answers a fetch from another worker (READY): the value is encoded here, on this thread, under
-// the fetch's served-call scopes (Note [deferred reply]), so the interceptor records its tensors.
-void answer_remote(const owner_state& s, rpc::reply_later& reply) {
-  if (s.code != 0) return reply.fail(static_cast<errc>(s.code), s.message);
-  const auto& v = s.value;
-  reply.complete_encoded([&v] {
-    storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
-    return v->encode();
-  });
-}
-
 void maybe_quit(owner_self self) { request_end(self, self->state.deleted && self->state.ctl.sends.empty()); }
 
 // DELETED once nothing can reach the value any more (Note [owner_rref actor]).
@@ -75,8 +63,6 @@ void maybe_delete(owner_self self) {
   if (!s.ready && !s.creator_fork_deleted) return;   // the remote_call may still be on its way
   if (!s.r->owner_gone(s.id)) return;                // a bind of this id is on its way here
   s.deleted = true;
-  for (auto& reply : s.parked_remote) reply->fail(errc::invalid_state, deleted_text(s));
-  s.parked_remote.clear();
   for (auto& rp : s.parked_local) rp.deliver(deleted_answer(s));
   s.parked_local.clear();
   for (auto& [lease, rp] : s.lease_queue) rp.deliver(deleted_answer(s));
@@ -104,8 +90,6 @@ void on_value(owner_self self, value_set& v) {
   s.value = std::move(v.value);
   for (auto& rp : s.parked_local) rp.deliver(answer_of(s));
   s.parked_local.clear();
-  for (auto& reply : s.parked_remote) answer_remote(s, *reply);
-  s.parked_remote.clear();
   grant_leases(self);
   maybe_delete(self);
 }
@@ -168,12 +152,6 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
         self->state.children.erase(m.token);
         maybe_delete(self);
       },
-      [self](remote_fetch& m) {
-        auto& s = self->state;
-        if (s.deleted) return m.reply->fail(errc::invalid_state, deleted_text(s));
-        if (!s.ready) return s.parked_remote.push_back(std::move(m.reply));
-        answer_remote(s, *m.reply);
-      },
       [self](local_fetch&) -> caf::result<held_answer> {
         auto& s = self->state;
         if (s.deleted) return deleted_answer(s);
@@ -204,7 +182,10 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
             }
           return;
         }
-        if (m.changed) s.value = std::move(m.value);
+        if (m.changed) {
+          s.value = std::move(m.value);
+          s.r->publish(s.id, 0, {}, s.value);  // fetches from other workers see the new object
+        }
         s.leased = 0;
         grant_leases(self);
         maybe_delete(self);

@@ -12,12 +12,16 @@
 //   fetch, user_delete may come in any order) or by make_rref (READY at once)
 //
 //   PENDING --remote_started--> RUNNING --value_set--> READY(value | error)
-//   PENDING --remote_fetch / local_fetch / lease_request--> PENDING (parked until READY)
-//   READY --remote_fetch--> READY: encodes the value into the fetch's deferred reply, on this
-//                           actor's thread under the fetch's served-call scopes (Note [deferred
-//                           reply]), so distributed autograd records the send here
+//   PENDING --local_fetch / lease_request--> PENDING (parked until READY)
 //   READY --lease_request--> LEASED --lease_return--> READY (one method at a time; a method works
-//                            on a copy of the object and hands back the new one)
+//                            on a copy of the object and hands back the new one, published)
+//
+// Fetches from other workers do not enter the actor: the router's entry of the id (owner_entry,
+// context_impl.hpp) holds the published value and the fetches parked until it exists. The
+// executor thread that ran the function publishes it (and answers the parked fetches, encoding
+// the value under each fetch's served-call scope, Note [deferred reply], so distributed autograd
+// records the send there); a later fetch is answered on its own executor thread; a method's new
+// object is published by this actor; deletion fails the parked fetches with invalid_state.
 //   PENDING|READY --no known fork, no local ref, no pending child, no lease, and READY or the
 //                   creator fork deleted--> DELETED: tells the router (tombstone), fails parked
 //                   requests with invalid_state, quits once its own control messages are done
@@ -47,7 +51,6 @@ using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<rref_msg::fork_request_reply>,
     caf::reacts_to<rref_msg::user_delete>,
     caf::reacts_to<rref_msg::child_ack>,
-    caf::reacts_to<rref_msg::remote_fetch>,
     caf::replies_to<rref_msg::local_fetch>::with<rref_msg::held_answer>,
     caf::replies_to<rref_msg::lease_request>::with<rref_msg::held_answer>,
     caf::reacts_to<rref_msg::lease_return>,

@@ -86,9 +86,9 @@ template <class I> typename I::result_type inspect(I& f, fork_probe& x) {
   return f(caf::meta::type_name("troupe.rref.fork_probe"), x.id, x.fork);
 }
 
-/// user -> owner (to_here): the value of `id`. A deferred reply (Note [deferred reply]): the
-/// owner actor answers it when the value exists, with encode_result<T> of the live value,
-/// encoded under the fetch's served-call scope, or fails it with the stored error.
+/// user -> owner (to_here): the value of `id`. A deferred reply (Note [deferred reply]): answered
+/// when the value exists, with encode_result<T> of the live value encoded under the fetch's
+/// served-call scope, or failed with the stored error.
 struct fetch {
   rref_id id;
   fork_id fork;
@@ -137,11 +137,6 @@ struct value_set {
   std::int32_t code = 0;
   std::string message;
   held_ptr value;
-};
-
-/// A fetch from another worker (to_here): the owner answers `reply` once the value exists.
-struct remote_fetch {
-  std::shared_ptr<rpc::reply_later> reply;
 };
 
 /// A fork_request from another worker: the owner answers `reply` (0 accepted, 1 refused) itself.
@@ -300,7 +295,6 @@ inline bool final_failure(errc c) {
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_started)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::value_set)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_fetch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::fork_request_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::held_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::lease_return)

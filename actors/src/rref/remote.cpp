@@ -152,7 +152,7 @@ std::shared_ptr<rref_detail::handle> rref_context::make_local(std::shared_ptr<co
   {
     std::lock_guard<std::mutex> lock(c.mutex_);
     if (c.closed_) throw error(errc::invalid_state, "make_rref on " + c.me_ + ": the rref context is closed");
-    c.owners_.emplace(h->id, rref_detail::spawn_owner_rref(c, h->id, std::move(value)));
+    c.owners_.emplace(h->id, rref_detail::owner_entry{rref_detail::spawn_owner_rref(c, h->id, value), true, true, 0, {}, value, {}});
   }
   h->ctx = impl_;
   h->owner = c.me_;

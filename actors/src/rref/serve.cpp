@@ -1,7 +1,8 @@
 // The reserved "troupe.rref.*" functions: each reads its typed message (protocol.hpp) and
 // delivers it to the actor it names (Note [RRef protocol]). They run on the node's executor and
-// never wait for an actor: a fetch is a deferred reply the owner actor answers (Note [deferred
-// reply]), a remote_call is deduplicated by the router's map.
+// never wait for an actor: a fetch is a deferred reply answered when the value is published, a
+// fork_request one the owner actor answers (Note [deferred reply]); a remote_call is
+// deduplicated by the router's map.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
@@ -44,6 +45,7 @@ void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
     }
   }
+  c.publish(m.id, v.code, v.message, v.value);  // answers parked fetches here, on this thread
   caf::anon_send(owner, std::move(v));
 }
 
@@ -72,17 +74,12 @@ std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
   return 0;
 }
 
-// Answered when the value exists, without holding this executor thread: the owner actor
-// completes the deferred reply (Note [deferred reply]), encoding its live value under this call's
-// scopes.
+// Answered at once when the value exists (encoded here, under this call's scopes), else parked
+// in the router until the function's executor thread publishes it (Note [deferred reply]); no
+// thread waits and no actor is involved.
 rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
-  auto reply = rpc::defer();
   ++c.stats_.fetches;
-  if (auto owner = c.owner_for(m.id, true)) {
-    caf::anon_send(*owner, rref_msg::remote_fetch{std::move(reply)});
-  } else {
-    reply->fail(errc::invalid_state, "rref " + m.id.str() + " was deleted by its owner " + c.me_);
-  }
+  c.fetch(m.id, rpc::defer());
   return {};
 }
 
