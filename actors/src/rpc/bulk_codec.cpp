@@ -200,7 +200,8 @@ tensor read_tensor_shared(reader& r, const shape_t& sizes, troupe::dtype dt, std
     throw error(errc::protocol_violation, "malformed shared tensor handle '" + name + "' in an rpc payload");
   shm_handle h{fs ? sharing_strategy::file_system : sharing_strategy::file_descriptor, name, seg_bytes, -1};
   tensor t;
-  if (auto own = pid == ::getpid() ? d::table().own_shared(name) : nullptr) {  // our own, back: the same storage
+  // One we sent (names are unique per process), back from any peer: the very same storage.
+  if (auto own = d::table().own_shared(name)) {
     if (own->nbytes() < seg_bytes) throw error(errc::protocol_violation, "shared tensor " + name + " is smaller than its handle says");
     auto impl = std::make_shared<tensor_impl>();
     impl->storage = std::move(own);
