@@ -121,15 +121,29 @@ class duplicate_requests final : public troupe::transport_hook {
   }
 };
 
+// Runs `body(n)` on rank 0 of a job whose ranks 1..workers serve functions() (with `hook`), then
+// ends the job gracefully and joins the workers.
+template <class Body>
+void with_workers(int workers, const Body& body, std::shared_ptr<troupe::transport_hook> hook = nullptr) {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(workers, [&](int i) { serve(i + 1, workers + 1, pipe.read(), hook); });
+  {
+    troupe::node n(troupe::test::test_options(0, workers + 1, 0));
+    pipe.publish(n.port(), workers);
+    std::vector<std::string> ready;
+    for (int r = 1; r <= workers; ++r) ready.push_back("ready/" + std::to_string(r));
+    n.store().wait(ready, 10s);
+    body(n);
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  }
+  CHECK(children.join(20s));
+}
+
 }  // namespace
 
 TEST_CASE("a large tensor echoed back is a reference to the caller's own segment, not a copy", "[actors][rpc][bulk]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(2, [&](int i) { serve(i + 1, 3, pipe.read()); });
-  {
-    troupe::node n(troupe::test::test_options(0, 3, 0));
-    pipe.publish(n.port(), 2);
-    n.store().wait({"ready/1", "ready/2"}, 10s);
+  with_workers(2, [&](troupe::node& n) {
     const auto t = pattern(big, 1);
     const auto back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t);
     CHECK(same_bytes(back, t));
@@ -140,20 +154,12 @@ TEST_CASE("a large tensor echoed back is a reference to the caller's own segment
     CHECK(same_bytes(fwd, pattern(big, 2)));
     CHECK(mapping_of(fwd.data_ptr()).rfind(own_segment_prefix(), 0) == 0);
     CHECK(same_bytes(back, t));  // neither transfer reused the segment `back` still holds
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  });
 }
 
 TEST_CASE("an ordinary tensor is copied in: the sender's later writes never reach what the receiver kept",
           "[actors][rpc][bulk]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(1, 2, pipe.read()); });
-  {
-    troupe::node n(troupe::test::test_options(0, 2, 0));
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready/1"}, 10s);
+  with_workers(1, [&](troupe::node& n) {
     auto t = troupe::empty({big}, troupe::tensor_options{troupe::dtype::uint8});
     std::memset(t.data_ptr(), 1, t.nbytes());
     CHECK(troupe::rpc_sync<bool>(n, "worker1", "keep", t));  // the callee sees shared memory
@@ -162,40 +168,24 @@ TEST_CASE("an ordinary tensor is copied in: the sender's later writes never reac
     // The kept tensor pins its segment: later transfers of the same size use another one.
     for (unsigned i = 0; i < 3; ++i) CHECK(same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", pattern(big, i)), pattern(big, i)));
     CHECK(troupe::rpc_sync<int>(n, "worker1", "kept_byte0", 0) == 1);
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  });
 }
 
 TEST_CASE("a received large tensor is shared memory: a write through the echo reaches the callee's kept view",
           "[actors][rpc][bulk]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(1, 2, pipe.read()); });
-  {
-    troupe::node n(troupe::test::test_options(0, 2, 0));
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready/1"}, 10s);
+  with_workers(1, [&](troupe::node& n) {
     const auto t = pattern(big, 5);
     auto back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "keep_and_echo", t);
     REQUIRE(same_bytes(back, t));
     *static_cast<unsigned char*>(back.data_ptr()) = 42;
     CHECK(troupe::rpc_sync<int>(n, "worker1", "kept_byte0", 0) == 42);
     CHECK(byte0(t) != 42);  // the caller's own tensor was copied in, never shared
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  });
 }
 
 TEST_CASE("duplicated requests carrying a large tensor keep every reference: no segment is reused while held",
           "[actors][rpc][bulk][fault]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(1, 2, pipe.read(), std::make_shared<duplicate_requests>()); });
-  {
-    troupe::node n(troupe::test::test_options(0, 2, 0));
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready/1"}, 10s);
+  with_workers(1, [&](troupe::node& n) {
     std::vector<std::pair<troupe::tensor, troupe::tensor>> held;
     for (unsigned i = 0; i < 6; ++i) {
       const auto t = pattern(big, 100 + i);
@@ -209,10 +199,7 @@ TEST_CASE("duplicated requests carrying a large tensor keep every reference: no 
       const auto t = pattern(big, 200 + i);
       CHECK(same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));
     }
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  }, std::make_shared<duplicate_requests>());
 }
 
 TEST_CASE("a tensor received from a peer that is then SIGKILLed stays readable, and nothing is left mapped or named",
@@ -243,12 +230,7 @@ TEST_CASE("a tensor received from a peer that is then SIGKILLed stays readable, 
 TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writes are shared both ways and a "
           "dropped one stays alive until the receiver mapped it", "[actors][rpc][bulk]") {
   const auto strategy = GENERATE(troupe::sharing_strategy::file_descriptor, troupe::sharing_strategy::file_system);
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(1, 2, pipe.read()); });
-  {
-    troupe::node n(troupe::test::test_options(0, 2, 0));
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready/1"}, 10s);
+  with_workers(1, [&](troupe::node& n) {
     troupe::shm_provider provider(strategy, "zc");
     auto t = pattern(big, 3);
     troupe::share_memory_(t, provider);
@@ -272,8 +254,5 @@ TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writ
     CHECK(same_bytes(made, pattern(big, 55)));
     CHECK(troupe::is_shared(made));
     CHECK(mapping_of(made.data_ptr()).find("troupe_rpc_") == std::string::npos);
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  });
 }
