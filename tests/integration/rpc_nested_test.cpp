@@ -88,6 +88,16 @@ TEST_CASE("many in-flight calls from several threads all complete with their own
   auto got = p.get_future();
   REQUIRE(got.wait_for(5s) == std::future_status::ready);
   CHECK(got.get() == 81);
+  // then_inline() runs on the completing thread, or at once when the call already completed.
+  std::promise<std::int64_t> q;
+  auto pending = troupe::rpc_async<std::int64_t>(n, "worker1", "square", std::int64_t{5});
+  pending.then_inline([&q](troupe::rpc::future<std::int64_t> f) { q.set_value(f.get()); });
+  auto inl = q.get_future();
+  REQUIRE(inl.wait_for(5s) == std::future_status::ready);
+  CHECK(inl.get() == 25);
+  bool ran_at_once = false;
+  pending.then_inline([&ran_at_once](troupe::rpc::future<std::int64_t> f) { ran_at_once = f.is_ready(); });
+  CHECK(ran_at_once);
   n.store().set("done", "1");
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
   CHECK(children.join(10s));

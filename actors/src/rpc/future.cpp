@@ -13,7 +13,7 @@ constexpr auto deadline_grace = std::chrono::seconds(2);
 }  // namespace
 
 bool call_state::complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta) {
-  std::vector<std::function<void()>> conts;
+  std::vector<std::function<void()>> conts, inline_conts;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return false;
@@ -23,16 +23,20 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
     payload_ = std::move(payload);
     meta_ = std::move(meta);
     conts.swap(continuations_);
+    inline_conts.swap(inline_continuations_);
   }
   cv_.notify_all();
+  for (auto& c : inline_conts) c();
   for (auto& c : conts)
     if (!post_ || !post_(c)) c();  // executor gone (shutdown): run here rather than lose it
   return true;
 }
 
 bool call_state::wait_for(std::chrono::milliseconds timeout) const {
+  const auto end = clock::now() + timeout;
+  if (help_wait_ && !ready()) help_wait_(end);
   std::unique_lock<std::mutex> lock(mutex_);
-  return cv_.wait_for(lock, timeout, [this] { return done_; });
+  return cv_.wait_until(lock, end, [this] { return done_; });
 }
 
 bool call_state::ready() const {
@@ -41,6 +45,7 @@ bool call_state::ready() const {
 }
 
 const std::vector<char>& call_state::value() const {
+  if (help_wait_ && !ready()) help_wait_(deadline_ + deadline_grace);
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_until(lock, deadline_ + deadline_grace, [this] { return done_; }))
     throw error(errc::timeout, what_ + ": no answer by the deadline");
@@ -49,14 +54,40 @@ const std::vector<char>& call_state::value() const {
 }
 
 void call_state::on_complete(std::function<void()> fn) {
+  bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!done_) {
       continuations_.push_back(std::move(fn));
-      return;
+      queued = true;
     }
   }
+  if (queued) {
+    if (help_unattended_) help_unattended_();
+    return;
+  }
   if (!post_ || !post_(fn)) fn();
+}
+
+void call_state::on_complete_inline(std::function<void()> fn) {
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!done_) {
+      inline_continuations_.push_back(std::move(fn));
+      queued = true;
+    }
+  }
+  if (!queued) {
+    fn();  // already complete: run here
+    return;
+  }
+  if (help_unattended_) help_unattended_();
+}
+
+void call_state::set_helper(std::function<void(clock::time_point)> wait, std::function<void()> unattended) {
+  help_wait_ = std::move(wait);
+  help_unattended_ = std::move(unattended);
 }
 
 void call_state::set_scope(std::shared_ptr<call_scope> scope) {

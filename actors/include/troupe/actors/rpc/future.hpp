@@ -49,6 +49,15 @@ class call_state {
   const std::vector<char>& value() const;
   /// Adds a continuation, run on the executor once complete (at once if already complete).
   void on_complete(std::function<void()> fn);
+  /// Adds a continuation run on the completing thread itself (at once on this thread if already
+  /// complete). It must neither block nor throw (it may run on an I/O or CAF thread).
+  void on_complete_inline(std::function<void()> fn);
+  /// Lets the thread that waits for this call help complete it (Note [rpc fast path]: a waiting
+  /// caller reads its own response). `wait(until)` runs on a waiting thread before it blocks and
+  /// returns once the call completed or it cannot help; `unattended()` runs when a continuation
+  /// is registered on a call not yet complete (nobody may wait: the I/O thread must read). Set
+  /// before the call is shared.
+  void set_helper(std::function<void(clock::time_point until)> wait, std::function<void()> unattended);
   const std::string& what() const { return what_; }
   clock::time_point deadline() const { return deadline_; }
 
@@ -63,6 +72,9 @@ class call_state {
   std::string message_;
   std::vector<char> payload_;
   std::vector<std::function<void()>> continuations_;
+  std::vector<std::function<void()>> inline_continuations_;
+  std::function<void(clock::time_point)> help_wait_;
+  std::function<void()> help_unattended_;
   // Note [call interceptor]: the caller's scope and the response's meta; decoded at most once.
   bool intercepted_ = false;
   std::shared_ptr<call_scope> scope_;
@@ -120,6 +132,17 @@ class future {
     if (!st_) throw error(errc::invalid_state, "then() on an empty rpc future");
     future self = *this;
     st_->on_complete([self, fn = std::move(fn)]() mutable { fn(self); });
+  }
+  /// Runs `fn(future<R>)` on the thread that completes the call (an I/O thread, a CAF thread,
+  /// or a caller reading its own response), or at once on this thread if it is already
+  /// complete. For continuations that only hand the result on (send a CAF message, notify):
+  /// `fn` must not block, must not throw, and should not call get() when the call is
+  /// intercepted (the decode would run on that thread).
+  template <class F>
+  void then_inline(F fn) const {
+    if (!st_) throw error(errc::invalid_state, "then_inline() on an empty rpc future");
+    future self = *this;
+    st_->on_complete_inline([self, fn = std::move(fn)]() mutable { fn(self); });
   }
 
  private:
