@@ -21,7 +21,6 @@
 namespace troupe::dist_autograd {
 
 namespace {
-constexpr std::size_t max_remembered_releases = 65536;
 thread_local current_context_slot tls_current;
 
 /// Blocks (bounded by propagation_bound) until the actor `a` of context `id` answers for the
@@ -128,53 +127,18 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
   return recv;
 }
 
-// ---- release ---------------------------------------------------------------------------------
-
-caf::actor container::impl::drop(context_id id) {
-  std::lock_guard<std::mutex> lock(m);
-  if (released.insert(id).second) {
-    released_order.push_back(id);
-    if (released_order.size() > max_remembered_releases) {
-      released.erase(released_order.front());
-      released_order.pop_front();
-    }
-  }
-  contexts.erase(id);
-  auto it = actors.find(id);
-  if (it == actors.end()) return {};
-  caf::actor a = std::move(it->second);
-  actors.erase(it);
-  return a;
-}
-
 caf::actor container::impl::actor_of(context_id id) const {
   std::lock_guard<std::mutex> lock(m);
   auto it = actors.find(id);
   return it == actors.end() ? caf::actor{} : it->second;
 }
 
-bool container::impl::has_release_targets(context_id id, const std::string& except) const {
-  auto ctx = find_if(id);
-  if (!ctx) return false;
-  std::lock_guard<std::mutex> lock(ctx->m);
-  return std::any_of(ctx->workers.begin(), ctx->workers.end(),
-                     [&](const std::string& w) { return w != except && !ctx->lost.count(w); });
-}
-
-void container::impl::release_everywhere(context_id id, const std::string& except) {
-  const bool forward = has_release_targets(id, except);
-  const auto a = caf::actor_cast<context_handle>(drop(id));
-  if (!a) return;
-  if (!forward) return caf::anon_send(a, ctx_release{except, true, nullptr});  // it just ends: no wait
-  release_through(opts, a, except, /*final=*/true);
-}
-
 // ---- container ------------------------------------------------------------------------------
 
 container::container(node& n, container_options opts) : impl_(std::make_shared<impl>(n, opts)) {
   std::weak_ptr<impl> weak = impl_;
-  // Both answer through deferred replies (Note [context actor]): no executor thread waits for
-  // another worker.
+  // It answers through a deferred reply (Note [context actor]): no executor thread waits for
+  // another worker. The release's function: release.cpp.
   n.functions().add(propagate_name, [weak](std::uint64_t id, std::uint64_t msg, std::uint64_t pass,
                                            std::int32_t /*attempt*/, tensor_list grads, bool retain) {
     auto self = weak.lock();
@@ -182,19 +146,7 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
     self->on_propagate(id, msg, pass, grads, retain);
     return rpc::deferred{};
   });
-  n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {
-    auto self = weak.lock();
-    const bool forward = self && self->has_release_targets(id, from);
-    auto a = self ? caf::actor_cast<context_handle>(self->drop(id)) : context_handle{};
-    if (!a || !forward) {  // nothing to forward (or unknown here): answer now, the actor just ends
-      if (a) caf::anon_send(a, ctx_release{from, true, nullptr});
-      return std::int32_t{0};
-    }
-    auto reply = rpc::defer();
-    caf::anon_send(a, ctx_release{from, true, std::make_shared<answer_once<std::int32_t>>(
-                                                  [reply](const std::int32_t&) { reply->complete<std::int32_t>(0); }, 0)});
-    return std::int32_t{0};  // ignored: the deferred reply answers
-  });
+  add_release_function(impl_);
   add_optimizer_functions(impl_);
   impl_->recorder = make_recorder(impl_);
   n.set_interceptor(impl_->recorder);

@@ -172,9 +172,10 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   void on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
   /// Drops the context here; returns its actor (null when unknown), which runs the release.
   caf::actor drop(context_id id);
-  /// Whether context `id` has workers to release but `except` and the dead.
-  bool has_release_targets(context_id id, const std::string& except) const;
-  /// Releases `id` here and on the workers involved but `except`; waits for them (bounded).
+  /// The workers to release context `id` on: those involved but `except` and the dead.
+  std::set<std::string> release_targets(context_id id, const std::string& except) const;
+  /// Releases `id` here and on the workers involved but `except`; waits for them (bounded). The
+  /// first attempt goes from the calling thread; the context's actor retries what timed out.
   void release_everywhere(context_id id, const std::string& except);
 };
 
@@ -193,6 +194,9 @@ std::shared_ptr<rpc::call_interceptor> make_recorder(std::weak_ptr<container::im
 struct container_access {
   static const std::shared_ptr<container::impl>& of(const container& c) { return c.impl_; }
 };
+
+/// Registers the release's reserved function on `c->n` (release.cpp).
+void add_release_function(const std::shared_ptr<container::impl>& c);
 
 /// Creates the owner-side state and registers the optimizer's reserved functions on `c.n`.
 void add_optimizer_functions(const std::shared_ptr<container::impl>& c);

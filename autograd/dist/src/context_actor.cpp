@@ -52,7 +52,7 @@ void on_release(context_self self, ctx_release& r) {
   {
     std::lock_guard<std::mutex> lock(s.record->m);
     for (const auto& w : s.record->workers)
-      if (w != r.except && !s.record->lost.count(w)) targets.insert(w);
+      if (w != r.except && !s.record->lost.count(w) && !r.released.count(w)) targets.insert(w);
   }
   if (r.done) s.waiting.push_back(std::move(r.done));
   for (const auto& w : targets)
@@ -99,14 +99,15 @@ context_handle spawn_context_actor(node& n, const container_options& opts, std::
   return n.system().spawn(context_actor, &n, opts, std::move(record));
 }
 
-void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final) {
+void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final,
+                     std::set<std::string> released) {
   if (!a) return;
   // The actor's own bound: every attempt's deadline plus the backoffs, and a margin.
   const auto bound = (opts.release_timeout + opts.backoff * 64) * opts.attempts + std::chrono::seconds(1);
   answer_waiter<std::int32_t> w;
-  caf::anon_send(a, ctx_release{except, final, w.callback(0)});  // an actor already gone answers 0
-  std::int32_t released = 0;
-  w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(bound), released);
+  caf::anon_send(a, ctx_release{except, final, w.callback(0), std::move(released)});  // gone: answers 0
+  std::int32_t count = 0;
+  w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(bound), count);
 }
 
 void stop_context_actors(node& n, const std::vector<context_handle>& actors) {

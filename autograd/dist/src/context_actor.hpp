@@ -37,7 +37,9 @@
 //   gone or refuses is given up. ──every worker answered or given up──> the answer (number
 //   released), then quit when `final` (the context ended here), back to live otherwise (a failed
 //   backward releases the peers but keeps the local gradients readable until the context ends).
-//   A worker serving a release defers its reply until its own actor finished forwarding it.
+//   A worker serving a release defers its reply until its own actor finished forwarding it. On
+//   the worker where the context ended, the first attempt to each worker goes from the thread
+//   that ended it (no actor hop on the common path); only what timed out is left to the actor.
 //
 //   worker0 ctx actor ──release(id, worker0)──> worker1 handler ──ctx_release{worker0}──> worker1
 //          ^  ack (ok | timeout: timer, retry)      (deferred reply)       ctx actor ──release──> worker2
@@ -53,6 +55,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -65,12 +68,14 @@
 
 namespace troupe::dist_autograd {
 
-/// Release the context on the workers involved but `except`; `final`: the context ended here.
-/// `done` gets the number of workers released (local only: never crosses a process).
+/// Release the context on the workers involved but `except` and `released` (done by the caller's
+/// first attempt); `final`: the context ended here. `done` (may be null) gets the number of workers
+/// released by the actor (local only: never crosses a process).
 struct ctx_release {
   std::string except;
   bool final = true;
   answer_ptr<std::int32_t> done;
+  std::set<std::string> released;
 };
 
 /// One release attempt to `worker` ended with `code` (errc: ok, timeout, peer_lost, ...).
@@ -144,9 +149,10 @@ void send_propagate_attempt(node& n, const container_options& opts, const contex
 /// Spawns the actor owning `record` on `n`'s actor system.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record);
 
-/// Sends `ctx_release{except, final}` to `a` and waits for the answer, bounded by the release's
-/// own bound; never throws (an actor already gone counts as released).
-void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final);
+/// Sends `ctx_release{except, final, released}` to `a` and waits for the answer, bounded by the
+/// release's own bound; never throws (an actor already gone counts as released).
+void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final,
+                     std::set<std::string> released = {});
 
 /// Exits every actor of `actors` and waits (bounded) until they are gone.
 void stop_context_actors(node& n, const std::vector<context_handle>& actors);
