@@ -26,10 +26,10 @@ thread_local current_context_slot tls_current;
 /// Blocks (bounded by propagation_bound) until the actor `a` of context `id` answers for the
 /// propagations `outbox` handed it; a missing answer is a timeout.
 propagate_answer await_group(const container::impl& c, const caf::actor& a, context_id id,
-                             const propagation_outbox& outbox) {
+                             propagation_outbox& outbox) {
   answer_waiter<propagate_answer> w;
   caf::anon_send(caf::actor_cast<context_handle>(a),
-                 ctx_await{outbox.group, outbox.count, {propagate_done, 0, {}}, {0, 0},
+                 ctx_await{outbox.group, std::move(outbox.started), {propagate_done, 0, {}}, {0, 0},
                            w.callback({propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
                                        "dist_autograd::backward: context " + std::to_string(id) + " ended during it"})});
   propagate_answer outcome;
@@ -112,13 +112,12 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     run_info* run = current_run();
     auto self = weak.lock();
     if (!run || !run->outbox || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
-    // Note [context actor]: the actor retries it and the run's caller awaits it there; the first
-    // attempt goes from here, after the actor knows it (so its ack finds it).
-    const auto a = caf::actor_cast<context_handle>(run->outbox->actor);
+    // Note [context actor]: the first attempt goes from here; the run's caller hands it to the
+    // actor (which retries it and keeps an ack that came first) and awaits it there.
     const std::uint64_t seq = self->new_id();
-    caf::anon_send(a, ctx_propagate{run->outbox->group, seq, from, msg, run->pass, run->retain, grads});
-    ++run->outbox->count;
-    send_propagate_attempt(self->n, self->opts, a, id, seq, 1, from, msg, run->pass, grads, run->retain);
+    send_propagate_attempt(self->n, self->opts, caf::actor_cast<context_handle>(run->outbox->actor), id, seq, 1, from,
+                           msg, run->pass, grads, run->retain);
+    run->outbox->started.push_back({seq, from, msg, run->pass, run->retain, grads});
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -201,14 +200,14 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
   }
   auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
   const caf::actor a = impl_->actor_of(ctx_id);
-  propagation_outbox outbox{a, impl_->new_id(), 0};
+  propagation_outbox outbox{a, impl_->new_id(), {}};
   std::exception_ptr err;
   try {
     execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, outbox);
   } catch (...) {
     err = std::current_exception();
   }
-  if (outbox.count > 0) {  // Note [context actor]: the actor answers once they all ended
+  if (!outbox.started.empty()) {  // Note [context actor]: the actor answers once they all ended
     const propagate_answer outcome = await_group(*impl_, a, ctx_id, outbox);
     if (!err && std::get<0>(outcome) == propagate_failed)
       err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));

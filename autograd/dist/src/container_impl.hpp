@@ -103,12 +103,31 @@ class answer_waiter {
   std::shared_ptr<shared> st_ = std::make_shared<shared>();
 };
 
-/// What an engine run hands its PropagateGradients to: the context's actor (which sends, retries
-/// and awaits them, Note [context actor]) under the run's group id; `count` of them so far.
+/// A PropagateGradients a recv function started (its first attempt made from the engine thread):
+/// what the context actor needs to retry it.
+struct propagation_start {
+  std::uint64_t seq = 0;  ///< a new id: the outgoing propagation's key in the actor
+  std::string to;
+  message_id msg = 0;
+  std::uint64_t pass = 0;
+  bool retain = false;
+  tensor_list grads;
+};
+
+/// What an engine run hands its PropagateGradients to: the context's actor (which retries and
+/// awaits them, Note [context actor]) under the run's group id; the run's caller hands `started`
+/// over in one message (ctx_await) when the run ended.
 struct propagation_outbox {
   caf::actor actor;
   std::uint64_t group = 0;
-  std::size_t count = 0;
+  std::vector<propagation_start> started;
+};
+
+/// An incoming propagation as the record knows it (context_state::handled).
+struct seen_propagation {
+  bool known = false;
+  propagate_answer outcome;
+  bool parked = false;  ///< a duplicate waits in the actor
 };
 
 /// Dependencies and input buffers of one backward pass of one context on this worker
@@ -130,7 +149,10 @@ struct context_state {
   gradient_map grads;
   std::set<std::string> workers;  ///< workers this context exchanged messages with
   std::set<std::string> lost;     ///< workers found dead (no release is sent to them)
-  std::set<std::pair<message_id, std::uint64_t>> handled;  ///< (message, pass) propagations seen here
+  /// Incoming propagations seen here, by (message, pass) (Note [context actor]): the outcome once
+  /// known without the actor (a run that started nothing answers from its executor thread), and
+  /// whether a duplicate went to the actor meanwhile (which then must learn the outcome).
+  std::map<std::pair<message_id, std::uint64_t>, seen_propagation> handled;
   std::mutex run;   ///< serialises engine runs of this context here
   graph_pass pass;  ///< guarded by `run`
 };

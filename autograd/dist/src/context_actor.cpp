@@ -84,7 +84,6 @@ context_handle::behavior_type context_actor(context_self self, node* n, containe
       [self](ctx_retry_atom, const std::string& worker) {
         if (self->state.pending.count(worker)) send_attempt(self, worker);
       },
-      [self](ctx_propagate& p) { on_propagate_start(self, p); },
       [self](const ctx_propagate_ack& a) { on_propagate_ack(self, a); },
       [self](ctx_pretry_atom, std::uint64_t seq) { on_propagate_retry(self, seq); },
       [self](ctx_await& w) { on_await(self, w); },
@@ -95,8 +94,10 @@ context_handle::behavior_type context_actor(context_self self, node* n, containe
 
 }  // namespace
 
+// lazy_init: initialised by its first message, so a spawn wakes no scheduler thread (one per
+// context per worker, on the forward's path).
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record) {
-  return n.system().spawn(context_actor, &n, opts, std::move(record));
+  return n.system().spawn<caf::lazy_init>(context_actor, &n, opts, std::move(record));
 }
 
 void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final,

@@ -14,22 +14,25 @@
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
-//   S engine run (group g): recv_fn ──ctx_propagate{g, seq, to R, msg, pass, grads}──> S actor,
-//            then attempt 1 from the engine thread (one thread hop less on the critical path):
+//   S engine run (group g): recv_fn: attempt 1 from the engine thread (no actor hop before it)
 //            ──__troupe_dist_autograd_propagate(ctx, msg, pass, grads)──> R
+//   S run's caller ──ctx_await{g, started propagations, local outcome, answer}──> S actor (one
+//            message per run); an ack that came first is kept until its propagation is known
 //   S actor: ack done / failed ──> the propagation ended      (ctx_propagate_ack, from future.then)
 //            ack timeout ──delayed_send(backoff·2^k)──> attempt k+1   (`attempts` in all)
 //            ack running ──delayed_send(backoff·2^k)──> poll again    (until backward_timeout)
 //            peer_lost ──> ended, the worker marked lost (no release goes there)
-//   S run's caller ──ctx_await{g, n, local outcome, answer}──> S actor: answers once the n
-//            propagations of g ended: the local error, else the first remote one, else done
+//   S actor answers the await once the propagations of g ended: the local error, else the first
+//            remote one, else done
 //   R handler (executor): (msg, pass) new? ── yes: rpc::defer(), run the send function's local
 //            part here (group g'), ctx_await{g', key (msg, pass), deferred reply} ──> R actor;
-//            the executor thread is free again; the reply goes when g' ended (at once from the
-//            executor when g' handed over nothing: the actor still learns the outcome for dedupe)
-//                                           ── no (retry, duplicate): ctx_duplicate ──> R actor:
-//            the first's outcome at once if known, else parked: answered with it when it comes,
-//            or `running` after propagate_timeout / 2 (the sender polls again)
+//            the executor thread is free again; the reply goes when g' ended. A run that started
+//            nothing answers at once from the executor and keeps the outcome in the record (the
+//            actor hears of it only when a duplicate is parked there)
+//                                           ── no (retry, duplicate): the outcome from the record
+//            if known there; else ctx_duplicate ──> R actor: the outcome if known, else parked:
+//            answered with it when it comes, or `running` after propagate_timeout / 2 (the
+//            sender polls again)
 //
 // Release: live ──ctx_release{except, final}──> releasing: __troupe_dist_autograd_release(id, me)
 //   to every worker involved but `except` and the dead, in parallel; an attempt that times out is
@@ -56,6 +59,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <vector>
 #include <string>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -88,18 +92,6 @@ typename Inspector::result_type inspect(Inspector& f, ctx_release_ack& x) {
   return f(caf::meta::type_name("troupe.dist.ctx_release_ack"), x.worker, x.code);
 }
 
-/// A recv function's gradients for worker `to`, part of engine run `group`, outgoing propagation
-/// `seq`; its first attempt was already made by the engine thread (local only).
-struct ctx_propagate {
-  std::uint64_t group = 0;
-  std::uint64_t seq = 0;
-  std::string to;
-  message_id msg = 0;
-  std::uint64_t pass = 0;
-  bool retain = false;
-  tensor_list grads;
-};
-
 /// Attempt `attempt` of outgoing propagation `seq` ended: `answer` is the receiver's
 /// (done / running / failed), or (propagate_attempt_failed, errc, text) when the call failed.
 struct ctx_propagate_ack {
@@ -108,13 +100,13 @@ struct ctx_propagate_ack {
   propagate_answer answer;
 };
 
-/// The caller of engine run `group` waits for the `count` propagations it handed over: `done`
-/// gets the local outcome when it failed, else the first failure, else done. `key` (message,
-/// pass): the incoming propagation this run served, whose duplicates get the same answer
-/// ((0, 0) on the root worker). Local only.
+/// Engine run `group` ended and hands over the propagations it started (first attempts made):
+/// `done` gets the local outcome when it failed, else the first failure, else done, once they all
+/// ended. `key` (message, pass): the incoming propagation this run served, whose duplicates get
+/// the same answer ((0, 0) on the root worker). `done` may be null (answered already). Local only.
 struct ctx_await {
   std::uint64_t group = 0;
-  std::size_t count = 0;
+  std::vector<propagation_start> started;
   propagate_answer local;
   std::pair<message_id, std::uint64_t> key;
   answer_ptr<propagate_answer> done;
@@ -136,7 +128,7 @@ using ctx_running_atom = caf::atom_constant<caf::atom("dctxrun")>;
 /// The context actor's typed interface (Note [context actor]).
 using context_handle =
     caf::typed_actor<caf::reacts_to<ctx_release>, caf::reacts_to<ctx_release_ack>, caf::reacts_to<ctx_retry_atom, std::string>,
-                     caf::reacts_to<ctx_propagate>, caf::reacts_to<ctx_propagate_ack>, caf::reacts_to<ctx_await>,
+                     caf::reacts_to<ctx_propagate_ack>, caf::reacts_to<ctx_await>,
                      caf::reacts_to<ctx_duplicate>, caf::reacts_to<ctx_pretry_atom, std::uint64_t>,
                      caf::reacts_to<ctx_running_atom, std::uint64_t>>;
 
@@ -160,7 +152,6 @@ void stop_context_actors(node& n, const std::vector<context_handle>& actors);
 }  // namespace troupe::dist_autograd
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_release)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_propagate)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_propagate_ack)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_duplicate)

@@ -58,6 +58,7 @@ struct context_actor_state {
   bool final = false;
   // PropagateGradients
   std::map<std::uint64_t, outgoing_propagation> out;  ///< by seq
+  std::map<std::uint64_t, ctx_propagate_ack> early;   ///< first-attempt acks that came before their await
   std::map<std::uint64_t, propagation_group> groups;  ///< by group id
   std::map<std::pair<message_id, std::uint64_t>, incoming_outcome> incoming;
   std::uint64_t next_park = 0;
@@ -66,7 +67,6 @@ struct context_actor_state {
 using context_self = context_handle::stateful_pointer<context_actor_state>;
 
 // propagation.cpp
-void on_propagate_start(context_self self, ctx_propagate& p);
 void on_propagate_ack(context_self self, const ctx_propagate_ack& a);
 void on_propagate_retry(context_self self, std::uint64_t seq);
 void on_await(context_self self, ctx_await& w);

@@ -91,18 +91,13 @@ void send_propagate_attempt(node& n, const container_options& opts, const contex
   }
 }
 
-void on_propagate_start(context_self self, ctx_propagate& p) {
-  auto& s = self->state;
-  s.groups[p.group];  // known from now on, even before its await arrives
-  // Attempt 1 was made by the engine thread right after it sent this message, so its ack comes later.
-  s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), p.msg, p.pass, p.retain, std::move(p.grads), 1, 0,
-                                            std::chrono::steady_clock::now() + s.opts.backward_timeout});
-}
-
 void on_propagate_ack(context_self self, const ctx_propagate_ack& a) {
   auto& s = self->state;
   auto it = s.out.find(a.seq);
-  if (it == s.out.end()) return;  // ended already (an earlier attempt's answer won)
+  if (it == s.out.end()) {  // attempt 1 is made before its run's await: keep its ack until then
+    if (a.attempt == 1) s.early.emplace(a.seq, a);
+    return;
+  }
   auto& p = it->second;
   const auto [state, code, text] = a.answer;
   if (state == propagate_done) return end_propagation(self, a.seq, a.answer);
@@ -131,12 +126,24 @@ void on_propagate_retry(context_self self, std::uint64_t seq) {
 }
 
 void on_await(context_self self, ctx_await& w) {
-  auto& g = self->state.groups[w.group];
+  auto& s = self->state;
+  auto& g = s.groups[w.group];
   g.awaited = true;
-  g.expected = w.count;
+  g.expected = w.started.size();
   g.local = std::move(w.local);
   g.key = w.key;
   g.done = std::move(w.done);
+  const auto give_up = std::chrono::steady_clock::now() + s.opts.backward_timeout;
+  std::vector<ctx_propagate_ack> early;
+  for (auto& p : w.started) {  // attempt 1 was made by the engine thread
+    s.out.emplace(p.seq, outgoing_propagation{w.group, std::move(p.to), p.msg, p.pass, p.retain, std::move(p.grads), 1, 0,
+                                              give_up});
+    if (auto it = s.early.find(p.seq); it != s.early.end()) {
+      early.push_back(std::move(it->second));
+      s.early.erase(it);
+    }
+  }
+  for (const auto& a : early) on_propagate_ack(self, a);
   finish_group(self, w.group);
 }
 
@@ -208,22 +215,41 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
     return (*done)(failure(errc::bad_argument,
                            "dist_autograd::propagate: unknown context " + std::to_string(id) + " on " + n.info().name));
   const std::pair<message_id, std::uint64_t> key{msg, pass};
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(ctx->m);
-    first = ctx->handled.insert(key).second;
-  }
   auto handle = caf::actor_cast<context_handle>(a);
-  if (!first) return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
-  propagation_outbox outbox{a, new_id(), 0};
+  {  // a retry or duplicate: the outcome if the record has it, else the actor answers it
+    std::unique_lock<std::mutex> lock(ctx->m);
+    auto [it, first] = ctx->handled.try_emplace(key);
+    if (!first) {
+      if (it->second.known) {
+        const propagate_answer known = it->second.outcome;
+        lock.unlock();
+        return (*done)(known);
+      }
+      it->second.parked = true;
+      lock.unlock();
+      return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
+    }
+  }
+  propagation_outbox outbox{a, new_id(), {}};
   propagate_answer local{propagate_done, 0, {}};
-  try {  // the local part runs here; what it handed the actor is awaited there, not here
+  try {  // the local part runs here; what it started is awaited by the actor, not here
     execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
   } catch (...) {
     local = failed_answer(std::current_exception());
   }
-  if (outbox.count == 0) (*done)(local);  // nothing to wait for: answer now; the actor keeps it for duplicates
-  caf::anon_send(handle, ctx_await{outbox.group, outbox.count, std::move(local), key, std::move(done)});
+  if (outbox.started.empty()) {  // nothing to wait for: answer now, keep the outcome for duplicates
+    bool parked = false;
+    {
+      std::lock_guard<std::mutex> lock(ctx->m);
+      auto& seen = ctx->handled[key];
+      seen.known = true;
+      seen.outcome = local;
+      parked = seen.parked;
+    }
+    (*done)(local);
+    if (!parked) return;  // else the actor must answer the duplicates it parked
+  }
+  caf::anon_send(handle, ctx_await{outbox.group, std::move(outbox.started), std::move(local), key, std::move(done)});
 }
 
 }  // namespace troupe::dist_autograd
