@@ -21,7 +21,7 @@ void send_attempt(context_self self, const std::string& worker) {
   try {
     auto f = rpc_async<std::int32_t>(*s.n, worker, release_name, rpc::deadline{s.opts.release_timeout}, s.record->id,
                                      s.n->info().name);
-    f.then([me, worker](const rpc::future<std::int32_t>& done) {
+    f.then_inline([me, worker](const rpc::future<std::int32_t>& done) {  // only a message: no executor hop
       std::int32_t code = 0;
       try {
         done.get();

@@ -79,7 +79,8 @@ void send_propagate_attempt(node& n, const container_options& opts, const contex
   try {
     auto f = rpc_async<propagate_answer>(n, to, propagate_name, rpc::deadline{opts.propagate_timeout}, ctx, msg, pass,
                                          static_cast<std::int32_t>(attempt), grads, retain);
-    f.then([ack](const rpc::future<propagate_answer>& done) {
+    // On the completing thread: the ack is a message to the actor, so no executor hop before it.
+    f.then_inline([ack](const rpc::future<propagate_answer>& done) {
       try {
         ack(done.get());
       } catch (const error& e) {
