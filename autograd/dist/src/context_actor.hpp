@@ -8,9 +8,13 @@
 // answers) and the release. The engine and user hooks never run inside it (they run on the
 // thread that called backward or on the executor serving a PropagateGradients, for the local part
 // only). The hot path stays off its mailbox: recording (every RPC) writes the record under its
-// mutex, and the (message, pass) a worker has already started is decided under that mutex too;
-// everything that waits or retries is the actor's. Cross-process, PropagateGradients and the
-// release travel as reserved RPC functions, so the fault plan and peer supervision apply.
+// mutex, and the (message, pass) a worker has already started is decided under that mutex too.
+// First attempts go from the thread that has the data (the engine thread for a propagation, the
+// thread that ended the context for a release), and a run that started nothing answers from its
+// executor thread: the common path costs no actor hop before a send. Everything that waits,
+// retries, polls or parks is the actor's (timers, never a sleep). Cross-process, PropagateGradients
+// and the release travel as reserved RPC functions, so the fault plan and peer supervision apply.
+// The actor is spawned lazily initialised (no scheduler wake-up per context).
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
@@ -18,7 +22,8 @@
 //            ──__troupe_dist_autograd_propagate(ctx, msg, pass, grads)──> R
 //   S run's caller ──ctx_await{g, started propagations, local outcome, answer}──> S actor (one
 //            message per run); an ack that came first is kept until its propagation is known
-//   S actor: ack done / failed ──> the propagation ended      (ctx_propagate_ack, from future.then)
+//   S actor: ack done / failed ──> the propagation ended   (ctx_propagate_ack, sent by
+//            future.then_inline on the thread that completed the call: no executor hop)
 //            ack timeout ──delayed_send(backoff·2^k)──> attempt k+1   (`attempts` in all)
 //            ack running ──delayed_send(backoff·2^k)──> poll again    (until backward_timeout)
 //            peer_lost ──> ended, the worker marked lost (no release goes there)
