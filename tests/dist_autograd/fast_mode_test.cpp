@@ -66,6 +66,23 @@ std::pair<tensor, tensor> fan_reference() {
   return {xl, wl};
 }
 
+/// Short control-message timeouts and many attempts, for the fault-plan tests.
+da::container_options fault_options() {
+  da::container_options o;
+  o.propagate_timeout = 300ms;
+  o.release_timeout = 300ms;
+  o.attempts = 8;
+  o.backoff = 5ms;
+  return o;
+}
+
+/// Puts the fault plan `text` on every node of `t`; returns its injector (for the counters).
+std::shared_ptr<troupe::fault_injector> inject(three_workers& t, const std::string& text) {
+  auto injector = std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse(text));
+  t.job.c.hook->use(injector);
+  return injector;
+}
+
 /// One distributed "fan" iteration; checks the gradients on worker0 and worker1 bitwise.
 void check_fan(three_workers& t, const tensor& x, const tensor& xl, const tensor& wl) {
   da::context ctx(t.job[0]);
@@ -109,18 +126,11 @@ TEST_CASE("a node shared by two send functions runs once per pass, after both pr
 }
 
 TEST_CASE("propagate and release survive dropped, duplicated and lost-reply control messages", "[dist_autograd][fault]") {
-  da::container_options o;
-  o.propagate_timeout = 300ms;
-  o.release_timeout = 300ms;
-  o.attempts = 8;
-  o.backoff = 5ms;
-  three_workers t(o);
-  auto plan = troupe::fault_plan::parse(
-      "seed 7\n"
-      "rule __troupe_dist_autograd_propagate fail_first=2 drop_reply=0.1 duplicate=0.2\n"
-      "rule __troupe_dist_autograd_release fail_first=2 drop=0.1 drop_reply=0.1 duplicate=0.2\n");
-  auto injector = std::make_shared<troupe::fault_injector>(plan);
-  t.job.c.hook->use(injector);
+  three_workers t(fault_options());
+  auto injector = inject(t,
+                         "seed 7\n"
+                         "rule __troupe_dist_autograd_propagate fail_first=2 drop_reply=0.1 duplicate=0.2\n"
+                         "rule __troupe_dist_autograd_release fail_first=2 drop=0.1 drop_reply=0.1 duplicate=0.2\n");
   const auto [xl, wl] = fan_reference();
   tensor x = leaf(5, {2, 3});
   for (int iter = 0; iter < 20; ++iter) check_fan(t, x, xl, wl);
@@ -136,16 +146,9 @@ TEST_CASE("propagate and release keep the gradients bitwise under each fault typ
           "[dist_autograd][fault]") {
   const std::string fault = GENERATE(as<std::string>{}, "fail_first=3", "drop=0.15", "drop_reply=0.15", "duplicate=0.3",
                                      "delay=1..4", "reorder=8");
-  da::container_options o;
-  o.propagate_timeout = 250ms;
-  o.release_timeout = 250ms;
-  o.attempts = 8;
-  o.backoff = 5ms;
-  three_workers t(o);
-  auto plan = troupe::fault_plan::parse("seed 11\nrule __troupe_dist_autograd_propagate " + fault +
-                                        "\nrule __troupe_dist_autograd_release " + fault + "\n");
-  auto injector = std::make_shared<troupe::fault_injector>(plan);
-  t.job.c.hook->use(injector);
+  three_workers t(fault_options());
+  auto injector = inject(t, "seed 11\nrule __troupe_dist_autograd_propagate " + fault +
+                                "\nrule __troupe_dist_autograd_release " + fault + "\n");
   const auto [xl, wl] = fan_reference();
   tensor x = leaf(5, {2, 3});
   for (int iter = 0; iter < 10; ++iter) {
