@@ -34,18 +34,24 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
 
 bool call_state::wait_for(std::chrono::milliseconds timeout) const {
   const auto end = clock::now() + timeout;
-  if (help_wait_ && !ready()) help_wait_(end);
+  if (help_wait_ && !done()) help_wait_(end);
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, end, [this] { return done_; });
 }
 
-bool call_state::ready() const {
+bool call_state::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return done_;
 }
 
+bool call_state::ready() const {
+  if (done()) return true;
+  if (help_unattended_) help_unattended_();  // someone polls without waiting: the I/O thread reads for it
+  return done();
+}
+
 const std::vector<char>& call_state::value() const {
-  if (help_wait_ && !ready()) help_wait_(deadline_ + deadline_grace);
+  if (help_wait_ && !done()) help_wait_(deadline_ + deadline_grace);
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_until(lock, deadline_ + deadline_grace, [this] { return done_; }))
     throw error(errc::timeout, what_ + ": no answer by the deadline");

@@ -43,6 +43,7 @@ class call_state {
   std::shared_ptr<void> decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&)>& decode);
   /// Blocks until complete or `timeout` passed; returns whether complete.
   bool wait_for(std::chrono::milliseconds timeout) const;
+  /// Whether complete; on a pending call with a helper, tells it nobody waits (see set_helper).
   bool ready() const;
   /// Blocks until complete (bounded by the deadline plus a grace period) and returns the bytes,
   /// or throws the call's troupe::error.
@@ -62,6 +63,8 @@ class call_state {
   clock::time_point deadline() const { return deadline_; }
 
  private:
+  bool done() const;  // ready() without telling the helper
+
   std::string what_;
   clock::time_point deadline_;
   std::function<bool(std::function<void()>)> post_;
