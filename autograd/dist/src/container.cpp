@@ -23,6 +23,28 @@ namespace troupe::dist_autograd {
 namespace {
 thread_local current_context_slot tls_current;
 
+/// The common path of the root (Note [context actor]): whether every first attempt answered
+/// `done`, read here (the caller reads its own responses; no actor hop before it wakes), each
+/// wait bounded by its attempt's deadline. False at the first other outcome: the actor decides.
+bool first_attempts_done(const container_options& opts, const propagation_outbox& outbox) {
+  for (const auto& p : outbox.started) {
+    if (!p.first.wait(opts.propagate_timeout + std::chrono::seconds(1))) return false;
+    try {
+      if (std::get<0>(p.first.get()) != propagate_done) return false;
+    } catch (const error&) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Hands a run whose propagations all ended `done` to the actor for its bookkeeping (no answer).
+propagate_answer hand_over_done(const caf::actor& a, propagation_outbox& outbox) {
+  caf::anon_send(caf::actor_cast<context_handle>(a),
+                 ctx_await{outbox.group, std::move(outbox.started), {propagate_done, 0, {}}, {0, 0}, nullptr});
+  return {propagate_done, 0, {}};
+}
+
 /// Blocks (bounded by propagation_bound) until the actor `a` of context `id` answers for the
 /// propagations `outbox` handed it; a missing answer is a timeout.
 propagate_answer await_group(const container::impl& c, const caf::actor& a, context_id id,
@@ -115,9 +137,9 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     // Note [context actor]: the first attempt goes from here; the run's caller hands it to the
     // actor (which retries it and keeps an ack that came first) and awaits it there.
     const std::uint64_t seq = self->new_id();
-    send_propagate_attempt(self->n, self->opts, caf::actor_cast<context_handle>(run->outbox->actor), id, seq, 1, from,
-                           msg, run->pass, grads, run->retain);
-    run->outbox->started.push_back({seq, from, msg, run->pass, run->retain, grads});
+    auto first = send_propagate_attempt(self->n, self->opts, caf::actor_cast<context_handle>(run->outbox->actor), id,
+                                        seq, 1, from, msg, run->pass, grads, run->retain);
+    run->outbox->started.push_back({seq, from, msg, run->pass, run->retain, grads, std::move(first)});
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -208,7 +230,9 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
     err = std::current_exception();
   }
   if (!outbox.started.empty()) {  // Note [context actor]: the actor answers once they all ended
-    const propagate_answer outcome = await_group(*impl_, a, ctx_id, outbox);
+    const propagate_answer outcome = first_attempts_done(impl_->opts, outbox)
+                                         ? hand_over_done(a, outbox)
+                                         : await_group(*impl_, a, ctx_id, outbox);
     if (!err && std::get<0>(outcome) == propagate_failed)
       err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
   }

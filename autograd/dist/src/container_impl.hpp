@@ -112,6 +112,7 @@ struct propagation_start {
   std::uint64_t pass = 0;
   bool retain = false;
   tensor_list grads;
+  rpc::future<propagate_answer> first;  ///< the first attempt (empty if it could not be made)
 };
 
 /// What an engine run hands its PropagateGradients to: the context's actor (which retries and

@@ -28,7 +28,10 @@
 //            ack running ──delayed_send(backoff·2^k)──> poll again    (until backward_timeout)
 //            peer_lost ──> ended, the worker marked lost (no release goes there)
 //   S actor answers the await once the propagations of g ended: the local error, else the first
-//            remote one, else done
+//            remote one, else done. The root's backward first reads its first attempts' answers
+//            itself (bounded by their deadlines: the rpc layer lets a waiting caller read its own
+//            response); when every one is `done` it hands the run over without waiting for the
+//            actor, at the first other outcome it waits for the actor's answer (bounded)
 //   R handler (executor): (msg, pass) new? ── yes: rpc::defer(), run the send function's local
 //            part here (group g'), ctx_await{g', key (msg, pass), deferred reply} ──> R actor;
 //            the executor thread is free again; the reply goes when g' ended. A run that started
@@ -138,8 +141,9 @@ using context_handle =
                      caf::reacts_to<ctx_running_atom, std::uint64_t>>;
 
 /// Makes attempt `attempt` of outgoing propagation `seq` of context `ctx`; its outcome goes to
-/// `me` as a ctx_propagate_ack (from the node's executor). Any thread; never throws.
-void send_propagate_attempt(node& n, const container_options& opts, const context_handle& me, context_id ctx,
+/// `me` as a ctx_propagate_ack (from the thread that completes the call). Any thread; never
+/// throws; returns the attempt's future (empty when the call could not be made).
+rpc::future<propagate_answer> send_propagate_attempt(node& n, const container_options& opts, const context_handle& me, context_id ctx,
                             std::uint64_t seq, int attempt, const std::string& to, message_id msg, std::uint64_t pass,
                             const tensor_list& grads, bool retain);
 

@@ -72,7 +72,8 @@ void end_propagation(context_self self, std::uint64_t seq, const propagate_answe
 
 }  // namespace
 
-void send_propagate_attempt(node& n, const container_options& opts, const context_handle& me, context_id ctx,
+rpc::future<propagate_answer> send_propagate_attempt(node& n, const container_options& opts, const context_handle& me,
+                                                     context_id ctx,
                             std::uint64_t seq, int attempt, const std::string& to, message_id msg, std::uint64_t pass,
                             const tensor_list& grads, bool retain) {
   auto ack = [me, seq, attempt](propagate_answer a) { caf::anon_send(me, ctx_propagate_ack{seq, attempt, std::move(a)}); };
@@ -87,8 +88,10 @@ void send_propagate_attempt(node& n, const container_options& opts, const contex
         ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
       }
     });
+    return f;
   } catch (const error& e) {  // the node is stopping or the peer cannot be resolved
     ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
+    return {};
   }
 }
 
