@@ -4,6 +4,9 @@
 #include "rpc/serve.hpp"
 #include "rpc/wire.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <tuple>
 
 namespace troupe::detail {
@@ -29,7 +32,10 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
     }
     id = next_id_++;
     const auto dl = deadlines_.emplace(st->deadline(), id);
-    pending_.emplace(id, pending_call{st, c.get(), function, dl});
+    const bool attended = install_helper(c, *st, id);  // a waiter will read the response itself
+    pending_.emplace(id, pending_call{st, c.get(), function, dl, !attended});
+    ++c->pending_calls;
+    if (!attended && ++c->unattended == 1 && caller_reads()) wake();  // the I/O thread must poll `c` now
   }
   if (c->closed()) {  // lost before we could send: fail now rather than at the deadline
     finish(c.get(), id, errc::peer_lost, "worker " + c->peer + " was lost (connection closed) before call to '" + function + "' from " + cfg_.me.name, {}, {});
@@ -131,9 +137,15 @@ void fast_path::finish(const fast_conn* c, std::uint64_t id, errc code, std::str
     if (it == pending_.end() || it->second.conn != c) return;
     st = std::move(it->second.state);
     deadlines_.erase(it->second.deadline);
+    --c->pending_calls;
+    if (it->second.unattended) --c->unattended;
     pending_.erase(it);
   }
   st->complete(code, std::move(msg), std::move(payload), std::move(meta));
+  if (c->caller_reading.load(std::memory_order_acquire)) {  // it may be waiting for this very call
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(c->reader_wake, &one, sizeof one);
+  }
 }
 
 void fast_path::fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why) {
@@ -150,13 +162,26 @@ void fast_path::fail_calls_on(const fast_conn* c, const std::string& peer, const
 void fast_path::sweep_deadlines() {
   const auto now = clock::now();
   std::vector<std::tuple<const fast_conn*, std::uint64_t, std::string>> expired;
-  {
+  auto collect = [&] {
+    expired.clear();
     std::lock_guard<std::mutex> lock(pending_mutex_);
     for (auto it = deadlines_.begin(); it != deadlines_.end() && it->first <= now; ++it) {
       const auto& p = pending_.at(it->second);
       expired.emplace_back(p.conn, it->second, p.state->what());
     }
+  };
+  collect();
+  if (expired.empty()) return;
+  // A response may sit unread in a socket whose caller has not waited yet: read those first.
+  std::vector<std::shared_ptr<fast_conn>> unread;
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    for (auto& c : conns_)
+      if (c->outgoing() && std::any_of(expired.begin(), expired.end(), [&](const auto& e) { return std::get<0>(e) == c.get(); }))
+        unread.push_back(c);
   }
+  for (auto& c : unread) read_for_io(c);
+  collect();
   for (auto& [c, id, what] : expired) finish(c, id, errc::timeout, what + ": no answer by the deadline", {}, {});
 }
 

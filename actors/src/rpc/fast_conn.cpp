@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,9 +17,13 @@ fast_conn::fast_conn(int fd, bool outgoing) : fd_(fd), outgoing_(outgoing) {
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  if (outgoing_) reader_wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
-fast_conn::~fast_conn() { ::close(fd_); }
+fast_conn::~fast_conn() {
+  ::close(fd_);
+  if (reader_wake >= 0) ::close(reader_wake);
+}
 
 void fast_conn::close() {
   if (!closed_.exchange(true, std::memory_order_acq_rel)) ::shutdown(fd_, SHUT_RDWR);

@@ -46,8 +46,20 @@ class fast_conn {
   /// Read by the executor's leader instead of the I/O thread (set under the fast path's lock once
   /// the I/O thread has handed its buffer over).
   bool led = false;
-  std::vector<char> in;        ///< unparsed bytes (I/O thread only)
+  std::vector<char> in;        ///< unparsed bytes (whoever holds read_mutex)
   std::size_t in_offset = 0;   ///< start of the unparsed bytes in `in`
+
+  // The reading role of an outgoing connection (Note [rpc fast path], "the caller reads its own
+  // response"): a caller thread that waits for one of its calls reads the socket itself; the I/O
+  // thread reads it only for calls nobody waits on.
+  std::mutex read_mutex;                    ///< held while reading and parsing `in`
+  std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
+  int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
+  // Under the fast path's pending lock: calls pending on this connection, those nobody waits on,
+  // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
+  mutable int pending_calls = 0;
+  mutable int unattended = 0;
+  mutable bool handed_over = false;
 
  private:
   bool send_all(const char* p, std::size_t n);

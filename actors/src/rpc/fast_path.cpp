@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -256,7 +257,7 @@ void fast_path::accept_all() {
 
 void fast_path::run() {
   std::vector<pollfd> fds;
-  std::vector<std::shared_ptr<fast_conn>> polled;
+  std::vector<std::shared_ptr<fast_conn>> polled, outgoing;
   while (!stopping_) {
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
@@ -264,6 +265,9 @@ void fast_path::run() {
       for (auto& c : conns_)
         if (!c->led) polled.push_back(c);  // the executor's leader reads the others
     }
+    outgoing.clear();
+    std::copy_if(polled.begin(), polled.end(), std::back_inserter(outgoing), [](const auto& c) { return c->outgoing(); });
+    std::erase_if(polled, [&](const auto& c) { return !io_reads(*c); });  // a waiting caller reads it
     fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
     for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR) break;
@@ -273,9 +277,13 @@ void fast_path::run() {
     }
     if (fds[1].revents) accept_all();
     for (std::size_t i = 0; i < polled.size(); ++i)
-      if (fds[i + 2].revents) on_readable(polled[i], nullptr);
+      if (fds[i + 2].revents) {
+        if (polled[i]->outgoing()) read_for_io(polled[i]);
+        else on_readable(polled[i], nullptr);
+      }
     run_timers();
     sweep_deadlines();
+    read_unwaited(outgoing);
     if (cfg_.bulk) cfg_.bulk->sweep_pins();  // Note [tensor over shared memory]: shared tensors mapped by now
   }
 }

@@ -15,7 +15,8 @@
 //                                                   the connection goes to the executor's leader
 //   user thread: hook.on_send, write --rpc_request--> leading executor thread: hook.on_receive,
 //                                                      serve_job (interceptor, bulk, rref caller)
-//   I/O thread: hook.on_receive, complete <--rpc_response-- same thread: hook.on_send, write
+//   waiting caller (or the I/O thread): hook.on_receive, complete <--rpc_response-- same thread:
+//                                                      hook.on_send, write
 //
 // Frames are typed structs (rpc_request, rpc_response, fast_auth) written by CAF's binary
 // serializer (rpc/wire.hpp). A connection is one-directional in purpose: the connecting side
@@ -30,6 +31,21 @@
 // lead before running the user function (otherwise a long call would leave requests unread).
 // Concurrent writers on one connection combine their frames into one send (fast_conn::write).
 //
+// The caller reads its own response (fast_wait.cpp): call_state's helper runs on a thread that is
+// about to block on its call (get(), wait()); it takes the connection's reading role (one caller
+// at a time, CAS on caller_reading, then read_mutex) and polls the socket and its eventfd itself
+// until its call completed, completing every call it reads a response for. So a round trip is two
+// wake-ups (callee leader, caller) as for raw TCP, not three. The I/O thread polls an outgoing
+// connection only for calls nobody waits on: unattended ones (a continuation was registered),
+// and those a releasing reader left behind (handed_over: threads blocked on their call while
+// another read, a waiter whose wait() timed out); it never reads while a caller holds the role.
+// Safety nets: before timing a call out the deadline sweep reads its connection (a response that
+// came in time is never lost to a late waiter), and at least every max_poll_ms the I/O thread
+// reads connections with pending calls (a caller polling is_ready() sees its answer within that).
+// finish() pokes the reading caller's eventfd, so a completion from elsewhere (deadline, delayed
+// response from the hook's timer, peer_down, stop) ends its wait; EOF seen by the reader drops the
+// connection and fails its calls with peer_lost at once, as on the I/O thread.
+//
 // Guarantees kept from Note [rpc call] and Note [transport hook]:
 //   * every request and response passes on_send on its sender and on_receive on its receiver,
 //     with the same decisions (drop: the call stays pending; copies; delay, run by the I/O thread
@@ -39,15 +55,16 @@
 //     frozen peer: heartbeat; peer_down()), or stop() (invalid_state);
 //   * user functions run only on executor threads; a writer blocks only on a full socket, and a
 //     closed connection ends that wait; a large same-host tensor still goes through shared memory.
-// Threads: one I/O thread per node (accept, auth, responses, timers, deadlines); joined by stop().
+// Threads: one I/O thread per node (accept, auth, unattended responses, timers, deadlines); joined
+// by stop(). No new thread: a caller reads on its own thread while it would block anyway.
 //
 // Measured on the 2-core build machine (rpc_bench, small rpc_sync round trip, medians; raw TCP
 // ping-pong 5.2-5.9 us in the same runs): CAF path 53 us; direct channel with an I/O thread
 // handing requests to the executor 27 us (so one CAF hop ~6.5 us); the I/O -> executor hand-off
 // ~4.5 us (serving inline on the I/O thread: 22.5 us); leader/follower 20.8-23.3 us (the
 // follower's wake-up before the user function stays); the Boost-archive-free codec saved ~2.5 us.
-// Left: three wake-ups per round trip (callee leader, caller I/O thread, caller) against two for
-// raw TCP. docs/runtime.md has the table.
+// Then the caller reading its own response (two wake-ups per round trip, like raw TCP): see
+// docs/runtime.md for the table and the busy/idle figures.
 
 #include <atomic>
 #include <chrono>
@@ -113,6 +130,15 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   /// Closes everything, fails pending calls (invalid_state), joins the I/O thread. Idempotent.
   void stop();
 
+  /// The calling thread waits for call `id` on `c` by reading `c` itself (Note [rpc fast path]:
+  /// the caller reads its own response) until the call completed, `until`, or the connection
+  /// closed; returns at once when another thread reads `c` (the caller then blocks on the call as
+  /// before). Completes other calls it reads responses for.
+  void read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64_t id, clock::time_point until);
+  /// Nobody waits for call `id` on `c` (a continuation, a poll of is_ready()): from now on the I/O
+  /// thread reads its response.
+  void unattend(const fast_conn* c, std::uint64_t id);
+
   /// io_source: the leading executor thread reads the authenticated incoming connections and
   /// serves what it read (leader/follower, executor.hpp).
   void lead(std::vector<std::function<void()>>& jobs) override;
@@ -124,6 +150,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
     const fast_conn* conn;
     std::string function;
     std::multimap<clock::time_point, std::uint64_t>::iterator deadline;
+    bool unattended = true;  ///< the I/O thread reads its response (nobody waits on it)
   };
   struct ticket {
     std::string peer;
@@ -149,6 +176,14 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void later(std::chrono::milliseconds delay, std::function<void()> fn);
   void run_timers();
   void sweep_deadlines();
+  // Caller side of waiting (fast_wait.cpp).
+  static bool caller_reads();  // whether waiting callers read (call_state has the hook)
+  bool install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id);
+  bool io_reads(const fast_conn& c);  // whether the I/O thread polls `c` now
+  bool read_for_io(const std::shared_ptr<fast_conn>& c);
+  void release_reading(const std::shared_ptr<fast_conn>& c);
+  void read_unwaited(const std::vector<std::shared_ptr<fast_conn>>& outgoing);
+  clock::time_point last_unwaited_read_{};  // I/O thread only
   void wake();
   void wake_if_first_deadline(clock::time_point deadline);
   // The I/O thread never sleeps longer than this (a bound, not a polling period: wakes are events).

@@ -1,0 +1,138 @@
+// The direct RPC channel, caller side of waiting: a caller that waits for its call reads the
+// connection itself (Note [rpc fast path], "the caller reads its own response").
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "rpc/fast_path.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// Whether call_state has the waiting hook (future.hpp, set_helper). Without it every call is
+// read by the I/O thread, as before.
+template <class State>
+concept has_helper = requires(State& s, std::function<void(clock::time_point)> w, std::function<void()> u) {
+  s.set_helper(std::move(w), std::move(u));
+};
+
+template <class State>
+bool set_helper_if_any(State& st, std::function<void(clock::time_point)> wait, std::function<void()> unattended) {
+  if constexpr (has_helper<State>) {
+    st.set_helper(std::move(wait), std::move(unattended));
+    return true;
+  } else {
+    return false;
+  }
+}
+
+void drain(int eventfd) {
+  std::uint64_t n = 0;
+  [[maybe_unused]] auto r = ::read(eventfd, &n, sizeof n);
+}
+
+}  // namespace
+
+bool fast_path::caller_reads() { return has_helper<rpc::detail::call_state>; }
+
+// Caller holds pending_mutex_ (the call is not shared yet: nobody can wait on it before).
+bool fast_path::install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
+  std::weak_ptr<fast_path> self = weak_from_this();
+  std::weak_ptr<fast_conn> conn = c;
+  return set_helper_if_any(
+      st,
+      [self, conn, id](clock::time_point until) {
+        auto s = self.lock();
+        auto c = conn.lock();
+        if (s && c) s->read_until_done(c, id, until);
+      },
+      [self, conn, id] {
+        auto s = self.lock();
+        auto c = conn.lock();
+        if (s && c) s->unattend(c.get(), id);
+      });
+}
+
+void fast_path::unattend(const fast_conn* c, std::uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    auto it = pending_.find(id);
+    if (it == pending_.end() || it->second.conn != c || it->second.unattended) return;
+    it->second.unattended = true;
+    if (++c->unattended > 1) return;  // the I/O thread already reads this connection
+  }
+  wake();  // it polls this connection from now on
+}
+
+bool fast_path::io_reads(const fast_conn& c) {
+  if (!c.outgoing()) return true;
+  if (c.caller_reading.load(std::memory_order_acquire)) return false;
+  if (!caller_reads()) return true;
+  std::lock_guard<std::mutex> lock(pending_mutex_);
+  if (c.pending_calls == 0) c.handed_over = false;
+  return c.unattended > 0 || c.handed_over;
+}
+
+bool fast_path::read_for_io(const std::shared_ptr<fast_conn>& c) {
+  if (c->caller_reading.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> reading(c->read_mutex, std::try_to_lock);
+  if (!reading || c->caller_reading.load(std::memory_order_acquire)) return false;
+  on_readable(c, nullptr);
+  return true;
+}
+
+void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64_t id, clock::time_point until) {
+  bool idle = false;
+  if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
+  {
+    std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
+    auto pending = [&] {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      return pending_.count(id) > 0;
+    };
+    while (pending() && !c->closed() && !stopping_) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
+      if (left <= 0) break;
+      pollfd fds[2] = {pollfd{c->fd(), POLLIN, 0}, pollfd{c->reader_wake, POLLIN, 0}};
+      if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, max_poll_ms))) < 0 && errno != EINTR) break;
+      if (fds[1].revents) drain(c->reader_wake);
+      if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
+    }
+  }
+  release_reading(c);
+}
+
+// Calls still pending on `c` are waited on by threads blocked on their call (or by nobody): the
+// I/O thread reads for them from now on.
+void fast_path::release_reading(const std::shared_ptr<fast_conn>& c) {
+  c->caller_reading.store(false, std::memory_order_release);
+  bool left = false;
+  {
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    if (c->pending_calls > 0) left = c->handed_over = true;
+  }
+  if (left) wake();
+}
+
+// The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet
+// (it polls future::is_ready(), or is busy) are read and completed, so they are seen within that
+// bound rather than at their deadline.
+void fast_path::read_unwaited(const std::vector<std::shared_ptr<fast_conn>>& outgoing) {
+  const auto now = clock::now();
+  if (!caller_reads() || now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
+  last_unwaited_read_ = now;
+  for (const auto& c : outgoing) {
+    bool waiting = false;
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      waiting = c->pending_calls > 0;
+    }
+    if (waiting) read_for_io(c);
+  }
+}
+
+}  // namespace troupe::detail
