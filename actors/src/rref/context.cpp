@@ -77,6 +77,7 @@ void context_impl::close() {
   changed_.notify_all();
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
+  contact_->stop();  // waits for a first contact in progress (bounded by the node's default timeout)
   std::lock_guard<std::mutex> lock(pool_mutex_);
   pool_.clear();  // before the node's system goes
 }
@@ -109,7 +110,7 @@ std::optional<owner_rref_actor> context_impl::owner_for(const rref_id& id, bool 
 
 owner_entry& context_impl::entry_for(const rref_id& id) {
   auto it = owners_.find(id);
-  if (it == owners_.end()) it = owners_.emplace(id, owner_entry{spawn_owner_rref(*this, id, nullptr), false, false, 0, {}, nullptr, {}}).first;
+  if (it == owners_.end()) it = owners_.emplace(id, owner_entry{spawn_owner_rref(*this, id, nullptr), false, nullptr}).first;
   return it->second;
 }
 
@@ -123,40 +124,30 @@ std::optional<std::pair<owner_rref_actor, bool>> context_impl::start_owner(const
 }
 
 void context_impl::fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply) {
-  std::int32_t code = static_cast<std::int32_t>(errc::invalid_state);
-  std::string message = "rref " + id.str() + " was deleted by its owner " + me_;
-  rref_msg::held_ptr value;
+  std::shared_ptr<const published_value> v;
+  std::optional<owner_rref_actor> a;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_ && !deleted_owners_.contains(id)) {
       auto& e = entry_for(id);  // a fetch may overtake the remote_call that creates the value: PENDING
-      if (!e.ready) return e.parked.push_back(std::move(reply));
-      code = e.code;
-      message = e.message;
-      value = e.value;
+      v = e.snapshot;
+      a = e.actor;
     }
   }
-  answer_fetch(*reply, code, message, value);
+  if (v) return answer_fetch(*reply, *v);                              // existing value: no actor hop
+  if (a) return caf::anon_send(*a, rref_msg::remote_fetch{std::move(reply)});  // parked in the actor
+  reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
 }
 
-void context_impl::publish(const rref_id& id, std::int32_t code, const std::string& message, rref_msg::held_ptr value) {
-  std::vector<std::shared_ptr<rpc::reply_later>> parked;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = owners_.find(id);
-    if (it == owners_.end()) return;  // deleted meanwhile: its parked fetches were failed
-    auto& e = it->second;
-    e.ready = true;
-    e.code = code;
-    e.message = message;
-    e.value = value;
-    parked.swap(e.parked);
-  }
-  for (auto& reply : parked) answer_fetch(*reply, code, message, value);
+void context_impl::publish(const rref_id& id, std::shared_ptr<const published_value> v) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = owners_.find(id);
+  if (it != owners_.end()) it->second.snapshot = std::move(v);
 }
 
-void answer_fetch(rpc::reply_later& reply, std::int32_t code, const std::string& message, const rref_msg::held_ptr& value) {
-  if (code != 0) return reply.fail(static_cast<errc>(code), message);
+void answer_fetch(rpc::reply_later& reply, const published_value& v) {
+  if (v.code != 0) return reply.fail(static_cast<errc>(v.code), v.message);
+  const auto& value = v.value;
   reply.complete_encoded([&value] {
     storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
     return value->encode();
@@ -171,20 +162,17 @@ std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {
 }
 
 bool context_impl::owner_gone(const rref_id& id) {
-  std::vector<std::shared_ptr<rpc::reply_later>> parked;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (local_refs_on_way_.count(id)) return false;
-    auto it = owners_.find(id);
+    auto it = owners_.find(id);  // revokes the snapshot with the entry
     if (it != owners_.end()) {
-      parked.swap(it->second.parked);
       draining_.emplace(it->second.actor.address(), caf::actor_cast<caf::actor>(it->second.actor));
       owners_.erase(it);
     }
     deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);  // refuses later copies of its remote_call
   }
   changed_.notify_all();
-  for (auto& reply : parked) reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
   return true;
 }
 
@@ -222,12 +210,14 @@ std::size_t context_impl::tombstone_count() const {
   return deleted_owners_.size() + gone_users_.size() + owner_bound_.size() + abandoned_.size();
 }
 
-void context_impl::send_attempt(const std::string& to, const std::string& fn, const std::vector<char>& payload, std::uint64_t seq,
-                                caf::actor_addr who) {
-  if (is_lost(to)) return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::peer_lost), {}});
+namespace {
+
+// One attempt of a control message through node::call; the answer goes to `who` as control_done.
+void attempt(node& n, const std::string& to, const std::string& fn, const std::vector<char>& payload,
+             std::chrono::milliseconds timeout, std::uint64_t seq, caf::actor_addr who) {
   std::shared_ptr<rpc::detail::call_state> st;
   try {
-    st = n_->call(to, fn, [&] { return rpc::encode_args<std::vector<char>>(payload); }, opts_.control_attempt_timeout);
+    st = n.call(to, fn, [&] { return rpc::encode_args<std::vector<char>>(payload); }, timeout);
   } catch (const error& e) {
     return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(e.code()), {}});
   }
@@ -240,6 +230,29 @@ void context_impl::send_attempt(const std::string& to, const std::string& fn, co
     }
     deliver(who, std::move(d));
   });
+}
+
+}  // namespace
+
+void context_impl::send_attempt(const std::string& to, const std::string& fn, const std::vector<char>& payload, std::uint64_t seq,
+                                caf::actor_addr who) {
+  if (is_lost(to)) return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::peer_lost), {}});
+  if (reached_->contains(to)) return attempt(*n_, to, fn, payload, opts_.control_attempt_timeout, seq, std::move(who));
+  // Note [first contact]: resolve the peer off the actor threads, then send. The job holds no
+  // reference to this context (close() joins the thread before the node may go).
+  auto job = [n = n_, reached = reached_, to, fn, payload, timeout = opts_.control_attempt_timeout, seq, who]() mutable {
+    if (!reached->contains(to)) {
+      try {
+        n->call(to, "troupe.rref.ping", [] { return rpc::encode_args<>(); }, n->default_timeout())->value();
+        reached->add(to);
+      } catch (const error& e) {
+        if (e.code() == errc::peer_lost) return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(e.code()), {}});
+      }  // else (a timeout, a lost ping): the attempt below goes anyway and is retried as usual
+    }
+    attempt(*n, to, fn, payload, timeout, seq, std::move(who));
+  };
+  if (!contact_->post(std::move(job)))
+    deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::invalid_state), {}});
 }
 
 void context_impl::send_ack(const std::string& parent, const rref_msg::child_ack& ack) {

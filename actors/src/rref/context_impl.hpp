@@ -20,6 +20,7 @@
 #include <caf/logger.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include "executor.hpp"
 #include "owner_rref.hpp"
 #include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/rref/context.hpp"
@@ -81,23 +82,43 @@ using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts
                                        caf::reacts_to<rref_msg::control_done>,
                                        caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
 
-/// The router's entry of an OwnerRRef: its actor, and what a fetch from another worker needs
-/// without a hop into the actor (Note [owner_rref actor]): the value once it exists (the actor
-/// publishes every new one), the fetches parked until then, and whether its user function was
-/// started (the remote_call dedupe).
-struct owner_entry {
-  owner_rref_actor actor;
-  bool started = false, ready = false;
+/// What a fetch of an existing value needs: the value (or the function's error), immutable.
+struct published_value {
   std::int32_t code = 0;
   std::string message;
   rref_msg::held_ptr value;
-  std::vector<std::shared_ptr<rpc::reply_later>> parked;
+};
+
+/// The router's entry of an OwnerRRef: its actor, whether its user function was started (the
+/// remote_call dedupe), and a read-through snapshot of its value that the ACTOR installs (on
+/// value_set and on every method's new object) and revokes (deletion erases the entry), so a
+/// fetch of an existing value is answered on its executor thread without an actor hop (Note
+/// [owner_rref actor]). Null while the value does not exist: the fetch goes to the actor.
+struct owner_entry {
+  owner_rref_actor actor;
+  bool started = false;
+  std::shared_ptr<const published_value> snapshot;
 };
 
 /// Answers a fetch's deferred reply with a value or its error: the value is encoded on the
 /// calling thread under the fetch's served-call scopes (Note [deferred reply]), so distributed
 /// autograd records its send there.
-void answer_fetch(rpc::reply_later& reply, std::int32_t code, const std::string& message, const rref_msg::held_ptr& value);
+void answer_fetch(rpc::reply_later& reply, const published_value& v);
+
+/// Peers this context has reached at least once (their first contact is done: node::call to them
+/// no longer blocks to resolve them). Shared with the first-contact thread's jobs.
+struct reached_peers {
+  std::mutex mutex;
+  std::set<std::string> names;
+  bool contains(const std::string& peer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return names.count(peer) != 0;
+  }
+  void add(const std::string& peer) {
+    std::lock_guard<std::mutex> lock(mutex);
+    names.insert(peer);
+  }
+};
 
 class context_impl;
 /// Spawns the router's courier.
@@ -130,6 +151,14 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   tombstones<fork_key> gone_users_;   // forks this node deleted (stale duplicate carriers)
   tombstones<fork_key> owner_bound_;  // forks received by their owner (fork_probe: "received")
   tombstones<fork_key> abandoned_;    // forks probed for before they arrived: refused
+  // Note [first contact]: node::call blocks to resolve a peer the first time (store lookup,
+  // connect, hello). Control messages are sent from actor handlers, and a scheduler thread blocked
+  // there can starve the store client's reply (two forks' first fork_requests took both threads
+  // of a node: the resolve timed out and the live owner was reported lost). So the first message
+  // to a peer not reached yet goes from this one thread: a ping ("troupe.rref.ping", the node's
+  // default timeout) resolves the peer, then the attempt is sent as usual. Stopped by close().
+  std::shared_ptr<reached_peers> reached_ = std::make_shared<reached_peers>();
+  std::unique_ptr<detail::executor> contact_ = std::make_unique<detail::executor>(1);
   mutable std::mutex lost_mutex_;
   std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
   std::atomic<std::int64_t> in_flight_{0};
@@ -151,12 +180,11 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   /// For a remote_call of `id`: its owner actor (spawned PENDING if absent) and whether its user
   /// function was already started (a duplicate); nullopt if the id was deleted or we are closed.
   std::optional<std::pair<owner_rref_actor, bool>> start_owner(const rref_id& id);
-  /// A fetch of `id` from another worker: answered now if the value exists (or the id is gone),
-  /// else parked in the entry until publish(). Never blocks on an actor.
+  /// A fetch of `id` from another worker: answered now from the snapshot if the value exists (or
+  /// failed if the id is gone), else handed to the owner actor, which parks it. Never blocks.
   void fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply);
-  /// The value of `id` exists or changed (code 0) or its function failed: later fetches get it,
-  /// parked ones are answered now, on this thread.
-  void publish(const rref_id& id, std::int32_t code, const std::string& message, rref_msg::held_ptr value);
+  /// The owner actor installs the snapshot of its current value (read by later fetches).
+  void publish(const rref_id& id, std::shared_ptr<const published_value> v);
   /// The owner actor decided to delete: erases and tombstones it, unless a bind of the id on
   /// this node sent it a local reference it has not taken yet (then false: stay).
   bool owner_gone(const rref_id& id);

@@ -1,8 +1,6 @@
 // The owner_rref actor (Note [owner_rref actor] in owner_rref.hpp).
 #include "owner_rref.hpp"
 
-#include <deque>
-
 #include <caf/all.hpp>
 #include <set>
 #include <sstream>
@@ -32,8 +30,10 @@ struct owner_state {
   std::map<std::uint64_t, child_entry> children;  // pending-child tokens of owner-local handles
   int local = 0;
   std::vector<caf::typed_response_promise<held_answer>> parked_local;
+  std::vector<std::shared_ptr<rpc::reply_later>> parked_remote;  // fetches from other workers
   std::uint64_t leased = 0;
-  std::deque<std::pair<std::uint64_t, caf::typed_response_promise<held_answer>>> lease_queue;
+  // A vector, not a deque: libstdc++'s empty deque allocates ~600 bytes, paid by every owner.
+  std::vector<std::pair<std::uint64_t, caf::typed_response_promise<held_answer>>> lease_queue;
   control_retries ctl;
   bool quitting = false;
 };
@@ -52,6 +52,13 @@ held_answer deleted_answer(const owner_state& s) {
   return held_answer{static_cast<std::int32_t>(errc::invalid_state), deleted_text(s), {}};
 }
 
+// Installs the router's read-through snapshot of the current value (Note [owner_rref actor]).
+std::shared_ptr<const published_value> publish(owner_state& s) {
+  auto v = std::make_shared<const published_value>(published_value{s.code, s.message, s.value});
+  s.r->publish(s.id, v);
+  return v;
+}
+
 void maybe_quit(owner_self self) { request_end(self, self->state.deleted && self->state.ctl.sends.empty()); }
 
 // DELETED once nothing can reach the value any more (Note [owner_rref actor]).
@@ -63,6 +70,8 @@ void maybe_delete(owner_self self) {
   if (!s.ready && !s.creator_fork_deleted) return;   // the remote_call may still be on its way
   if (!s.r->owner_gone(s.id)) return;                // a bind of this id is on its way here
   s.deleted = true;
+  for (auto& reply : s.parked_remote) reply->fail(errc::invalid_state, deleted_text(s));
+  s.parked_remote.clear();
   for (auto& rp : s.parked_local) rp.deliver(deleted_answer(s));
   s.parked_local.clear();
   for (auto& [lease, rp] : s.lease_queue) rp.deliver(deleted_answer(s));
@@ -75,7 +84,7 @@ void grant_leases(owner_self self) {
   auto& s = self->state;
   while (s.ready && s.leased == 0 && !s.lease_queue.empty()) {
     auto [lease, rp] = std::move(s.lease_queue.front());
-    s.lease_queue.pop_front();
+    s.lease_queue.erase(s.lease_queue.begin());  // rarely more than a few queued methods
     if (s.code == 0) s.leased = lease;
     rp.deliver(answer_of(s));
   }
@@ -88,6 +97,9 @@ void on_value(owner_self self, value_set& v) {
   s.code = v.code;
   s.message = std::move(v.message);
   s.value = std::move(v.value);
+  const auto published = publish(s);
+  for (auto& reply : s.parked_remote) answer_fetch(*reply, *published);  // encoded here, under each fetch's scopes
+  s.parked_remote.clear();
   for (auto& rp : s.parked_local) rp.deliver(answer_of(s));
   s.parked_local.clear();
   grant_leases(self);
@@ -152,6 +164,12 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
         self->state.children.erase(m.token);
         maybe_delete(self);
       },
+      [self](remote_fetch& m) {  // the router found no snapshot: the value does not exist yet
+        auto& s = self->state;
+        if (s.deleted) return m.reply->fail(errc::invalid_state, deleted_text(s));
+        if (!s.ready) return s.parked_remote.push_back(std::move(m.reply));
+        answer_fetch(*m.reply, published_value{s.code, s.message, s.value});  // published meanwhile
+      },
       [self](local_fetch&) -> caf::result<held_answer> {
         auto& s = self->state;
         if (s.deleted) return deleted_answer(s);
@@ -184,7 +202,7 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
         }
         if (m.changed) {
           s.value = std::move(m.value);
-          s.r->publish(s.id, 0, {}, s.value);  // fetches from other workers see the new object
+          publish(s);  // later fetches from other workers see the new object
         }
         s.leased = 0;
         grant_leases(self);

@@ -11,17 +11,24 @@
 //   spawned by the router for the first message naming the id (remote_call, fork_request,
 //   fetch, user_delete may come in any order) or by make_rref (READY at once)
 //
-//   PENDING --remote_started--> RUNNING --value_set--> READY(value | error)
-//   PENDING --local_fetch / lease_request--> PENDING (parked until READY)
+//   PENDING --remote_started--> RUNNING --value_set--> READY(value | error): publishes it,
+//                                                      answers the parked fetches
+//   PENDING --remote_fetch / local_fetch / lease_request--> PENDING (parked until READY)
 //   READY --lease_request--> LEASED --lease_return--> READY (one method at a time; a method works
-//                            on a copy of the object and hands back the new one, published)
+//                            on a copy of the object and hands back the new one: published)
 //
-// Fetches from other workers do not enter the actor: the router's entry of the id (owner_entry,
-// context_impl.hpp) holds the published value and the fetches parked until it exists. The
-// executor thread that ran the function publishes it (and answers the parked fetches, encoding
-// the value under each fetch's served-call scope, Note [deferred reply], so distributed autograd
-// records the send there); a later fetch is answered on its own executor thread; a method's new
-// object is published by this actor; deletion fails the parked fetches with invalid_state.
+// The actor owns the value and its lifecycle. What the router's entry of the id holds
+// (owner_entry, context_impl.hpp) is only a read-through snapshot (shared_ptr to an immutable
+// published_value) that this actor installs when the value exists or changes and that deletion
+// revokes (make_rref's value is installed with the entry, as the actor is spawned READY). A
+// fetch from another worker that finds the snapshot is answered on its own executor thread
+// without entering the actor; one that finds none (the value does not exist yet: the usual case
+// for the creator, whose fetch races its remote_call) is sent here as remote_fetch, parked, and
+// answered when value_set arrives. Answering encodes the value on the answering thread under
+// that fetch's served-call scopes (Note [deferred reply]), so distributed autograd records the
+// send here. Deletion fails parked fetches with invalid_state; a closed context drops them (the
+// reply answers invalid_state); an owner process that dies fails them at the callers (peer_lost).
+//
 //   PENDING|READY --no known fork, no local ref, no pending child, no lease, and READY or the
 //                   creator fork deleted--> DELETED: tells the router (tombstone), fails parked
 //                   requests with invalid_state, quits once its own control messages are done
@@ -48,6 +55,7 @@ class context_impl;
 using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<rref_msg::remote_started>,
     caf::reacts_to<rref_msg::value_set>,
+    caf::reacts_to<rref_msg::remote_fetch>,
     caf::reacts_to<rref_msg::fork_request_reply>,
     caf::reacts_to<rref_msg::user_delete>,
     caf::reacts_to<rref_msg::child_ack>,

@@ -139,6 +139,12 @@ struct value_set {
   held_ptr value;
 };
 
+/// A fetch from another worker (to_here) of a value not published yet: the owner actor parks
+/// `reply` and answers it when the value exists (or fails it when it deletes).
+struct remote_fetch {
+  std::shared_ptr<rpc::reply_later> reply;
+};
+
 /// A fork_request from another worker: the owner answers `reply` (0 accepted, 1 refused) itself.
 struct fork_request_reply {
   fork_request request;
@@ -296,5 +302,6 @@ inline bool final_failure(errc c) {
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_started)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::value_set)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::fork_request_reply)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_fetch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::held_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::lease_return)

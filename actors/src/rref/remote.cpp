@@ -27,7 +27,7 @@ using clock = std::chrono::steady_clock;
 
 void check_usable(const handle& h, const char* op) {
   if (!h.bound || !h.ctx)
-    throw error(errc::invalid_state, std::string(op) + " of rref " + h.pending.id.str() +
+    throw error(errc::invalid_state, std::string(op) + " of rref " + h.id.str() +
                                          ": the rref was received outside an rref_context (use rref_context::add / rpc_sync)");
   if (h.failed != errc::ok) throw error(h.failed, h.failure);
 }
@@ -152,7 +152,8 @@ std::shared_ptr<rref_detail::handle> rref_context::make_local(std::shared_ptr<co
   {
     std::lock_guard<std::mutex> lock(c.mutex_);
     if (c.closed_) throw error(errc::invalid_state, "make_rref on " + c.me_ + ": the rref context is closed");
-    c.owners_.emplace(h->id, rref_detail::owner_entry{rref_detail::spawn_owner_rref(c, h->id, value), true, true, 0, {}, value, {}});
+    auto snapshot = std::make_shared<const rref_detail::published_value>(rref_detail::published_value{0, {}, value});
+    c.owners_.emplace(h->id, rref_detail::owner_entry{rref_detail::spawn_owner_rref(c, h->id, std::move(value)), true, std::move(snapshot)});
   }
   h->ctx = impl_;
   h->owner = c.me_;

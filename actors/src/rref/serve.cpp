@@ -1,8 +1,7 @@
 // The reserved "troupe.rref.*" functions: each reads its typed message (protocol.hpp) and
 // delivers it to the actor it names (Note [RRef protocol]). They run on the node's executor and
-// never wait for an actor: a fetch is a deferred reply answered when the value is published, a
-// fork_request one the owner actor answers (Note [deferred reply]); a remote_call is
-// deduplicated by the router's map.
+// never wait for an actor: a fetch and a fork_request are deferred replies (Note [deferred
+// reply]); a remote_call is deduplicated by the router's owner entry.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
@@ -45,7 +44,6 @@ void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
     }
   }
-  c.publish(m.id, v.code, v.message, v.value);  // answers parked fetches here, on this thread
   caf::anon_send(owner, std::move(v));
 }
 
@@ -74,9 +72,9 @@ std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
   return 0;
 }
 
-// Answered at once when the value exists (encoded here, under this call's scopes), else parked
-// in the router until the function's executor thread publishes it (Note [deferred reply]); no
-// thread waits and no actor is involved.
+// Answered at once from the owner actor's published snapshot when the value exists (encoded here,
+// under this call's scopes), else parked in the owner actor, which answers it when the value
+// exists (Note [deferred reply], Note [owner_rref actor]); no thread waits.
 rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
   ++c.stats_.fetches;
   c.fetch(m.id, rpc::defer());
@@ -105,6 +103,7 @@ void context_impl::start() {
   serve(*this, "troupe.rref.user_delete", &on_user_delete);
   serve(*this, "troupe.rref.fetch", &on_fetch);
   serve(*this, "troupe.rref.fork_probe", &on_fork_probe);
+  n_->functions().add("troupe.rref.ping", [] { return std::int32_t{0}; });  // Note [first contact]
   courier_ = spawn_courier(*this);
 }
 

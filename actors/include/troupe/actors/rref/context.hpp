@@ -11,21 +11,23 @@
 /// one user_rref actor per UserRRef fork held by a node (Note [user_rref actor]), on the
 /// context's actor system. The context is a router: it keeps id -> actor maps and tombstones,
 /// serves the reserved RPC functions "troupe.rref.<message>" and delivers each message it reads
-/// to the actor it names as a typed CAF message. User functions and methods run on the node's
-/// executor, never in an actor; no executor thread waits for a value.
+/// to the actor it names as a typed CAF message. The owner actor owns its value; the router's
+/// entry of the id keeps only a read-through snapshot the actor installs and revokes, so a fetch
+/// of an existing value needs no actor hop (Note [owner_rref actor]). User functions and methods
+/// run on the node's executor, never in an actor; no executor thread waits for a value.
 ///
 /// Messages (typed structs with inspect(), actors/src/rref/protocol.hpp): remote_call (user
-/// call, never retried, deduplicated by id), fork_request (child -> owner; the reply is the
-/// owner accept), child_ack (child -> parent), user_delete (user -> owner), fork_probe (sender ->
-/// receiver of a lost carrier), fetch (to_here; answered at once: value, error or "parked") and
-/// value_ready (owner -> user: a parked fetch's value exists). Across processes each travels as
-/// the CAF-serialised single argument of its reserved function through node::call, so the
-/// transport hook, the fault plan and peer_lost see every one. Control messages are idempotent
-/// and resent by their actor (actor timers) with backoff, 5 ms doubling to 200 ms, each attempt
-/// bounded by rref_options::control_attempt_timeout, until answered; a final failure (peer_lost,
-/// refused) ends them. No order is assumed between any two messages.
+/// call, never retried, deduplicated by id in the router), fork_request (child -> owner; the
+/// reply is the owner accept, given by the owner actor through a deferred reply), child_ack
+/// (child -> parent), user_delete (user -> owner), fork_probe (sender -> receiver of a lost
+/// carrier) and fetch (to_here: a deferred reply, answered once the value exists). Across
+/// processes each travels as the CAF-serialised single argument of its reserved function through
+/// node::call, so the transport hook, the fault plan and peer_lost see every one. Control messages
+/// are idempotent and resent by their actor (actor timers) with backoff, 5 ms doubling to 200 ms,
+/// each attempt bounded by rref_options::control_attempt_timeout, until answered; a final failure
+/// (peer_lost, refused) ends them. No order is assumed between any two messages.
 ///
-///   owner_rref:  PENDING --remote_call--> RUNNING --value_set--> READY(value | error)
+///   owner_rref:  PENDING --remote_call--> RUNNING --value published--> READY(value | error)
 ///                PENDING|READY --nothing refers to it--> DELETED (tombstone) --> quits
 ///   user_rref:   UNCONFIRMED --remote reply | fork_request accept--> CONFIRMED --> acks parents
 ///                UNCONFIRMED --refused / owner lost--> FAILED --> acks parents
@@ -47,11 +49,21 @@
 ///   <------------------------------------------child_ack(token)---
 ///   release ---user_delete(id,F0)-->                 release
 ///                                   <---user_delete(id,F1)--------   -> O deletes
-///   to_here before the value:  ---fetch--> parked;  <--value_ready--;  ---fetch--> value
+///   to_here before the value:  ---fetch--> parked in the owner actor (a deferred reply)
+///                              <--value (answered by the actor on value_set)--
+///   to_here after the value:   ---fetch--> answered from the actor's published snapshot
+///
+/// Values: the owner keeps the live object the function (or make_rref, or a method) gave
+/// (rpc::held_value), never bytes. A fetch's answer is that object encoded when the fetch is
+/// answered, on the answering thread under the fetch's served-call scopes; the user decodes it
+/// through the rpc future under its call's scope. So the interceptor (distributed autograd) sees
+/// the tensors of to_here like those of any RPC: a send on the owner, a recv on the user; the
+/// remote_call's own response carries no tensor. On the owner, to_here and local_value return the
+/// live object itself (a tensor is the same tensor); a method works on a copy that replaces it.
 ///
 /// Fails: a user function that throws makes fetch fail with remote_exception (text); a dead
 /// owner makes fetch and method calls fail with owner_lost naming it (the runtime's peer-loss
-/// bound; a parked to_here re-asks every 250 ms, so it sees the loss even with no call pending);
+/// bound: a parked to_here is a pending call, failed with peer_lost when the owner goes);
 /// a fetch that finds a deleted id fails with invalid_state ("deleted by its owner"): the chaos
 /// test asserts this never happens to a live UserRRef.
 /// Lost carriers: when a call made through the context (rpc_sync/rpc_async/remote) that carried
@@ -97,7 +109,7 @@ struct handle {
   fork_id fork;            ///< empty on the owner
   bool owner_local = false;
   bool bound = false;
-  rref_msg::wire pending;  ///< what arrived, while unbound
+  std::unique_ptr<rref_msg::wire> pending;  ///< what arrived, while unbound (else null: most handles)
   errc failed = errc::ok;  ///< set when the handle can never be used (stale duplicate)
   std::string failure;
   std::shared_future<void> created;  ///< remote(): ready once its remote_call was answered

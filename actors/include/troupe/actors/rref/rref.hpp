@@ -213,13 +213,13 @@ class rref {
     h_ = std::make_shared<rref_detail::handle>();
     h_->id = w.id;
     h_->owner = w.owner;
-    h_->pending = std::move(w);
+    h_->pending = std::make_unique<rref_msg::wire>(std::move(w));
   }
   BOOST_SERIALIZATION_SPLIT_MEMBER()
 
   /// Binds an rref received outside a context (add_function does it). Internal.
   void bind_to(rref_detail::context_impl& c) {
-    if (h_ && !h_->bound && !h_->pending.id.creator.empty()) h_ = rref_detail::bind(c, h_->pending);
+    if (h_ && !h_->bound && h_->pending) h_ = rref_detail::bind(c, *h_->pending);
   }
 
  private:
