@@ -109,6 +109,7 @@ TEST_CASE("a propagation that never gets through fails the backward with timeout
     } catch (const troupe::error& e) {
       CHECK(e.code() == errc::timeout);
       CHECK_THAT(e.what(), Catch::Contains("worker1"));
+      CHECK_THAT(e.what(), Catch::Contains("timed out 3 time(s)"));
     }
     CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // 3 attempts of 100 ms and the backoffs
     job.c.hook->use(nullptr);

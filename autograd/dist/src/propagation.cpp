@@ -122,7 +122,11 @@ void on_propagate_ack(context_self self, const ctx_propagate_ack& a) {
     std::lock_guard<std::mutex> lock(s.record->m);
     s.record->lost.insert(p.to);
   }
-  end_propagation(self, a.seq, {propagate_failed, code, text});
+  const std::string why = c == errc::timeout ? "dist_autograd: the propagation of message " + std::to_string(p.msg) +
+                                                   " to " + p.to + " timed out " + std::to_string(p.attempt) +
+                                                   " time(s); the last: " + text
+                                             : text;
+  end_propagation(self, a.seq, {propagate_failed, code, why});
 }
 
 void on_propagate_retry(context_self self, std::uint64_t seq) {
