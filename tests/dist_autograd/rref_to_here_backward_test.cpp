@@ -3,6 +3,8 @@
 // backward gives the local gradients bitwise (Note [owner_rref actor]: the owner keeps the live
 // value and encodes it under the fetch's scope). Also: owner-local to_here / local_value return
 // the live tensor itself.
+#include <functional>
+
 #include <catch2/catch.hpp>
 
 #include "dist_autograd/dist_job.hpp"
@@ -67,6 +69,15 @@ struct rref_job {
     CHECK(troupe::equal(gw.at(w), troupe::grad(wl)));
     CHECK_FALSE(troupe::grad(x).defined());  // accumulated in the context, not in .grad
   }
+  /// `iters` forwards z = forward(x) on worker0, each in a fresh context, each checked by
+  /// check_backward against the local z = (x @ w) * k.
+  void iterate(int iters, double k, const std::function<tensor(const tensor&)>& forward) {
+    tensor x = make_x();
+    for (int i = 0; i < iters; ++i) {
+      da::context ctx(job[0]);
+      check_backward(ctx, x, forward(x), k);
+    }
+  }
 };
 
 }  // namespace
@@ -74,14 +85,11 @@ struct rref_job {
 TEST_CASE("gradients through remote() and to_here() reach both workers and equal the local ones bitwise",
           "[dist_autograd][rref]") {
   rref_job t(2);
-  tensor x = make_x();
-  for (int iter = 0; iter < 5; ++iter) {
-    da::context ctx(t.job[0]);
-    auto r = troupe::remote<tensor>(t.job.c[0], "worker1", "fwd", x);
-    tensor y = r.to_here(5s);
+  t.iterate(5, 1.0, [&](const tensor& x) {
+    tensor y = troupe::remote<tensor>(t.job.c[0], "worker1", "fwd", x).to_here(5s);
     CHECK(y.requires_grad());  // the recv function of the fetch's response
-    t.check_backward(ctx, x, troupe::mul(y, 1.0), 1.0);
-  }
+    return troupe::mul(y, 1.0);
+  });
   CHECK(t.job.c.quiescent(10s));
   CHECK(t.job.contexts() == 0);
 }
@@ -89,14 +97,11 @@ TEST_CASE("gradients through remote() and to_here() reach both workers and equal
 TEST_CASE("a user -> user forked rref whose to_here runs on the receiver carries gradients back through both hops",
           "[dist_autograd][rref]") {
   rref_job t(3);
-  tensor x = make_x();
-  for (int iter = 0; iter < 3; ++iter) {
-    da::context ctx(t.job[0]);
+  t.iterate(3, 2.0, [&](const tensor& x) {
     auto r = troupe::remote<tensor>(t.job.c[0], "worker1", "fwd", x);
     // worker2 receives a fork of r (worker0 -> worker2), fetches it from worker1 and returns y * 2.
-    tensor z = troupe::rpc_sync<tensor>(t.job.c[0], "worker2", "use", r);
-    t.check_backward(ctx, x, z, 2.0);
-  }
+    return troupe::rpc_sync<tensor>(t.job.c[0], "worker2", "use", r);
+  });
   CHECK(t.job.c.quiescent(10s));
   CHECK(t.job.contexts() == 0);
 }
@@ -104,13 +109,8 @@ TEST_CASE("a user -> user forked rref whose to_here runs on the receiver carries
 TEST_CASE("a method called with remote() semantics on an rref<tensor> carries gradients to the owner's live tensor",
           "[dist_autograd][rref]") {
   rref_job t(2);
-  tensor x = make_x();
   auto wref = troupe::rpc_sync<rref<tensor>>(t.job.c[0], "worker1", "weight");
-  for (int iter = 0; iter < 3; ++iter) {
-    da::context ctx(t.job[0]);
-    rref<tensor> out = wref.remote<tensor>("mm", x);
-    t.check_backward(ctx, x, troupe::mul(out.to_here(5s), 1.0), 1.0);
-  }
+  t.iterate(3, 1.0, [&](const tensor& x) { return troupe::mul(wref.remote<tensor>("mm", x).to_here(5s), 1.0); });
   wref = rref<tensor>();
   CHECK(t.job.c.quiescent(10s));
 }

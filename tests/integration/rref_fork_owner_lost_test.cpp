@@ -8,41 +8,17 @@
 #include <catch2/catch.hpp>
 
 #include "fault/rref_cluster.hpp"
-#include "integration/node_harness.hpp"
+#include "integration/rref_owner_child.hpp"
 #include "troupe/actors/spawn.hpp"
 
 using namespace std::chrono_literals;
 using troupe::errc;
 using troupe::rref;
 
+using troupe::test::code_of;
+using troupe::test::tally;
+
 namespace {
-
-struct tally {
-  std::int64_t n = 0;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & n; }
-};
-
-// worker1, the owner (killed by the test).
-void owner_child(troupe::test::port_pipe& pipe) {
-  troupe::node n(troupe::test::test_options(1, 3, pipe.read()));
-  troupe::rref_context ctx(n);
-  troupe::add_function(ctx, "seven", [] { return 7; });
-  troupe::add_function(ctx, "never", [&n] { return n.store().get("never", 20s).size(); });
-  troupe::add_function(ctx, "tally", [] { return tally{}; });
-  troupe::add_method<tally>(ctx, "inc", [](tally& t, std::int64_t d) { return t.n += d; });
-  n.store().set("ready/1", "1");
-  n.store().get("done", 30s);  // killed before this
-}
-
-troupe::errc code_of(const std::function<void()>& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const troupe::error& e) {
-    if (message) *message = e.message();
-    return e.code();
-  }
-  return errc::ok;
-}
 
 /// The rrefs worker2 received (its "keep" function stores them).
 struct kept {
@@ -57,7 +33,7 @@ struct kept {
 TEST_CASE("a SIGKILLed owner fails a forked rref's to_here and methods with owner_lost and releases the parent's hold",
           "[rref][integration]") {
   troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { owner_child(pipe); });
+  auto children = troupe::spawn(1, [&](int) { troupe::test::rref_owner_child(pipe, 3); });
   // worker0 (the parent) and worker2 (the child) live in this process; worker2's fork_requests
   // are dropped while the plan is on, so its forks stay unconfirmed: in flight.
   auto hook = std::make_shared<troupe::test::switch_hook>();

@@ -5,46 +5,19 @@
 
 #include <catch2/catch.hpp>
 
-#include "integration/node_harness.hpp"
+#include "integration/rref_owner_child.hpp"
 #include "troupe/actors/rref/rref.hpp"
 #include "troupe/actors/spawn.hpp"
 
 using namespace std::chrono_literals;
 using troupe::errc;
 
-namespace {
-
-struct tally {
-  std::int64_t n = 0;
-  template <class Ar> void serialize(Ar& ar, unsigned) { ar & n; }
-};
-
-void owner_child(troupe::test::port_pipe& pipe) {
-  troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
-  troupe::rref_context ctx(n);
-  troupe::add_function(ctx, "seven", [] { return 7; });
-  troupe::add_function(ctx, "never", [&n] { return n.store().get("never", 20s).size(); });
-  troupe::add_function(ctx, "tally", [] { return tally{}; });
-  troupe::add_method<tally>(ctx, "inc", [](tally& t, std::int64_t d) { return t.n += d; });
-  n.store().set("ready/1", "1");
-  n.store().get("done", 30s);  // killed before this
-}
-
-troupe::errc code_of(const std::function<void()>& fn, std::string* message = nullptr) {
-  try {
-    fn();
-  } catch (const troupe::error& e) {
-    if (message) *message = e.message();
-    return e.code();
-  }
-  return errc::ok;
-}
-
-}  // namespace
+using troupe::test::code_of;
+using troupe::test::tally;
 
 TEST_CASE("a SIGKILLed owner makes to_here and method calls fail with owner_lost naming it", "[rref][integration]") {
   troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { owner_child(pipe); });
+  auto children = troupe::spawn(1, [&](int) { troupe::test::rref_owner_child(pipe, 2); });
   troupe::node n(troupe::test::test_options(0, 2, 0));
   troupe::rref_context ctx(n);
   pipe.publish(n.port(), 1);
