@@ -40,6 +40,14 @@
 //     a peer's mapping is let go only by CAS 0 -> retired (never one in use); the owner drops
 //     retired segments. The owner's pool is bounded (bulk_pool_limit) for what it RETAINS; when
 //     every segment is in use the pool grows anyway and sheds the surplus once it is free.
+//   * A share_memory_() tensor (tensor kind 2, bulk_codec.cpp) is never copied: its own handle
+//     travels (file_descriptor: the receiver opens /proc/<pid>/fd/<fd>, checked like a segment;
+//     file_system: by name) and the receiver maps it, so writes are shared both ways. The sender
+//     PINS its storage in a slot of its pin segment (a memfd of 4096 ticket slots) until the
+//     receiver has mapped it and cleared the slot, so a tensor the sender drops at once still
+//     arrives; the I/O thread and the next pin() sweep cleared slots, drop_peer() and teardown
+//     release the rest. A handle coming back to the process that sent it resolves to the same
+//     storage (remembered weakly by name).
 //   * A message never decoded (dropped, peer died) keeps its reference: the segment stays in use
 //     until its owner drops that peer's pool (peer_down) or tears down. A dead peer's references
 //     die with it the same way. A node's teardown also lets go of every unused peer mapping.
