@@ -36,12 +36,13 @@
 // at a time, CAS on caller_reading, then read_mutex) and polls the socket and its eventfd itself
 // until its call completed, completing every call it reads a response for. So a round trip is two
 // wake-ups (callee leader, caller) as for raw TCP, not three. The I/O thread polls an outgoing
-// connection only for calls nobody waits on: unattended ones (a continuation was registered),
+// connection only for calls nobody waits on: unattended ones (a continuation was registered, or
+// is_ready() was asked),
 // and those a releasing reader left behind (handed_over: threads blocked on their call while
 // another read, a waiter whose wait() timed out); it never reads while a caller holds the role.
 // Safety nets: before timing a call out the deadline sweep reads its connection (a response that
 // came in time is never lost to a late waiter), and at least every max_poll_ms the I/O thread
-// reads connections with pending calls (a caller polling is_ready() sees its answer within that).
+// reads connections with pending calls (a future nobody ever waits on still completes).
 // finish() pokes the reading caller's eventfd, so a completion from elsewhere (deadline, delayed
 // response from the hook's timer, peer_down, stop) ends its wait; EOF seen by the reader drops the
 // connection and fails its calls with peer_lost at once, as on the I/O thread.

@@ -119,8 +119,8 @@ void fast_path::release_reading(const std::shared_ptr<fast_conn>& c) {
 }
 
 // The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet
-// (it polls future::is_ready(), or is busy) are read and completed, so they are seen within that
-// bound rather than at their deadline.
+// (it is busy, or dropped the future) are read and completed within that bound rather than at
+// their deadline. (is_ready() marks its call unattended at once: call_state::ready().)
 void fast_path::read_unwaited(const std::vector<std::shared_ptr<fast_conn>>& outgoing) {
   const auto now = clock::now();
   if (!caller_reads() || now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
