@@ -127,7 +127,7 @@ void serve_request(agent_actor* self, rpc_request& req) {
   if (!authorized(self, "an rpc request")) {
     if (reply_to)
       self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::unauthorized),
-                                        "worker " + s.cfg.me.name + " refused the call: the caller never presented the job token", {}});
+                                        "worker " + s.cfg.me.name + " refused the call: the caller never presented the job token", {}, {}});
     return;
   }
   transport_decision d;
@@ -141,7 +141,7 @@ void serve_request(agent_actor* self, rpc_request& req) {
   auto fn = s.cfg.functions->find(req.function);
   if (!fn) {
     self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
-                                      "worker " + s.cfg.me.name + " has no function '" + req.function + "'", {}});
+                                      "worker " + s.cfg.me.name + " has no function '" + req.function + "'", {}, {}});
     return;
   }
   auto me = caf::actor_cast<caf::actor>(self);
@@ -154,7 +154,7 @@ void serve_request(agent_actor* self, rpc_request& req) {
     };
     if (!s.cfg.exec->post(std::move(job)))
       self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state),
-                                        "worker " + s.cfg.me.name + " is shutting down", {}});
+                                        "worker " + s.cfg.me.name + " is shutting down", {}, {}});
   }
 }
 

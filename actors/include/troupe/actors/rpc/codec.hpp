@@ -77,7 +77,13 @@ class writer {
   explicit writer(std::vector<char>& out) : out_(out) {}
   void raw(const void* p, std::size_t n) {
     const auto* c = static_cast<const char*>(p);
-    out_.insert(out_.end(), c, c + n);
+    if (n <= 64) {  // small fixed-size fields: resize + memcpy (GCC 12 warns falsely about insert here)
+      const auto at = out_.size();
+      out_.resize(at + n);
+      if (n > 0) std::memcpy(out_.data() + at, c, n);
+    } else {
+      out_.insert(out_.end(), c, c + n);  // no zero-fill of large blocks
+    }
   }
   template <class T> void pod(const T& x) { raw(&x, sizeof x); }
   void str(const std::string& x) {
