@@ -72,11 +72,13 @@ void round_trips(pair_of_nodes& p, tb::report& rep, int iters) {
   std::vector<double> rpc_t, rr_t;
   for (int it = -200; it < iters; ++it) {
     auto t0 = tb::clock::now();
-    check(troupe::rpc_sync<std::int64_t>(*p.nodes[0], "worker1", "id", ++i) == i, "rpc_sync echo");
+    ++i;
+    check(troupe::rpc_sync<std::int64_t>(*p.nodes[0], "worker1", "id", i) == i, "rpc_sync echo");
     const double a = tb::seconds_since(t0);
     t0 = tb::clock::now();
     {
-      auto r = troupe::remote<std::int64_t>(user, "worker1", "id", ++i);
+      ++i;
+      auto r = troupe::remote<std::int64_t>(user, "worker1", "id", i);
       check(r.to_here(5s) == i, "to_here value");
     }
     const double b = tb::seconds_since(t0);
@@ -174,7 +176,13 @@ int main(int argc, char** argv) {
   const bool quick = tb::quick_mode(argc, argv);
   tb::report rep("rref");
   pair_of_nodes p;
-  round_trips(p, rep, quick ? 300 : 3000);
+  // --round-trips-only: only the remote + to_here vs rpc_sync phase, 20,000 iterations (profiling).
+  const bool only = argc > 1 && std::string(argv[argc - 1]) == "--round-trips-only";
+  round_trips(p, rep, only ? 20000 : quick ? 300 : 3000);
+  if (only) {
+    rep.print_table();
+    return 0;
+  }
   rates(p, rep, quick ? 300 : 3000);
   memory(p, rep, quick ? 10000 : 100000);
   messages(p, rep, quick ? 50 : 300);
