@@ -12,7 +12,7 @@ using troupe::errc;
 namespace {
 
 troupe::envelope request(const std::string& fn, std::uint64_t id) {
-  return troupe::envelope{troupe::message_kind::rpc_request, "worker0", "worker1", id, fn, {}};
+  return troupe::envelope{troupe::message_kind::rpc_request, "worker0", "worker1", id, fn, {}, {}};
 }
 
 std::vector<troupe::transport_decision> decisions(const troupe::fault_plan& plan, int n) {
@@ -105,9 +105,9 @@ TEST_CASE("a reply is matched to its function through the request the callee rec
   auto req = request("g", 5);
   CHECK(inj.on_send(req).copies == 1);  // requests of g are not dropped
   CHECK(inj.on_receive(req).copies == 1);
-  troupe::envelope reply{troupe::message_kind::rpc_response, "worker1", "worker0", 5, {}, {}};
+  troupe::envelope reply{troupe::message_kind::rpc_response, "worker1", "worker0", 5, {}, {}, {}};
   CHECK(inj.on_send(reply).copies == 0);
-  troupe::envelope other{troupe::message_kind::rpc_response, "worker1", "worker0", 6, {}, {}};
+  troupe::envelope other{troupe::message_kind::rpc_response, "worker1", "worker0", 6, {}, {}, {}};
   CHECK(inj.on_send(other).copies == 1);  // unknown call: no rule for plain responses
   CHECK(inj.counters().dropped_replies == 1);
 }
