@@ -32,10 +32,9 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
     }
     id = next_id_++;
     const auto dl = deadlines_.emplace(st->deadline(), id);
-    const bool attended = install_helper(c, *st, id);  // a waiter will read the response itself
-    pending_.emplace(id, pending_call{st, c.get(), function, dl, !attended});
+    install_helper(c, *st, id);  // a waiter reads the response itself; a continuation or poll unattends it
+    pending_.emplace(id, pending_call{st, c.get(), function, dl, false});
     ++c->pending_calls;
-    if (!attended && ++c->unattended == 1 && caller_reads()) wake();  // the I/O thread must poll `c` now
   }
   if (c->closed()) {  // lost before we could send: fail now rather than at the deadline
     finish(c.get(), id, errc::peer_lost, "worker " + c->peer + " was lost (connection closed) before call to '" + function + "' from " + cfg_.me.name, {}, {});

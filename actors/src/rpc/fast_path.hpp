@@ -178,8 +178,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void run_timers();
   void sweep_deadlines();
   // Caller side of waiting (fast_wait.cpp).
-  static bool caller_reads();  // whether waiting callers read (call_state has the hook)
-  bool install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id);
+  void install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id);
   bool io_reads(const fast_conn& c);  // whether the I/O thread polls `c` now
   bool read_for_io(const std::shared_ptr<fast_conn>& c);
   void release_reading(const std::shared_ptr<fast_conn>& c);

@@ -13,23 +13,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-// Whether call_state has the waiting hook (future.hpp, set_helper). Without it every call is
-// read by the I/O thread, as before.
-template <class State>
-concept has_helper = requires(State& s, std::function<void(clock::time_point)> w, std::function<void()> u) {
-  s.set_helper(std::move(w), std::move(u));
-};
-
-template <class State>
-bool set_helper_if_any(State& st, std::function<void(clock::time_point)> wait, std::function<void()> unattended) {
-  if constexpr (has_helper<State>) {
-    st.set_helper(std::move(wait), std::move(unattended));
-    return true;
-  } else {
-    return false;
-  }
-}
-
 void drain(int eventfd) {
   std::uint64_t n = 0;
   [[maybe_unused]] auto r = ::read(eventfd, &n, sizeof n);
@@ -37,14 +20,11 @@ void drain(int eventfd) {
 
 }  // namespace
 
-bool fast_path::caller_reads() { return has_helper<rpc::detail::call_state>; }
-
 // Caller holds pending_mutex_ (the call is not shared yet: nobody can wait on it before).
-bool fast_path::install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
+void fast_path::install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
   std::weak_ptr<fast_path> self = weak_from_this();
   std::weak_ptr<fast_conn> conn = c;
-  return set_helper_if_any(
-      st,
+  st.set_helper(
       [self, conn, id](clock::time_point until) {
         auto s = self.lock();
         auto c = conn.lock();
@@ -71,7 +51,6 @@ void fast_path::unattend(const fast_conn* c, std::uint64_t id) {
 bool fast_path::io_reads(const fast_conn& c) {
   if (!c.outgoing()) return true;
   if (c.caller_reading.load(std::memory_order_acquire)) return false;
-  if (!caller_reads()) return true;
   std::lock_guard<std::mutex> lock(pending_mutex_);
   if (c.pending_calls == 0) c.handed_over = false;
   return c.unattended > 0 || c.handed_over;
@@ -123,7 +102,7 @@ void fast_path::release_reading(const std::shared_ptr<fast_conn>& c) {
 // their deadline. (is_ready() marks its call unattended at once: call_state::ready().)
 void fast_path::read_unwaited(const std::vector<std::shared_ptr<fast_conn>>& outgoing) {
   const auto now = clock::now();
-  if (!caller_reads() || now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
+  if (now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
   last_unwaited_read_ = now;
   for (const auto& c : outgoing) {
     bool waiting = false;
