@@ -2,6 +2,7 @@
 // Helpers of the multi-process node tests: a pipe that hands rank 0's ephemeral port to forked
 // children, and the options of a test node. Every wait is bounded.
 
+#include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,18 @@ class port_pipe {
 };
 
 /// Options of a test node on loopback with a short default deadline.
+/// Rpc shared-memory segment names in /dev/shm (there should be none: the bulk path uses
+/// anonymous memfd segments, and a named one left behind is a leak).
+inline int rpc_names_in_dev_shm() {
+  int n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (auto* e = ::readdir(d))
+      if (std::strncmp(e->d_name, "troupe_rpc_", 11) == 0) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
 inline node_options test_options(int rank, int world, std::uint16_t master_port, std::string token = "test-token") {
   node_options o;
   o.rank = rank;

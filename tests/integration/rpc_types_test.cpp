@@ -45,16 +45,6 @@ troupe::rpc::registry echo_functions() {
   return reg;
 }
 
-int troupe_rpc_segments() {
-  int n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (auto* e = ::readdir(d))
-      if (std::strncmp(e->d_name, "troupe_rpc_", 11) == 0) ++n;
-    ::closedir(d);
-  }
-  return n;
-}
-
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 }  // namespace
@@ -100,13 +90,13 @@ TEST_CASE("rpc carries arithmetic types, strings, containers, tensors and user s
 
   // 4 MB: above the shared-memory threshold between same-host processes (Note [tensor over
   // shared memory]); no segment is left behind once both directions were decoded.
-  const int segments_before = troupe_rpc_segments();
+  const int segments_before = troupe::test::rpc_names_in_dev_shm();
   auto big = troupe::empty({1 << 20}, troupe::dtype::int32);
   for (std::int32_t i = 0; i < (1 << 20); ++i) big.data<std::int32_t>()[i] = i * 7;
   auto big_back = troupe::rpc_sync<troupe::tensor>(n, w, "echo_tensor", big);
   REQUIRE(big_back.nbytes() == big.nbytes());
   CHECK(std::memcmp(big_back.data_ptr(), big.data_ptr(), big.nbytes()) == 0);
-  CHECK(troupe_rpc_segments() == segments_before);
+  CHECK(troupe::test::rpc_names_in_dev_shm() == segments_before);
 
   sample s{"hi", {0.5, -0.0}};
   auto sback = troupe::rpc_sync<sample>(n, w, "echo_sample", s);

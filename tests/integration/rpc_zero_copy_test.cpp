@@ -56,23 +56,13 @@ std::string mapping_of(const void* p) {
   return {};
 }
 
-// Mappings in this process of rpc segments owned by `owner`, and rpc segment names in /dev/shm.
+// Mappings in this process of rpc segments owned by `owner`.
 int rpc_mappings(pid_t owner) {
   const std::string name = "memfd:troupe_rpc_" + std::to_string(owner) + "_";
   std::ifstream maps("/proc/self/maps");
   int n = 0;
   for (std::string line; std::getline(maps, line);)
     if (line.find(name) != std::string::npos) ++n;
-  return n;
-}
-
-int rpc_names_in_dev_shm() {
-  int n = 0;
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (auto* e = ::readdir(d))
-      if (std::strncmp(e->d_name, "troupe_rpc_", 11) == 0) ++n;
-    ::closedir(d);
-  }
   return n;
 }
 
@@ -207,7 +197,7 @@ TEST_CASE("a tensor received from a peer that is then SIGKILLed stays readable, 
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) { serve(1, 2, pipe.read()); });
   const pid_t child = children.pids().at(0);
-  const int names_before = rpc_names_in_dev_shm();
+  const int names_before = troupe::test::rpc_names_in_dev_shm();
   {
     troupe::node n(troupe::test::test_options(0, 2, 0));
     pipe.publish(n.port(), 1);
@@ -224,7 +214,7 @@ TEST_CASE("a tensor received from a peer that is then SIGKILLed stays readable, 
   }
   CHECK(rpc_mappings(child) == 0);
   CHECK(rpc_mappings(::getpid()) == 0);
-  CHECK(rpc_names_in_dev_shm() == names_before);
+  CHECK(troupe::test::rpc_names_in_dev_shm() == names_before);
 }
 
 TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writes are shared both ways and a "
