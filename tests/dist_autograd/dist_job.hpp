@@ -41,14 +41,8 @@ struct small_job {
 
   small_job(int n, int executor_threads, dist_autograd::container_options o = {}) {
     for (int r = 0; r < n; ++r) {
-      node_options opt;
-      opt.rank = r;
-      opt.world_size = n;
-      opt.master_port = r == 0 ? 0 : nodes[0]->port();
-      opt.job_token = "dist-small";
+      auto opt = test::test_options(r, n, r == 0 ? 0 : nodes[0]->port(), "dist-small");
       opt.executor_threads = executor_threads;
-      opt.default_timeout = std::chrono::seconds(10);
-      opt.join_timeout = std::chrono::seconds(10);
       nodes.push_back(std::make_unique<node>(opt));
     }
     for (auto& nd : nodes) dist.push_back(std::make_unique<dist_autograd::container>(*nd, o));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "integration/node_harness.hpp"
 #include "troupe/actors/fault_plan.hpp"
 #include "troupe/actors/rref/rref.hpp"
 
@@ -45,14 +46,9 @@ struct cluster {
 
   explicit cluster(int n, rref_options ro = {}) {
     for (int r = 0; r < n; ++r) {
-      node_options o;
-      o.rank = r;
-      o.world_size = n;
-      o.master_port = r == 0 ? 0 : nodes[0]->port();
-      o.job_token = "rref-test";
+      auto o = test::test_options(r, n, r == 0 ? 0 : nodes[0]->port(), "rref-test");
       o.executor_threads = 6;
       o.default_timeout = std::chrono::seconds(5);
-      o.join_timeout = std::chrono::seconds(10);
       nodes.push_back(std::make_unique<node>(o, rpc::registry{}, hook));
     }
     if (ro.result_probe_after.count() == 0) ro.result_probe_after = std::chrono::milliseconds(1500);

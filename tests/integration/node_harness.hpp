@@ -16,6 +16,7 @@
 
 #include "troupe/actors/node.hpp"
 #include "troupe/tensors/error.hpp"
+#include "troupe/tensors/factories.hpp"
 
 namespace troupe::test {
 
@@ -50,6 +51,28 @@ class port_pipe {
 };
 
 /// Options of a test node on loopback with a short default deadline.
+/// A child's serving loop: announces `ready_key`, serves until the parent sets "done" (bounded
+/// by `wait`), then shuts down gracefully.
+inline void serve_until_done(node& n, const std::string& ready_key = "ready",
+                             std::chrono::seconds wait = std::chrono::seconds(60)) {
+  n.store().set(ready_key, "1");
+  n.store().get("done", wait);
+  n.shutdown(shutdown_mode::graceful, std::chrono::seconds(10));
+}
+
+/// A uint8 tensor of `nbytes` whose bytes depend on `seed` and the position.
+inline tensor byte_pattern(std::int64_t nbytes, unsigned seed) {
+  auto t = empty({nbytes}, tensor_options{dtype::uint8});
+  auto* p = static_cast<unsigned char*>(t.data_ptr());
+  for (std::int64_t i = 0; i < nbytes; ++i) p[i] = static_cast<unsigned char>((i * 131 + seed * 7919 + (i >> 12)) & 0xff);
+  return t;
+}
+
+/// Same shape and bit-identical bytes.
+inline bool same_bytes(const tensor& a, const tensor& b) {
+  return a.nbytes() == b.nbytes() && a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+}
+
 /// Rpc shared-memory segment names in /dev/shm (there should be none: the bulk path uses
 /// anonymous memfd segments, and a named one left behind is a leak).
 inline int rpc_names_in_dev_shm() {

@@ -38,23 +38,9 @@ int segments_of(pid_t pid) {
   return n;
 }
 
-// A uint8 tensor of `nbytes` whose bytes depend on `seed` and the position.
-troupe::tensor pattern(std::int64_t nbytes, unsigned seed) {
-  auto t = troupe::empty({nbytes}, troupe::tensor_options{troupe::dtype::uint8});
-  auto* p = static_cast<unsigned char*>(t.data_ptr());
-  for (std::int64_t i = 0; i < nbytes; ++i) p[i] = static_cast<unsigned char>((i * 131 + seed * 7919 + (i >> 12)) & 0xff);
-  return t;
-}
-
-bool same_bytes(const troupe::tensor& a, const troupe::tensor& b) {
-  return a.nbytes() == b.nbytes() && a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
-
 void serve(std::uint16_t port) {
   troupe::node n(troupe::test::test_options(1, 2, port), bulk_functions());
-  n.store().set("ready", "1");
-  n.store().get("done", 60s);
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::serve_until_done(n);
 }
 
 }  // namespace
@@ -72,20 +58,20 @@ TEST_CASE("many large echoes of different sizes, in a row and from several threa
     std::vector<std::pair<troupe::tensor, troupe::tensor>> kept;  // replies still alive pin their segments
     for (int round = 0; round < 3; ++round)
       for (auto s : sizes) {
-        const auto t = pattern(s, ++seed);
+        const auto t = troupe::test::byte_pattern(s, ++seed);
         auto back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t);
-        CHECK(same_bytes(back, t));
+        CHECK(troupe::test::same_bytes(back, t));
         if (round == 0) kept.emplace_back(t, back);
       }
-    for (const auto& [sent, back] : kept) CHECK(same_bytes(back, sent));  // never reused while held
+    for (const auto& [sent, back] : kept) CHECK(troupe::test::same_bytes(back, sent));  // never reused while held
     kept.clear();
     std::vector<std::thread> threads;
     std::vector<int> good(4, 0);
     for (int k = 0; k < 4; ++k)
       threads.emplace_back([&, k] {
         for (int i = 0; i < 8; ++i) {
-          const auto t = pattern((2 << 20) + k * 4096 + i, 1000u + static_cast<unsigned>(k * 100 + i));
-          if (same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t), t)) ++good[k];
+          const auto t = troupe::test::byte_pattern((2 << 20) + k * 4096 + i, 1000u + static_cast<unsigned>(k * 100 + i));
+          if (troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t), t)) ++good[k];
         }
       });
     for (auto& th : threads) th.join();
@@ -108,8 +94,8 @@ TEST_CASE("a SIGKILLed peer leaves no shared-memory segment once the survivor te
     pipe.publish(n.port(), 1);
     n.store().wait({"ready"}, 10s);
     for (unsigned i = 0; i < 4; ++i) {
-      const auto t = pattern((4 << 20) + i, i);
-      CHECK(same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t), t));
+      const auto t = troupe::test::byte_pattern((4 << 20) + i, i);
+      CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t), t));
     }
     children.kill(0, SIGKILL);
     CHECK_THROWS_AS(children.join(10s), troupe::error);  // rank 1 died by SIGKILL

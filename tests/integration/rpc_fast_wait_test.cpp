@@ -51,9 +51,7 @@ void serve(std::uint16_t port) {
     std::this_thread::sleep_for(50ms);  // the scenario: a call still running when the caller waits
     return a + b;
   });
-  n.store().set("ready", "1");
-  n.store().get("done", 60s);
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::serve_until_done(n);
 }
 
 }  // namespace

@@ -104,9 +104,7 @@ void serving_child(troupe::test::port_pipe& pipe) {
     std::lock_guard<std::mutex> lock(hook->mutex);
     return std::make_tuple(ic->written.load(), ic->read.load(), ic->nested_on_serve.load(), ic->metas(), hook->request_metas);
   });
-  n.store().set("ready", "1");
-  n.store().get("done", 30s);
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::serve_until_done(n, "ready", 30s);
 }
 
 using stats_t = std::tuple<int, int, int, std::vector<std::string>, std::vector<std::string>>;

@@ -53,9 +53,7 @@ TEST_CASE("rpc carries arithmetic types, strings, containers, tensors and user s
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) {
     troupe::node n(troupe::test::test_options(1, 2, pipe.read()), echo_functions());
-    n.store().set("ready", "1");
-    n.store().get("done", 20s);
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+    troupe::test::serve_until_done(n, "ready", 20s);
   });
   troupe::node n(troupe::test::test_options(0, 2, 0));
   pipe.publish(n.port(), 1);

@@ -27,17 +27,6 @@ namespace {
 
 constexpr std::int64_t big = 3 << 20;  // over the 1 MiB bulk threshold, not a power of two
 
-troupe::tensor pattern(std::int64_t nbytes, unsigned seed) {
-  auto t = troupe::empty({nbytes}, troupe::tensor_options{troupe::dtype::uint8});
-  auto* p = static_cast<unsigned char*>(t.data_ptr());
-  for (std::int64_t i = 0; i < nbytes; ++i) p[i] = static_cast<unsigned char>((i * 131 + seed * 7919 + (i >> 12)) & 0xff);
-  return t;
-}
-
-bool same_bytes(const troupe::tensor& a, const troupe::tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
-}
-
 unsigned char byte0(const troupe::tensor& t) { return *static_cast<const unsigned char*>(t.data_ptr()); }
 
 // The file behind the mapping of this process that contains `p` ("" if none): /proc/self/maps.
@@ -80,14 +69,14 @@ troupe::rpc::registry functions() {
   reg.add("keep", [](troupe::tensor t) { kept() = t; return troupe::is_shared(t); });
   reg.add("keep_and_echo", [](troupe::tensor t) { kept() = t; return t; });
   reg.add("kept_byte0", [](int) { return static_cast<int>(byte0(kept())); });
-  reg.add("make", [](std::int64_t n) { return pattern(n, 77); });
+  reg.add("make", [](std::int64_t n) { return troupe::test::byte_pattern(n, 77); });
   reg.add("fill", [](troupe::tensor t, int v) {  // writes into what it received, in place
     std::memset(t.data_ptr(), v, t.nbytes());
     return troupe::is_shared(t) && mapping_of(t.data_ptr()).find("troupe_rpc_") == std::string::npos;
   });
   reg.add("make_shared", [](std::int64_t n, int strategy) {  // a shared tensor nobody here keeps
     troupe::shm_provider p(static_cast<troupe::sharing_strategy>(strategy), "zc");
-    auto t = pattern(n, 55);
+    auto t = troupe::test::byte_pattern(n, 55);
     troupe::share_memory_(t, p);
     return t;
   });
@@ -98,9 +87,7 @@ troupe::rpc::registry functions() {
 void serve(int rank, int world, std::uint16_t port, std::shared_ptr<troupe::transport_hook> hook = nullptr) {
   troupe::node n(troupe::test::test_options(rank, world, port), functions(), std::move(hook));
   n.functions().add("forward", [&n](troupe::tensor t) { return troupe::rpc_sync<troupe::tensor>(n, "worker2", "echo", t); });
-  n.store().set("ready/" + std::to_string(rank), "1");
-  n.store().get("done", 60s);
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::serve_until_done(n, "ready/" + std::to_string(rank));
 }
 
 // Delivers every request twice (the fault plan's duplicate).
@@ -134,16 +121,16 @@ void with_workers(int workers, const Body& body, std::shared_ptr<troupe::transpo
 
 TEST_CASE("a large tensor echoed back is a reference to the caller's own segment, not a copy", "[actors][rpc][bulk]") {
   with_workers(2, [&](troupe::node& n) {
-    const auto t = pattern(big, 1);
+    const auto t = troupe::test::byte_pattern(big, 1);
     const auto back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t);
-    CHECK(same_bytes(back, t));
+    CHECK(troupe::test::same_bytes(back, t));
     CHECK(troupe::is_shared(back));
     CHECK(mapping_of(back.data_ptr()).rfind(own_segment_prefix(), 0) == 0);  // the callee copied nothing
     // worker1 forwards what it received to worker2, which echoes it: still the caller's segment.
-    const auto fwd = troupe::rpc_sync<troupe::tensor>(n, "worker1", "forward", pattern(big, 2));
-    CHECK(same_bytes(fwd, pattern(big, 2)));
+    const auto fwd = troupe::rpc_sync<troupe::tensor>(n, "worker1", "forward", troupe::test::byte_pattern(big, 2));
+    CHECK(troupe::test::same_bytes(fwd, troupe::test::byte_pattern(big, 2)));
     CHECK(mapping_of(fwd.data_ptr()).rfind(own_segment_prefix(), 0) == 0);
-    CHECK(same_bytes(back, t));  // neither transfer reused the segment `back` still holds
+    CHECK(troupe::test::same_bytes(back, t));  // neither transfer reused the segment `back` still holds
   });
 }
 
@@ -156,7 +143,7 @@ TEST_CASE("an ordinary tensor is copied in: the sender's later writes never reac
     std::memset(t.data_ptr(), 2, t.nbytes());
     CHECK(troupe::rpc_sync<int>(n, "worker1", "kept_byte0", 0) == 1);
     // The kept tensor pins its segment: later transfers of the same size use another one.
-    for (unsigned i = 0; i < 3; ++i) CHECK(same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", pattern(big, i)), pattern(big, i)));
+    for (unsigned i = 0; i < 3; ++i) CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", troupe::test::byte_pattern(big, i)), troupe::test::byte_pattern(big, i)));
     CHECK(troupe::rpc_sync<int>(n, "worker1", "kept_byte0", 0) == 1);
   });
 }
@@ -164,9 +151,9 @@ TEST_CASE("an ordinary tensor is copied in: the sender's later writes never reac
 TEST_CASE("a received large tensor is shared memory: a write through the echo reaches the callee's kept view",
           "[actors][rpc][bulk]") {
   with_workers(1, [&](troupe::node& n) {
-    const auto t = pattern(big, 5);
+    const auto t = troupe::test::byte_pattern(big, 5);
     auto back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "keep_and_echo", t);
-    REQUIRE(same_bytes(back, t));
+    REQUIRE(troupe::test::same_bytes(back, t));
     *static_cast<unsigned char*>(back.data_ptr()) = 42;
     CHECK(troupe::rpc_sync<int>(n, "worker1", "kept_byte0", 0) == 42);
     CHECK(byte0(t) != 42);  // the caller's own tensor was copied in, never shared
@@ -178,16 +165,16 @@ TEST_CASE("duplicated requests carrying a large tensor keep every reference: no 
   with_workers(1, [&](troupe::node& n) {
     std::vector<std::pair<troupe::tensor, troupe::tensor>> held;
     for (unsigned i = 0; i < 6; ++i) {
-      const auto t = pattern(big, 100 + i);
+      const auto t = troupe::test::byte_pattern(big, 100 + i);
       auto back = troupe::rpc_sync<troupe::tensor>(n, "worker1", "keep_and_echo", t);  // served twice
-      CHECK(same_bytes(back, t));
+      CHECK(troupe::test::same_bytes(back, t));
       held.emplace_back(t, std::move(back));
     }
-    for (const auto& [sent, back] : held) CHECK(same_bytes(back, sent));
+    for (const auto& [sent, back] : held) CHECK(troupe::test::same_bytes(back, sent));
     held.clear();
     for (unsigned i = 0; i < 4; ++i) {
-      const auto t = pattern(big, 200 + i);
-      CHECK(same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));
+      const auto t = troupe::test::byte_pattern(big, 200 + i);
+      CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));
     }
   }, std::make_shared<duplicate_requests>());
 }
@@ -205,10 +192,10 @@ TEST_CASE("a tensor received from a peer that is then SIGKILLed stays readable, 
     auto made = troupe::rpc_sync<troupe::tensor>(n, "worker1", "make", std::int64_t{big});  // the child's segment
     CHECK(mapping_of(made.data_ptr()).rfind("/memfd:troupe_rpc_" + std::to_string(child) + "_", 0) == 0);
     CHECK(rpc_mappings(child) > 0);
-    CHECK(troupe::rpc_sync<bool>(n, "worker1", "keep", pattern(big, 9)));  // the child holds one of ours
+    CHECK(troupe::rpc_sync<bool>(n, "worker1", "keep", troupe::test::byte_pattern(big, 9)));  // the child holds one of ours
     children.kill(0, SIGKILL);
     CHECK_THROWS_AS(children.join(10s), troupe::error);  // rank 1 died by SIGKILL
-    CHECK(same_bytes(made, pattern(big, 77)));
+    CHECK(troupe::test::same_bytes(made, troupe::test::byte_pattern(big, 77)));
     made = troupe::tensor();
     n.shutdown(troupe::shutdown_mode::immediate);
   }
@@ -222,7 +209,7 @@ TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writ
   const auto strategy = GENERATE(troupe::sharing_strategy::file_descriptor, troupe::sharing_strategy::file_system);
   with_workers(1, [&](troupe::node& n) {
     troupe::shm_provider provider(strategy, "zc");
-    auto t = pattern(big, 3);
+    auto t = troupe::test::byte_pattern(big, 3);
     troupe::share_memory_(t, provider);
     CHECK(troupe::rpc_sync<bool>(n, "worker1", "fill", t, 9));  // the callee mapped our segment
     CHECK(byte0(t) == 9);
@@ -231,7 +218,7 @@ TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writ
     // An argument nobody keeps: only the pin holds its storage until the callee mapped it.
     std::weak_ptr<troupe::storage> weak;
     auto f = [&] {
-      auto tmp = pattern(big, 4);
+      auto tmp = troupe::test::byte_pattern(big, 4);
       troupe::share_memory_(tmp, provider);
       weak = tmp.storage();
       return troupe::rpc_async<bool>(n, "worker1", "fill", tmp, 7);
@@ -241,7 +228,7 @@ TEST_CASE("a share_memory_() tensor travels by handle with both strategies: writ
     CHECK(weak.expired());
     // A result nobody keeps on the callee's side arrives intact, as the callee's segment.
     const auto made = troupe::rpc_sync<troupe::tensor>(n, "worker1", "make_shared", std::int64_t{big}, static_cast<int>(strategy));
-    CHECK(same_bytes(made, pattern(big, 55)));
+    CHECK(troupe::test::same_bytes(made, troupe::test::byte_pattern(big, 55)));
     CHECK(troupe::is_shared(made));
     CHECK(mapping_of(made.data_ptr()).find("troupe_rpc_") == std::string::npos);
   });

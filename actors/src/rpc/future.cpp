@@ -59,36 +59,23 @@ const std::vector<char>& call_state::value() const {
   return payload_;
 }
 
-void call_state::on_complete(std::function<void()> fn) {
-  bool queued = false;
+bool call_state::queue_if_pending(std::vector<std::function<void()>>& list, std::function<void()>& fn) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
-      continuations_.push_back(std::move(fn));
-      queued = true;
-    }
+    if (done_) return false;
+    list.push_back(std::move(fn));
   }
-  if (queued) {
-    if (help_unattended_) help_unattended_();
-    return;
-  }
+  if (help_unattended_) help_unattended_();  // nobody may wait for it: its response must be read
+  return true;
+}
+
+void call_state::on_complete(std::function<void()> fn) {
+  if (queue_if_pending(continuations_, fn)) return;
   if (!post_ || !post_(fn)) fn();
 }
 
 void call_state::on_complete_inline(std::function<void()> fn) {
-  bool queued = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!done_) {
-      inline_continuations_.push_back(std::move(fn));
-      queued = true;
-    }
-  }
-  if (!queued) {
-    fn();  // already complete: run here
-    return;
-  }
-  if (help_unattended_) help_unattended_();
+  if (!queue_if_pending(inline_continuations_, fn)) fn();  // already complete: run here
 }
 
 void call_state::set_helper(std::function<void(clock::time_point)> wait, std::function<void()> unattended) {

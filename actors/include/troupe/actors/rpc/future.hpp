@@ -64,6 +64,8 @@ class call_state {
 
  private:
   bool done() const;  // ready() without telling the helper
+  /// Appends `fn` to `list` (and tells the helper) unless complete; false: complete, `fn` untouched.
+  bool queue_if_pending(std::vector<std::function<void()>>& list, std::function<void()>& fn);
 
   std::string what_;
   clock::time_point deadline_;
