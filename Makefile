@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catch2 libopenblas-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-asan demo bench clean
+.PHONY: all deps configure build test test-asan demo bench gpu-check clean
 
 all: build
 
@@ -45,6 +45,10 @@ demo: build
 
 bench: build
 	@set -e; for b in $(BUILD)/bench/*_bench; do echo "== $$b"; $$b $(BENCH_ARGS); done
+
+# The [cuda]/[nccl] tests and the CUDA benchmark on this machine's GPU (CI has none).
+gpu-check: deps
+	./tools/gpu_check.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
