@@ -59,16 +59,6 @@ struct server {
   template <class Ar> void serialize(Ar& ar, unsigned) { ar & name; }
 };
 
-/// A second handle on `r`, to return to a caller (explicit with the move-only rref: share()).
-template <class T>
-rref<T> another(const rref<T>& r) {
-  if constexpr (requires { r.share(); }) {
-    return r.share();
-  } else {
-    return r;
-  }
-}
-
 /// The pipe that hands worker0's port to the trainers (made before the fork).
 struct port_pipe {
   std::array<int, 2> fd{-1, -1};
@@ -113,8 +103,8 @@ void run_server(const options& o, port_pipe& pipe) {
     // Trainers step concurrently (asynchronous SGD): the forward works on a differentiable snapshot
     // (clone), so another trainer's in-place step between this forward and its backward is fine.
     add_method<server>(rc, "forward", [&](server&, tensor x) { return matmul(x, da::local_parameter(dist, w).clone()); });
-    add_function(rc, "server", [&ps] { return another(ps); });
-    add_function(rc, "weight", [&w] { return another(w); });
+    add_function(rc, "server", [&ps] { return ps.share(); });
+    add_function(rc, "weight", [&w] { return w.share(); });
     n.store().set("ready", "1");
     std::vector<std::string> done;
     for (int r = 1; r <= o.trainers; ++r) done.push_back("done/" + std::to_string(r));

@@ -32,16 +32,6 @@ struct server {
   template <class Ar> void serialize(Ar& ar, unsigned) { ar & name; }
 };
 
-/// A second handle on `r` for a caller (explicit with the move-only rref: share()).
-template <class T>
-troupe::rref<T> another(const troupe::rref<T>& r) {
-  if constexpr (requires { r.share(); }) {
-    return r.share();
-  } else {
-    return r;
-  }
-}
-
 // worker1: parameter w (3x4) behind rref<server>::forward(x) = x @ w; "live" returns w's value.
 void parameter_server(troupe::test::port_pipe& pipe) {
   troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
@@ -52,9 +42,9 @@ void parameter_server(troupe::test::port_pipe& pipe) {
     auto plain = troupe::make_rref(rc, randn(1, {2}));  // an rref<tensor> that is no parameter
     auto ps = troupe::make_rref(rc, server{"ps"});
     troupe::add_method<server>(rc, "forward", [&](server&, tensor x) { return troupe::matmul(x, da::local_parameter(dist, w)); });
-    troupe::add_function(rc, "server", [&ps] { return another(ps); });
-    troupe::add_function(rc, "weight", [&w] { return another(w); });
-    troupe::add_function(rc, "plain", [&plain] { return another(plain); });
+    troupe::add_function(rc, "server", [&ps] { return ps.share(); });
+    troupe::add_function(rc, "weight", [&w] { return w.share(); });
+    troupe::add_function(rc, "plain", [&plain] { return plain.share(); });
     n.functions().add("live", [&] { return da::local_parameter(dist, w).detach().clone(); });
     n.store().set("ready/1", "1");
     n.store().get("done", 60s);

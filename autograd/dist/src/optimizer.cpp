@@ -17,11 +17,10 @@ constexpr const char* create_name = "__troupe_dist_autograd_optim_create";
 constexpr const char* step_name = "__troupe_dist_autograd_optim_step";
 constexpr const char* drop_name = "__troupe_dist_autograd_optim_drop";
 
-/// A parameter owned here: the live leaf and the rref whose stored value mirrors it.
+/// A parameter owned here: the live leaf, which its rref holds too (the same tensor, so an
+/// in-place step is what a later to_here sees).
 struct owned_parameter {
   tensor leaf;
-  rref_context* rc = nullptr;
-  rref_id id;
 };
 
 /// One owner's local optimizer of a distributed_optimizer.
@@ -102,11 +101,7 @@ struct owner_state {
       grads_in.push_back(grads.contains(p.leaf) ? grads.at(p.leaf) : tensor());
       updated += grads.contains(p.leaf) ? 1 : 0;
     }
-    o->opt->step(params_in, grads_in);
-    for (const auto& p : ps) {  // the rref's stored value mirrors the live parameter
-      auto value = rpc::encode_result<tensor>(p.leaf.detach());
-      p.rc->with_value(p.id, c.n.default_timeout(), [&](std::vector<char>& bytes) { bytes = value; });
-    }
+    o->opt->step(params_in, grads_in);  // in place: the rref holds this same leaf, live
     return updated;
   }
 };
@@ -146,7 +141,7 @@ rref<tensor> make_parameter(rref_context& rc, container& dist, tensor value) {
   rref<tensor> r = make_rref(rc, value);
   const auto& c = container_access::of(dist);
   std::lock_guard<std::mutex> lock(c->owned->m);
-  c->owned->params[r.id().str()] = owned_parameter{value, &rc, r.id()};
+  c->owned->params[r.id().str()] = owned_parameter{value};
   return r;
 }
 
