@@ -63,11 +63,15 @@ context_impl::~context_impl() { close(); }
 
 void context_impl::close() {
   std::vector<caf::actor> all;
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return;
     closed_ = true;
-    for (auto& [id, e] : owners_) all.push_back(caf::actor_cast<caf::actor>(e.actor));
+    for (auto& [id, e] : owners_) {
+      if (e.actor) all.push_back(caf::actor_cast<caf::actor>(e.actor));
+      parked.insert(parked.end(), e.parked.begin(), e.parked.end());
+    }
     for (auto& [k, a] : users_) all.push_back(caf::actor_cast<caf::actor>(a));
     for (auto& [addr, a] : draining_) all.push_back(a);
     owners_.clear();
@@ -75,6 +79,7 @@ void context_impl::close() {
     draining_.clear();
   }
   changed_.notify_all();
+  for (auto& reply : parked) reply->fail(errc::invalid_state, "the rref context of " + me_ + " closed");
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
   contact_->stop();  // waits for a first contact in progress (bounded by the node's default timeout)
@@ -102,40 +107,64 @@ void context_impl::in_flight_add(std::int64_t d) {
 std::optional<owner_rref_actor> context_impl::owner_for(const rref_id& id, bool create) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_ || deleted_owners_.contains(id)) return std::nullopt;
-  auto it = owners_.find(id);
-  if (it != owners_.end()) return it->second.actor;
-  if (!create) return std::nullopt;
-  return entry_for(id).actor;
+  if (!create && !owners_.count(id)) return std::nullopt;
+  return entry_for(id).actor;  // an entry without an actor yet (function running) gets a PENDING one
 }
+
+owner_entry& context_impl::bare_entry(const rref_id& id) { return owners_[id]; }
 
 owner_entry& context_impl::entry_for(const rref_id& id) {
-  auto it = owners_.find(id);
-  if (it == owners_.end()) it = owners_.emplace(id, owner_entry{spawn_owner_rref(*this, id, nullptr), false, nullptr}).first;
-  return it->second;
+  auto& e = bare_entry(id);
+  if (!e.actor) e.actor = spawn_owner_rref(*this, id, owner_start{});  // PENDING
+  return e;
 }
 
-std::optional<std::pair<owner_rref_actor, bool>> context_impl::start_owner(const rref_id& id) {
+std::optional<bool> context_impl::start_owner(const rref_id& id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_ || deleted_owners_.contains(id)) return std::nullopt;
-  auto& e = entry_for(id);
-  const bool duplicate = e.started;
-  e.started = true;
-  return std::make_pair(e.actor, duplicate);
+  auto& e = bare_entry(id);  // no actor yet: value_done spawns it READY unless something needs it first
+  if (e.started) return false;
+  e.started = e.running = true;
+  return true;
+}
+
+void context_impl::value_done(const rref_id& id, rref_msg::value_set v) {
+  auto published = std::make_shared<const published_value>(published_value{v.code, v.message, v.value});
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = owners_.find(id);  // present: deletion is refused while RUNNING
+    if (closed_ || it == owners_.end()) return;
+    it->second.snapshot = published;
+    parked.swap(it->second.parked);
+  }
+  // Answered on this thread before anything else (encoded under each fetch's served-call scopes).
+  for (auto& reply : parked) answer_fetch(*reply, *published);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = owners_.find(id);
+    if (closed_ || it == owners_.end()) return;
+    auto& e = it->second;
+    e.running = false;
+    if (!e.actor) {
+      e.actor = spawn_owner_rref(*this, id, owner_start{true, v.code, std::move(v.message), std::move(v.value), 0, v.fork});
+      return;
+    }
+    caf::anon_send(e.actor, std::move(v));  // a PENDING actor: READY now, and it may delete
+  }
 }
 
 void context_impl::fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply) {
   std::shared_ptr<const published_value> v;
-  std::optional<owner_rref_actor> a;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_ && !deleted_owners_.contains(id)) {
-      auto& e = entry_for(id);  // a fetch may overtake the remote_call that creates the value: PENDING
+      auto& e = bare_entry(id);  // a fetch may overtake the remote_call that creates the value
+      if (!e.snapshot) return e.parked.push_back(std::move(reply));  // answered by value_done
       v = e.snapshot;
-      a = e.actor;
     }
   }
-  if (v) return answer_fetch(*reply, *v);                              // existing value: no actor hop
-  if (a) return caf::anon_send(*a, rref_msg::remote_fetch{std::move(reply)});  // parked in the actor
+  if (v) return answer_fetch(*reply, *v);  // existing value: answered here, no actor hop
   reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
 }
 
@@ -162,17 +191,21 @@ std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {
 }
 
 bool context_impl::owner_gone(const rref_id& id) {
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (local_refs_on_way_.count(id)) return false;
     auto it = owners_.find(id);  // revokes the snapshot with the entry
     if (it != owners_.end()) {
+      if (it->second.running) return false;  // its value_set comes, then the actor re-checks
       draining_.emplace(it->second.actor.address(), caf::actor_cast<caf::actor>(it->second.actor));
+      parked.swap(it->second.parked);
       owners_.erase(it);
     }
     deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);  // refuses later copies of its remote_call
   }
   changed_.notify_all();
+  for (auto& reply : parked) reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
   return true;
 }
 
@@ -221,7 +254,7 @@ void attempt(node& n, const std::string& to, const std::string& fn, const std::v
   } catch (const error& e) {
     return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(e.code()), {}});
   }
-  st->on_complete([st, who = std::move(who), seq] {
+  st->on_complete_inline([st, who = std::move(who), seq] {  // only a message: no executor hop
     rref_msg::control_done d{seq, 0, {}};
     try {
       d.reply = st->value();
@@ -320,12 +353,14 @@ rref_stats rref_context::stats() const {
 
 std::vector<std::string> rref_context::leaks() const {
   std::vector<caf::actor> all;
+  std::vector<std::string> out;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex_);
-    for (auto& [id, e] : impl_->owners_) all.push_back(caf::actor_cast<caf::actor>(e.actor));
+    for (auto& [id, e] : impl_->owners_)
+      if (e.actor) all.push_back(caf::actor_cast<caf::actor>(e.actor));
+      else out.push_back("owner " + id.str() + (e.running ? " (function running)" : " (fetched before its remote_call)"));
     for (auto& [k, a] : impl_->users_) all.push_back(caf::actor_cast<caf::actor>(a));
   }
-  std::vector<std::string> out;
   for (auto& a : all) {
     auto line = impl_->ask<std::string>(a, std::chrono::milliseconds(1000), rref_msg::summary_atom::value);
     out.push_back(line ? *line : "an actor that did not answer (it ended meanwhile)");

@@ -89,15 +89,18 @@ struct published_value {
   rref_msg::held_ptr value;
 };
 
-/// The router's entry of an OwnerRRef: its actor, whether its user function was started (the
-/// remote_call dedupe), and a read-through snapshot of its value that the ACTOR installs (on
-/// value_set and on every method's new object) and revokes (deletion erases the entry), so a
-/// fetch of an existing value is answered on its executor thread without an actor hop (Note
-/// [owner_rref actor]). Null while the value does not exist: the fetch goes to the actor.
+/// The router's entry of an OwnerRRef (Note [owner_rref actor]): its actor (null until something
+/// needs it: spawned READY when the function finished first, else PENDING), whether its user
+/// function was started (the remote_call dedupe) and is still RUNNING (deletion refused), a
+/// read-through snapshot of its value (installed by the function's thread or make_rref, replaced
+/// by the actor after a method, revoked by deletion erasing the entry; null while the value does
+/// not exist), and the fetches from other workers parked until it exists.
 struct owner_entry {
   owner_rref_actor actor;
   bool started = false;
+  bool running = false;
   std::shared_ptr<const published_value> snapshot;
+  std::vector<std::shared_ptr<rpc::reply_later>> parked;
 };
 
 /// Answers a fetch's deferred reply with a value or its error: the value is encoded on the
@@ -175,18 +178,25 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   /// The owner actor of `id`; spawned PENDING if absent and `create`; nullopt if deleted.
   std::optional<owner_rref_actor> owner_for(const rref_id& id, bool create);
   std::optional<user_rref_actor> user_for(const fork_key& k);
-  /// The entry of `id`, with a PENDING owner actor spawned if absent. Call with mutex_ held.
+  /// The entry of `id`, with a PENDING owner actor spawned if it has none. Call with mutex_ held.
   owner_entry& entry_for(const rref_id& id);
-  /// For a remote_call of `id`: its owner actor (spawned PENDING if absent) and whether its user
-  /// function was already started (a duplicate); nullopt if the id was deleted or we are closed.
-  std::optional<std::pair<owner_rref_actor, bool>> start_owner(const rref_id& id);
+  /// The entry of `id`, created without an actor if absent. Call with mutex_ held.
+  owner_entry& bare_entry(const rref_id& id);
+  /// For a remote_call of `id`: whether its user function may run now (true: this call starts it
+  /// and the entry is RUNNING; false: a duplicate); nullopt if the id was deleted or we are closed.
+  std::optional<bool> start_owner(const rref_id& id);
+  /// The user function of `id` finished (`v`: value or error, creator fork): publishes the
+  /// snapshot, answers the fetches parked in the entry on this thread, then hands the value to
+  /// the owner actor (spawned READY if it has none). Nothing if the context closed meanwhile.
+  void value_done(const rref_id& id, rref_msg::value_set v);
   /// A fetch of `id` from another worker: answered now from the snapshot if the value exists (or
-  /// failed if the id is gone), else handed to the owner actor, which parks it. Never blocks.
+  /// failed if the id is gone), else parked in the entry until value_done. Never blocks.
   void fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply);
   /// The owner actor installs the snapshot of its current value (read by later fetches).
   void publish(const rref_id& id, std::shared_ptr<const published_value> v);
-  /// The owner actor decided to delete: erases and tombstones it, unless a bind of the id on
-  /// this node sent it a local reference it has not taken yet (then false: stay).
+  /// The owner actor decided to delete: erases and tombstones it and fails the fetches parked in
+  /// its entry, unless its function is RUNNING or a bind of the id on this node sent it a local
+  /// reference it has not taken yet (then false: stay; value_set / the reference re-checks).
   bool owner_gone(const rref_id& id);
   void local_ref_arrived(const rref_id& id);  // the actor took one of those local references
   void user_gone(const fork_key& k);   // the fork entered DELETING: tombstone

@@ -22,15 +22,14 @@ struct child_entry {
 struct owner_state {
   std::shared_ptr<context_impl> r;  // keeps the router alive while the actor runs (it may outlive rref_context)
   rref_id id;
-  bool started = false, ready = false, creator_fork_deleted = false, deleted = false;
+  bool ready = false, creator_fork_deleted = false, deleted = false;
   std::int32_t code = 0;
   std::string message;
   held_ptr value;
   std::set<fork_id> forks, deleted_forks;
   std::map<std::uint64_t, child_entry> children;  // pending-child tokens of owner-local handles
   int local = 0;
-  std::vector<caf::typed_response_promise<held_answer>> parked_local;
-  std::vector<std::shared_ptr<rpc::reply_later>> parked_remote;  // fetches from other workers
+  std::vector<caf::typed_response_promise<held_answer>> parked_local;  // (fetches from other workers park in the router)
   std::uint64_t leased = 0;
   // A vector, not a deque: libstdc++'s empty deque allocates ~600 bytes, paid by every owner.
   std::vector<std::pair<std::uint64_t, caf::typed_response_promise<held_answer>>> lease_queue;
@@ -52,11 +51,9 @@ held_answer deleted_answer(const owner_state& s) {
   return held_answer{static_cast<std::int32_t>(errc::invalid_state), deleted_text(s), {}};
 }
 
-// Installs the router's read-through snapshot of the current value (Note [owner_rref actor]).
-std::shared_ptr<const published_value> publish(owner_state& s) {
-  auto v = std::make_shared<const published_value>(published_value{s.code, s.message, s.value});
-  s.r->publish(s.id, v);
-  return v;
+// Installs the router's read-through snapshot of a method's new object (Note [owner_rref actor]).
+void publish(owner_state& s) {
+  s.r->publish(s.id, std::make_shared<const published_value>(published_value{s.code, s.message, s.value}));
 }
 
 void maybe_quit(owner_self self) { request_end(self, self->state.deleted && self->state.ctl.sends.empty()); }
@@ -66,12 +63,9 @@ void maybe_delete(owner_self self) {
   auto& s = self->state;
   if (s.deleted) return maybe_quit(self);
   if (!s.forks.empty() || s.local > 0 || !s.children.empty() || s.leased != 0) return;
-  if (s.started && !s.ready) return;                 // the user function is running
   if (!s.ready && !s.creator_fork_deleted) return;   // the remote_call may still be on its way
-  if (!s.r->owner_gone(s.id)) return;                // a bind of this id is on its way here
-  s.deleted = true;
-  for (auto& reply : s.parked_remote) reply->fail(errc::invalid_state, deleted_text(s));
-  s.parked_remote.clear();
+  if (!s.r->owner_gone(s.id)) return;  // the function is running, or a bind of this id is on its way here
+  s.deleted = true;                    // (the router failed the fetches parked in its entry)
   for (auto& rp : s.parked_local) rp.deliver(deleted_answer(s));
   s.parked_local.clear();
   for (auto& [lease, rp] : s.lease_queue) rp.deliver(deleted_answer(s));
@@ -90,16 +84,15 @@ void grant_leases(owner_self self) {
   }
 }
 
+// The function's thread already published the value and answered the parked remote fetches.
 void on_value(owner_self self, value_set& v) {
   auto& s = self->state;
   if (s.ready || s.deleted) return;
+  if (!s.deleted_forks.count(v.fork)) s.forks.insert(v.fork);  // a late value never re-adds a deleted fork
   s.ready = true;
   s.code = v.code;
   s.message = std::move(v.message);
   s.value = std::move(v.value);
-  const auto published = publish(s);
-  for (auto& reply : s.parked_remote) answer_fetch(*reply, *published);  // encoded here, under each fetch's scopes
-  s.parked_remote.clear();
   for (auto& rp : s.parked_local) rp.deliver(answer_of(s));
   s.parked_local.clear();
   grant_leases(self);
@@ -124,26 +117,23 @@ std::string summary(const owner_state& s) {
   o << "owner " << s.id.str() << " (forks {";
   for (const auto& f : s.forks) o << " " << f.str();
   o << " }, local refs " << s.local << ", pending children " << s.children.size()
-    << (s.ready ? ", ready)" : s.started ? ", running)" : ", pending)");
+    << (s.ready ? ", ready)" : ", pending)");
   return o.str();
 }
 
-owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<context_impl> r, rref_id id, held_ptr value) {
+owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<context_impl> r, rref_id id, owner_start start) {
   auto& st = self->state;
   st.r = std::move(r);
   st.id = std::move(id);
-  if (value) {
-    st.started = st.ready = true;
-    st.value = std::move(value);
-    st.local = 1;
+  if (start.ready) {
+    st.ready = true;
+    st.code = start.code;
+    st.message = std::move(start.message);
+    st.value = std::move(start.value);
+    st.local = start.local;
+    if (start.fork) st.forks.insert(*start.fork);
   }
   return {
-      [self](remote_started& m) {
-        auto& s = self->state;
-        if (s.deleted) return;  // the router started it just before this actor deleted: ignored
-        if (!s.deleted_forks.count(m.fork)) s.forks.insert(m.fork);
-        s.started = true;
-      },
       [self](value_set& v) { on_value(self, v); },
       [self](fork_request_reply& m) {
         auto& s = self->state;
@@ -163,12 +153,6 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
       [self](child_ack& m) {
         self->state.children.erase(m.token);
         maybe_delete(self);
-      },
-      [self](remote_fetch& m) {  // the router found no snapshot: the value does not exist yet
-        auto& s = self->state;
-        if (s.deleted) return m.reply->fail(errc::invalid_state, deleted_text(s));
-        if (!s.ready) return s.parked_remote.push_back(std::move(m.reply));
-        answer_fetch(*m.reply, published_value{s.code, s.message, s.value});  // published meanwhile
       },
       [self](local_fetch&) -> caf::result<held_answer> {
         auto& s = self->state;
@@ -237,9 +221,9 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
 
 }  // namespace
 
-owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, held_ptr value) {
+owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, owner_start start) {
   logger_release release;  // spawned from a node executor or user thread
-  return r.sys_->spawn(owner_rref, r.shared_from_this(), id, std::move(value));
+  return r.sys_->spawn<caf::lazy_init>(owner_rref, r.shared_from_this(), id, std::move(start));
 }
 
 }  // namespace troupe::rref_detail

@@ -3,38 +3,49 @@
 //
 // Note [owner_rref actor]
 // Holds the value as the live object (rpc::held_value: what the user function or make_rref gave,
-// or a method's new object; encoded only when a fetch from another worker is answered), or the
-// pending result of the user function (which runs on the executor, never here), the forks it
-// knows, its local references (owner-local handles and the pending children of those handles)
-// and the fetches/method calls parked until the value exists.
+// or a method's new object; encoded only when a fetch from another worker is answered), the forks
+// it knows, its local references (owner-local handles and the pending children of those handles)
+// and the local fetches / method calls parked until the value exists. The user function runs on
+// the executor, never here.
 //
-//   spawned by the router for the first message naming the id (remote_call, fork_request,
-//   fetch, user_delete may come in any order) or by make_rref (READY at once)
+//   spawned lazily (CAF lazy_init: no scheduler wake-up until its first message), either
+//   READY by make_rref (one local reference) or by the thread that ran a remote_call's function
+//   (the creator fork, the value) when nothing needed the actor before; or PENDING by the first
+//   message that needs it earlier (fork_request, user_delete, child_ack, a bind on the owner,
+//   a lease or owner-local fetch: no order is assumed between them and the remote_call)
 //
-//   PENDING --remote_started--> RUNNING --value_set--> READY(value | error): publishes it,
-//                                                      answers the parked fetches
-//   PENDING --remote_fetch / local_fetch / lease_request--> PENDING (parked until READY)
+//   PENDING --value_set(creator fork, value | error)--> READY: answers the parked local fetches
+//   PENDING --local_fetch / lease_request--> PENDING (parked until READY)
 //   READY --lease_request--> LEASED --lease_return--> READY (one method at a time; a method works
 //                            on a copy of the object and hands back the new one: published)
 //
-// The actor owns the value and its lifecycle. What the router's entry of the id holds
-// (owner_entry, context_impl.hpp) is only a read-through snapshot (shared_ptr to an immutable
-// published_value) that this actor installs when the value exists or changes and that deletion
-// revokes (make_rref's value is installed with the entry, as the actor is spawned READY). A
-// fetch from another worker that finds the snapshot is answered on its own executor thread
-// without entering the actor; one that finds none (the value does not exist yet: the usual case
-// for the creator, whose fetch races its remote_call) is sent here as remote_fetch, parked, and
-// answered when value_set arrives. Answering encodes the value on the answering thread under
-// that fetch's served-call scopes (Note [deferred reply]), so distributed autograd records the
-// send here. Deletion fails parked fetches with invalid_state; a closed context drops them (the
-// reply answers invalid_state); an owner process that dies fails them at the callers (peer_lost).
+// The actor owns the value's lifecycle (forks, deletion). What the router's entry of the id holds
+// (owner_entry, context_impl.hpp) is a read-through snapshot (shared_ptr to an immutable
+// published_value) and the fetches from other workers parked before the value exists:
+//
+//   fetch (executor thread) --lock--> snapshot? answer it on this thread (no actor hop)
+//                                     none: park the reply in the entry
+//   remote_call's thread, function done --lock--> install snapshot, take the parked fetches
+//                        --unlocked--> answer them on this thread (the fetch reply leaves first)
+//                        --lock--> value_set to the actor (or spawn it READY); entry not RUNNING
+//   lease_return (actor) --> new snapshot        deletion (actor) --lock--> entry erased:
+//                                                snapshot revoked, parked fetches failed
+//
+// Answering encodes the value on the answering thread under that fetch's served-call scopes
+// (Note [deferred reply]), so distributed autograd records the send there. A fetch never sees a
+// deleted value: the snapshot is read and installed under the router's mutex, and deletion
+// erases it under the same mutex. While the function runs (the entry is RUNNING) the router
+// refuses the actor's deletion (owner_gone), so a PENDING actor spawned meanwhile waits for its
+// value_set, as it waits for a local reference on its way. A closed context fails parked fetches
+// with invalid_state; an owner process that dies fails them at the callers (peer_lost).
 //
 //   PENDING|READY --no known fork, no local ref, no pending child, no lease, and READY or the
-//                   creator fork deleted--> DELETED: tells the router (tombstone), fails parked
-//                   requests with invalid_state, quits once its own control messages are done
+//                   creator fork deleted--> DELETED: tells the router (tombstone; refused while
+//                   RUNNING or a local ref is on its way), fails parked requests with
+//                   invalid_state, quits once its own control messages are done
 //
 // Guarantees: the function runs once per id (the router starts it once, Note [RRef protocol]);
-// a fork deleted once is never re-added by a late fork_request or remote_call copy. The held
+// a fork deleted once is never re-added by a late fork_request or value_set. The held
 // object is never changed in place by this layer (methods replace it), so a fetch encodes a
 // consistent object while a method runs; tensors inside it share storage with the method's copy,
 // so a method that changes tensor data in place may race with a concurrent fetch's encode.
@@ -53,9 +64,7 @@ class context_impl;
 
 /// The owner_rref interface.
 using owner_rref_actor = caf::typed_actor<
-    caf::reacts_to<rref_msg::remote_started>,
     caf::reacts_to<rref_msg::value_set>,
-    caf::reacts_to<rref_msg::remote_fetch>,
     caf::reacts_to<rref_msg::fork_request_reply>,
     caf::reacts_to<rref_msg::user_delete>,
     caf::reacts_to<rref_msg::child_ack>,
@@ -71,8 +80,19 @@ using owner_rref_actor = caf::typed_actor<
     caf::replies_to<rref_msg::summary_atom>::with<std::string>,
     caf::reacts_to<rref_msg::done_atom>>;
 
-/// Spawns the owner of `id` on the router's actor system. `value`: make_rref's value (READY
-/// with one local reference) or null (PENDING).
-owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, rref_msg::held_ptr value);
+/// How an owner actor starts: PENDING (the default), or READY with its value and either one
+/// local reference (make_rref) or the creator fork (a remote_call whose function finished first).
+struct owner_start {
+  bool ready = false;
+  std::int32_t code = 0;
+  std::string message;
+  rref_msg::held_ptr value;
+  int local = 0;
+  std::optional<fork_id> fork;
+};
+
+/// Spawns the owner of `id` on the router's actor system, lazily (its behaviour starts with its
+/// first message, so spawning wakes no scheduler thread). Never blocks.
+owner_rref_actor spawn_owner_rref(context_impl& r, const rref_id& id, owner_start start);
 
 }  // namespace troupe::rref_detail

@@ -126,23 +126,14 @@ template <class I> typename I::result_type inspect(I& f, fetch_answer& x) {
 /// A live value (the object a function returned, make_rref's value, a method's new object).
 using held_ptr = std::shared_ptr<const rpc::held_value>;
 
-/// The router started the user function of a remote_call for the creator fork `fork`
-/// (deduplicated by the router: sent once per id).
-struct remote_started {
-  fork_id fork;
-};
-
-/// The user function of a remote_call returned (code 0 and the live value) or threw.
+/// The user function of a remote_call for the creator fork `fork` returned (code 0 and the live
+/// value) or threw. Sent by the thread that ran it, after it published the value and answered
+/// the fetches parked in the router (Note [owner_rref actor]).
 struct value_set {
   std::int32_t code = 0;
   std::string message;
   held_ptr value;
-};
-
-/// A fetch from another worker (to_here) of a value not published yet: the owner actor parks
-/// `reply` and answers it when the value exists (or fails it when it deletes).
-struct remote_fetch {
-  std::shared_ptr<rpc::reply_later> reply;
+  fork_id fork;
 };
 
 /// A fork_request from another worker: the owner answers `reply` (0 accepted, 1 refused) itself.
@@ -299,9 +290,7 @@ inline bool final_failure(errc c) {
 
 }  // namespace troupe::rref_detail
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_started)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::value_set)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::fork_request_reply)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::remote_fetch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::held_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::lease_return)

@@ -124,7 +124,8 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
     if (!peer) throw;  // the arguments could not be encoded: nothing was sent
     return h;
   }
-  rpc::future<bool>(st).then([done, carried = scope.take()](const rpc::future<bool>& r) mutable {
+  // Run on the thread that completes the call (no executor hop): it only sends messages.
+  rpc::future<bool>(st).then_inline([done, carried = scope.take()](const rpc::future<bool>& r) mutable {
     try {
       const bool accepted = r.get();
       done(errc::ok, accepted, {});
@@ -152,8 +153,10 @@ std::shared_ptr<rref_detail::handle> rref_context::make_local(std::shared_ptr<co
   {
     std::lock_guard<std::mutex> lock(c.mutex_);
     if (c.closed_) throw error(errc::invalid_state, "make_rref on " + c.me_ + ": the rref context is closed");
-    auto snapshot = std::make_shared<const rref_detail::published_value>(rref_detail::published_value{0, {}, value});
-    c.owners_.emplace(h->id, rref_detail::owner_entry{rref_detail::spawn_owner_rref(c, h->id, std::move(value)), true, std::move(snapshot)});
+    auto& e = c.bare_entry(h->id);
+    e.started = true;
+    e.snapshot = std::make_shared<const rref_detail::published_value>(rref_detail::published_value{0, {}, value});
+    e.actor = rref_detail::spawn_owner_rref(c, h->id, rref_detail::owner_start{true, 0, {}, std::move(value), 1, std::nullopt});
   }
   h->ctx = impl_;
   h->owner = c.me_;

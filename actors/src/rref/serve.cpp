@@ -25,10 +25,11 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&))
 }
 
 // Runs the user function of a remote_call here, on the executor, and hands its live value to the
-// owner: it is encoded only when a fetch is answered, so this call's response carries no tensor
-// of it (Note [owner_rref actor]).
-void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote_call& m) {
+// router (which answers the parked fetches on this thread) and the owner actor: it is encoded only
+// when a fetch is answered, so this call's response carries no tensor of it (Note [owner_rref actor]).
+void run_remote(context_impl& c, rref_msg::remote_call& m) {
   rref_msg::value_set v;
+  v.fork = m.fork;
   auto fn = c.n_->functions().find(m.function);
   if (!fn) {
     v.code = static_cast<std::int32_t>(errc::unknown_function);
@@ -44,15 +45,13 @@ void run_remote(context_impl& c, const owner_rref_actor& owner, rref_msg::remote
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
     }
   }
-  caf::anon_send(owner, std::move(v));
+  c.value_done(m.id, std::move(v));
 }
 
 bool on_remote_call(context_impl& c, rref_msg::remote_call& m) {
   auto start = c.start_owner(m.id);
-  if (!start) return false;  // a late duplicate of a call whose RRef is already gone
-  auto& [owner, duplicate] = *start;
-  caf::anon_send(owner, rref_msg::remote_started{m.fork});  // before value_set (one sender: in order)
-  if (!duplicate) run_remote(c, owner, m);  // the function runs once per id
+  if (!start) return false;    // a late duplicate of a call whose RRef is already gone
+  if (*start) run_remote(c, m);  // the function runs once per id; a duplicate only answers
   return true;
 }
 
@@ -72,9 +71,9 @@ std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
   return 0;
 }
 
-// Answered at once from the owner actor's published snapshot when the value exists (encoded here,
-// under this call's scopes), else parked in the owner actor, which answers it when the value
-// exists (Note [deferred reply], Note [owner_rref actor]); no thread waits.
+// Answered at once from the published snapshot when the value exists (encoded here, under this
+// call's scopes), else parked in the router's entry and answered by the thread that finishes the
+// function (Note [deferred reply], Note [owner_rref actor]); no thread waits, no actor hop.
 rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
   ++c.stats_.fetches;
   c.fetch(m.id, rpc::defer());

@@ -162,6 +162,9 @@ user_rref_actor::behavior_type user_rref(user_self self, std::shared_ptr<context
 
 user_rref_actor spawn_user_rref(context_impl& r, const rref_id& id, const fork_id& fork, user_origin origin) {
   logger_release release;  // spawned from a node executor or user thread
+  // A creator fork starts idle (its first message is remote_done or a release): lazily, so the
+  // spawn wakes no scheduler thread. A bound fork sends its fork_request as it starts.
+  if (origin.creator) return r.sys_->spawn<caf::lazy_init>(user_rref, r.shared_from_this(), id, fork, std::move(origin));
   return r.sys_->spawn(user_rref, r.shared_from_this(), id, fork, std::move(origin));
 }
 
