@@ -1,5 +1,5 @@
 // The router of an rref_context: its actor system, the id -> actor maps, tombstones, control
-// message attempts, the courier actor and the public queries (Note [RRef protocol]).
+// message attempts and the public queries (Note [RRef protocol]; the courier is in courier.cpp).
 #include <sstream>
 
 #include <caf/all.hpp>
@@ -10,27 +10,6 @@
 namespace troupe::rref_detail {
 
 namespace {
-
-
-using courier_self = courier_actor::stateful_pointer<control_retries>;
-
-// The router's own actor: sweeps tombstones every ttl/2 and sends the child_acks of RRefs bound
-// on their owner or refused on arrival (retried like every control message).
-courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_impl> r) {
-  const auto period = std::max(r->opts_.tombstone_ttl / 2, std::chrono::milliseconds(1));
-  self->delayed_send(self, period, sweep_atom::value);
-  return {
-      [self, r](courier_send& m) {
-        start_control(self, self->state, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
-      },
-      [self, r, period](sweep_atom) {
-        r->purge_tombstones();
-        self->delayed_send(self, period, sweep_atom::value);
-      },
-      [self, r](rref_msg::control_done& d) { on_control_done(self, self->state, *r, d); },
-      [self, r](rref_msg::retry_atom, std::uint64_t seq) { on_retry(self, self->state, *r, seq); },
-  };
-}
 
 // Moves an actor from its map to the draining set (it ends itself later, actor_done).
 template <class Map, class Key>
@@ -46,11 +25,6 @@ void deliver(const caf::actor_addr& who, rref_msg::control_done d) {
 }
 
 }  // namespace
-
-courier_actor spawn_courier(context_impl& r) {
-  logger_release release;
-  return r.sys_->spawn(courier, r.shared_from_this());
-}
 
 context_impl::context_impl(node& n, rref_options opts) : n_(&n), me_(n.info().name), opts_(opts) {
   if (opts_.result_probe_after.count() <= 0) opts_.result_probe_after = 3 * n.default_timeout();
@@ -286,6 +260,11 @@ void context_impl::send_attempt(const std::string& to, const std::string& fn, co
   };
   if (!contact_->post(std::move(job)))
     deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::invalid_state), {}});
+}
+
+void context_impl::send_delete(const std::string& owner, const rref_msg::user_delete& del) {
+  in_flight_add(1);  // until the courier sends it (then its retried batch counts)
+  caf::anon_send(courier_, courier_delete{owner, del});
 }
 
 void context_impl::send_ack(const std::string& parent, const rref_msg::child_ack& ack) {

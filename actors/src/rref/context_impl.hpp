@@ -68,8 +68,10 @@ class tombstones {
   std::deque<std::pair<clock::time_point, K>> order_;
 };
 
-/// The router's own actor: the tombstone sweep timer and the retried child_acks the router
-/// sends itself (for RRefs bound on their owner, and refused carriers).
+/// The router's own actor (courier.cpp): the tombstone sweep timer, the retried child_acks the
+/// router sends itself (for RRefs bound on their owner, and refused carriers), and the released
+/// forks' user_deletes, collected per owner for rref_options::release_window and sent as one
+/// retried message (Note [release batching] in courier.cpp).
 struct courier_send {
   std::string to;
   rref_msg::child_ack ack;
@@ -77,8 +79,18 @@ struct courier_send {
 template <class I> typename I::result_type inspect(I& f, courier_send& x) {
   return f(caf::meta::type_name("troupe.rref.courier_send"), x.to, x.ack);
 }
+/// A released fork's user_delete for `to` (counted in the router's in_flight_ from the hand-over).
+struct courier_delete {
+  std::string to;
+  rref_msg::user_delete del;
+};
+template <class I> typename I::result_type inspect(I& f, courier_delete& x) {
+  return f(caf::meta::type_name("troupe.rref.courier_delete"), x.to, x.del);
+}
 using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
-using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<sweep_atom>,
+using flush_atom = caf::atom_constant<caf::atom("rflush")>;
+using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<courier_delete>,
+                                       caf::reacts_to<sweep_atom>, caf::reacts_to<flush_atom>,
                                        caf::reacts_to<rref_msg::control_done>,
                                        caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
 
@@ -208,6 +220,8 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   /// One attempt of a control message; the answer arrives at `who` as control_done{seq}.
   void send_attempt(const std::string& to, const std::string& fn, const std::vector<char>& payload, std::uint64_t seq,
                     caf::actor_addr who);
+  /// Hands a released fork's user_delete for `owner` to the courier (G1; batched, retried).
+  void send_delete(const std::string& owner, const rref_msg::user_delete& del);
   /// Delivers a child_ack (local, or through the courier) for the parent `parent`.
   void send_ack(const std::string& parent, const rref_msg::child_ack& ack);
   /// Routes an inbound child_ack to its parent actor (owner or user fork).

@@ -76,6 +76,16 @@ template <class I> typename I::result_type inspect(I& f, user_delete& x) {
   return f(caf::meta::type_name("troupe.rref.user_delete"), x.id, x.fork);
 }
 
+/// user node -> owner: the user_deletes of forks released on one node within
+/// rref_options::release_window, in one message (the payload of "troupe.rref.user_delete").
+/// Retried; idempotent (each delete is).
+struct user_delete_batch {
+  std::vector<user_delete> deletes;
+};
+template <class I> typename I::result_type inspect(I& f, user_delete_batch& x) {
+  return f(caf::meta::type_name("troupe.rref.user_delete_batch"), x.deletes);
+}
+
 /// parent -> child node after a call that carried `fork` failed: "did you receive it?" Reply 1
 /// (yes: its child_ack will come) or 0 (no, and a late arrival is now refused). Retried.
 struct fork_probe {

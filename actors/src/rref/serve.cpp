@@ -64,10 +64,11 @@ rpc::deferred on_fork_request(context_impl& c, rref_msg::fork_request& m) {
   return {};
 }
 
-std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete& m) {
+std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete_batch& m) {
   // Created if absent: a delete that overtakes its remote_call must still be remembered. The
-  // answer does not wait for the actor: the message is in its mailbox, and it is idempotent.
-  if (auto owner = c.owner_for(m.id, true)) caf::anon_send(*owner, m);
+  // answer does not wait for the actors: the messages are in their mailboxes, and idempotent.
+  for (auto& d : m.deletes)
+    if (auto owner = c.owner_for(d.id, true)) caf::anon_send(*owner, std::move(d));
   return 0;
 }
 

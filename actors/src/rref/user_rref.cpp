@@ -46,11 +46,7 @@ void settle(user_self self) {
   if (s.handles > 0 || !s.children.empty() || s.deleting) return;
   s.deleting = true;
   s.r->user_gone({s.id, s.fork});
-  if (s.failed == 0) {
-    ++s.r->stats_.user_deletes;
-    start_control(self, s.ctl, *s.r, s.owner, "troupe.rref.user_delete", to_bytes(*s.r->sys_, user_delete{s.id, s.fork}),
-                  [self](errc, const std::vector<char>&) { maybe_quit(self); });
-  }
+  if (s.failed == 0) s.r->send_delete(s.owner, user_delete{s.id, s.fork});  // batched and retried by the courier
   maybe_quit(self);
 }
 

@@ -224,6 +224,10 @@ struct rref_options {
   /// How long one attempt of a control message may take before it is resent (with backoff).
   /// 0: 500 ms. Tests that inject many losses lower it; it must stay well above a round trip.
   std::chrono::milliseconds control_attempt_timeout{0};
+  /// How long the user_deletes of forks released on this node are collected per owner before
+  /// they go as one message (fewer messages and wake-ups; the owner deletes up to this much
+  /// later). 0: each goes at once, in its own message.
+  std::chrono::microseconds release_window{1000};
 };
 
 /// The RRef context of one node. Construct it after the node and destroy it before; it registers

@@ -1,0 +1,89 @@
+// The router's courier actor (context_impl.hpp): tombstone sweeps, the child_acks the router
+// sends itself, and batched user_deletes.
+//
+// Note [release batching]
+// A fork that enters DELETING (Note [user_rref actor]) hands its user_delete to the courier and
+// quits once nothing else is pending: it no longer waits for the owner's answer itself. The
+// courier collects the deletes per owner for rref_options::release_window and sends each owner
+// one "troupe.rref.user_delete" message carrying all of them (user_delete_batch), retried like
+// every control message until answered; the owner's router delivers each delete to its owner
+// actor. A batch also goes at once when it reaches max_batch deletes.
+//
+//   fork DELETING --courier_delete--> courier: deletes[owner] += d; arm the window timer
+//   window over (flush) --> one user_delete_batch per owner (retried; idempotent, G1 holds)
+//
+// Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
+// (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
+// to one window later. Gain (measured, docs/rref.md): one message, one owner wake-up and one
+// answer per batch instead of per fork, and a released fork's actor ends at once, so a tight
+// remote + to_here loop does not pay its predecessor's release on its own critical path.
+#include <caf/all.hpp>
+
+#include "context_impl.hpp"
+
+namespace troupe::rref_detail {
+
+namespace {
+
+constexpr std::size_t max_batch = 512;
+
+struct courier_state {
+  control_retries ctl;
+  std::map<std::string, std::vector<rref_msg::user_delete>> deletes;  // per owner, not sent yet
+  bool armed = false;                                                 // the window timer runs
+};
+using courier_self = courier_actor::stateful_pointer<courier_state>;
+
+void send_batch(courier_self self, context_impl& r, const std::string& to) {
+  auto& s = self->state;
+  auto it = s.deletes.find(to);
+  if (it == s.deletes.end()) return;
+  const auto n = static_cast<std::int64_t>(it->second.size());
+  auto bytes = rref_msg::to_bytes(*r.sys_, rref_msg::user_delete_batch{std::move(it->second)});
+  s.deletes.erase(it);
+  ++r.stats_.user_deletes;
+  start_control(self, s.ctl, r, to, "troupe.rref.user_delete", std::move(bytes), {});  // counts itself in in_flight_
+  r.in_flight_add(-n);  // the hand-overs' counts
+}
+
+void add_delete(courier_self self, context_impl& r, courier_delete& m) {
+  auto& s = self->state;
+  auto& batch = s.deletes[m.to];
+  batch.push_back(std::move(m.del));
+  if (batch.size() >= max_batch || r.opts_.release_window.count() <= 0) return send_batch(self, r, m.to);
+  if (s.armed) return;
+  s.armed = true;
+  self->delayed_send(self, r.opts_.release_window, flush_atom::value);
+}
+
+// Sweeps tombstones every ttl/2, sends the child_acks of RRefs bound on their owner or refused on
+// arrival (retried like every control message), and batches user_deletes (Note [release batching]).
+courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_impl> r) {
+  const auto period = std::max(r->opts_.tombstone_ttl / 2, std::chrono::milliseconds(1));
+  self->delayed_send(self, period, sweep_atom::value);
+  return {
+      [self, r](courier_send& m) {
+        start_control(self, self->state.ctl, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
+      },
+      [self, r](courier_delete& m) { add_delete(self, *r, m); },
+      [self, r](flush_atom) {
+        self->state.armed = false;
+        while (!self->state.deletes.empty()) send_batch(self, *r, self->state.deletes.begin()->first);
+      },
+      [self, r, period](sweep_atom) {
+        r->purge_tombstones();
+        self->delayed_send(self, period, sweep_atom::value);
+      },
+      [self, r](rref_msg::control_done& d) { on_control_done(self, self->state.ctl, *r, d); },
+      [self, r](rref_msg::retry_atom, std::uint64_t seq) { on_retry(self, self->state.ctl, *r, seq); },
+  };
+}
+
+}  // namespace
+
+courier_actor spawn_courier(context_impl& r) {
+  logger_release release;
+  return r.sys_->spawn(courier, r.shared_from_this());
+}
+
+}  // namespace troupe::rref_detail
