@@ -141,7 +141,7 @@ void fast_path::finish(const fast_conn* c, std::uint64_t id, errc code, std::str
     pending_.erase(it);
   }
   st->complete(code, std::move(msg), std::move(payload), std::move(meta));
-  if (c->caller_reading.load(std::memory_order_acquire)) {  // it may be waiting for this very call
+  if (reading_here_ != c && c->caller_reading.load(std::memory_order_acquire)) {  // it may wait for this very call
     const std::uint64_t one = 1;
     [[maybe_unused]] auto r = ::write(c->reader_wake, &one, sizeof one);
   }

@@ -78,15 +78,15 @@ bool fast_conn::write(const char* data, std::size_t n) {
 }
 
 bool fast_conn::read_available() {
-  if (in_offset > 0 && in_offset == in.size()) {
-    in.clear();
-    in_offset = 0;
-  }
+  constexpr std::size_t chunk = 65536;
   for (;;) {
     const std::size_t at = in.size();
-    in.resize(at + 65536);
-    const ssize_t k = ::recv(fd_, in.data() + at, 65536, 0);
+    in.resize(at + chunk);
+    const ssize_t k = ::recv(fd_, in.data() + at, chunk, 0);
     in.resize(at + (k > 0 ? static_cast<std::size_t>(k) : 0));
+    // A short read drained the socket (poll is level-triggered: more that arrives later, or an
+    // EOF behind these bytes, is seen on the next poll), so no recv that would only say EAGAIN.
+    if (k > 0 && static_cast<std::size_t>(k) < chunk) return true;
     if (k > 0) continue;
     if (k == 0) return false;
     if (errno == EINTR) continue;

@@ -5,13 +5,36 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/node_id.hpp>
 
 namespace troupe::detail {
+
+/// An allocator whose resize() leaves new chars uninitialised (the read buffer grows by 64 KiB
+/// before each recv; zeroing it cost two 64 KiB memsets per read, cache-cold after a large copy).
+template <class T>
+struct uninit_allocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = uninit_allocator<U>;
+  };
+  uninit_allocator() = default;
+  template <class U>
+  uninit_allocator(const uninit_allocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no zeroing
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
 
 /// A socket owned by the connection (closed with it). Move-only through shared_ptr.
 class fast_conn {
@@ -35,7 +58,8 @@ class fast_conn {
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
-  /// Reads what is available into `in`; returns false on EOF or error. I/O thread only.
+  /// Reads what is available into `in` (until a recv returns less than it asked for); returns
+  /// false on EOF or error. Whoever holds the reading role.
   bool read_available();
 
   // Identity of the peer: set before the connection is shared (outgoing) or by the I/O thread on
@@ -46,8 +70,7 @@ class fast_conn {
   /// Read by the executor's leader instead of the I/O thread (set under the fast path's lock once
   /// the I/O thread has handed its buffer over).
   bool led = false;
-  std::vector<char> in;        ///< unparsed bytes (whoever holds read_mutex)
-  std::size_t in_offset = 0;   ///< start of the unparsed bytes in `in`
+  std::vector<char, uninit_allocator<char>> in;  ///< unparsed bytes (whoever holds the reading role)
 
   // The reading role of an outgoing connection (Note [rpc fast path], "the caller reads its own
   // response"): a caller thread that waits for one of its calls reads the socket itself; the I/O

@@ -44,7 +44,8 @@
 // came in time is never lost to a late waiter), and at least every max_poll_ms the I/O thread
 // reads connections with pending calls (a future nobody ever waits on still completes).
 // finish() pokes the reading caller's eventfd, so a completion from elsewhere (deadline, delayed
-// response from the hook's timer, peer_down, stop) ends its wait; EOF seen by the reader drops the
+// response from the hook's timer, peer_down, stop) ends its wait (a completion by the reader itself
+// needs none: it checks its call after every read, so no write, poll and read per call); EOF seen by the reader drops the
 // connection and fails its calls with peer_lost at once, as on the I/O thread.
 //
 // Guarantees kept from Note [rpc call] and Note [transport hook]:
@@ -64,8 +65,9 @@
 // handing requests to the executor 27 us (so one CAF hop ~6.5 us); the I/O -> executor hand-off
 // ~4.5 us (serving inline on the I/O thread: 22.5 us); leader/follower 20.8-23.3 us (the
 // follower's wake-up before the user function stays); the Boost-archive-free codec saved ~2.5 us.
-// Then the caller reading its own response (two wake-ups per round trip, like raw TCP): see
-// docs/runtime.md for the table and the busy/idle figures.
+// Then the caller reading its own response (two wake-ups per round trip, like raw TCP), and reads
+// without a zero-filled buffer or a recv that only says EAGAIN (a short read drained the socket;
+// every reader polls level-triggered): see docs/runtime.md for the table and the busy/idle figures.
 
 #include <atomic>
 #include <chrono>
@@ -180,6 +182,9 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   // Caller side of waiting (fast_wait.cpp).
   void install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id);
   bool io_reads(const fast_conn& c);  // whether the I/O thread polls `c` now
+  // The connection this thread reads as a waiting caller (finish() then needs no poke: the
+  // reader checks its call after every read).
+  static thread_local const fast_conn* reading_here_;
   bool read_for_io(const std::shared_ptr<fast_conn>& c);
   void release_reading(const std::shared_ptr<fast_conn>& c);
   void read_unwaited(const std::vector<std::shared_ptr<fast_conn>>& outgoing);

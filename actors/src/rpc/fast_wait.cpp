@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 
 #include "rpc/fast_path.hpp"
 
@@ -19,6 +20,8 @@ void drain(int eventfd) {
 }
 
 }  // namespace
+
+thread_local const fast_conn* fast_path::reading_here_ = nullptr;
 
 // Caller holds pending_mutex_ (the call is not shared yet: nobody can wait on it before).
 void fast_path::install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
@@ -69,6 +72,7 @@ void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64
   if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
   {
     std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
+    const fast_conn* outer = std::exchange(reading_here_, c.get());
     auto pending = [&] {
       std::lock_guard<std::mutex> lock(pending_mutex_);
       return pending_.count(id) > 0;
@@ -81,6 +85,7 @@ void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64
       if (fds[1].revents) drain(c->reader_wake);
       if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
     }
+    reading_here_ = outer;
   }
   release_reading(c);
 }
