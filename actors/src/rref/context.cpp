@@ -45,6 +45,7 @@ void context_impl::close() {
     for (auto& [id, e] : owners_) {
       if (e.actor) all.push_back(caf::actor_cast<caf::actor>(e.actor));
       parked.insert(parked.end(), e.parked.begin(), e.parked.end());
+      if (e.accept) parked.push_back(e.accept);
     }
     for (auto& [k, a] : users_) all.push_back(caf::actor_cast<caf::actor>(a));
     for (auto& [addr, a] : draining_) all.push_back(a);
@@ -102,18 +103,26 @@ std::optional<bool> context_impl::start_owner(const rref_id& id) {
   return true;
 }
 
-void context_impl::value_done(const rref_id& id, rref_msg::value_set v) {
+void context_impl::value_done(const rref_id& id, rref_msg::value_set v, std::shared_ptr<rpc::reply_later> accept) {
   auto published = std::make_shared<const published_value>(published_value{v.code, v.message, v.value});
   std::vector<std::shared_ptr<rpc::reply_later>> parked;
+  bool arm = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = owners_.find(id);  // present: deletion is refused while RUNNING
     if (closed_ || it == owners_.end()) return;
     it->second.snapshot = published;
     parked.swap(it->second.parked);
+    if (parked.empty() && opts_.release_window.count() > 0) {  // Note [withheld accept]
+      it->second.accept = std::move(accept);
+      accepts_waiting_.push_back(id);
+      arm = !std::exchange(accepts_armed_, true);
+    }
   }
   // Answered on this thread before anything else (encoded under each fetch's served-call scopes).
   for (auto& reply : parked) answer_fetch(*reply, *published);
+  if (accept) accept->complete<bool>(true);
+  if (arm) caf::delayed_anon_send(courier_, opts_.release_window, accepts_atom::value);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = owners_.find(id);
@@ -130,16 +139,36 @@ void context_impl::value_done(const rref_id& id, rref_msg::value_set v) {
 
 void context_impl::fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply) {
   std::shared_ptr<const published_value> v;
+  std::shared_ptr<rpc::reply_later> accept;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!closed_ && !deleted_owners_.contains(id)) {
       auto& e = bare_entry(id);  // a fetch may overtake the remote_call that creates the value
       if (!e.snapshot) return e.parked.push_back(std::move(reply));  // answered by value_done
       v = e.snapshot;
+      accept = std::move(e.accept);
     }
   }
-  if (v) return answer_fetch(*reply, *v);  // existing value: answered here, no actor hop
+  if (v) {
+    answer_fetch(*reply, *v);  // existing value: answered here, no actor hop
+    if (accept) accept->complete<bool>(true);  // the withheld answer follows the value
+    return;
+  }
   reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
+}
+
+void context_impl::release_accepts() {
+  std::vector<std::shared_ptr<rpc::reply_later>> due;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepts_armed_ = false;
+    for (const auto& id : accepts_waiting_) {
+      auto it = owners_.find(id);
+      if (it != owners_.end() && it->second.accept) due.push_back(std::move(it->second.accept));
+    }
+    accepts_waiting_.clear();
+  }
+  for (auto& a : due) a->complete<bool>(true);
 }
 
 void context_impl::publish(const rref_id& id, std::shared_ptr<const published_value> v) {
@@ -166,6 +195,7 @@ std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {
 
 bool context_impl::owner_gone(const rref_id& id) {
   std::vector<std::shared_ptr<rpc::reply_later>> parked;
+  std::shared_ptr<rpc::reply_later> accept;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (local_refs_on_way_.count(id)) return false;
@@ -174,12 +204,14 @@ bool context_impl::owner_gone(const rref_id& id) {
       if (it->second.running) return false;  // its value_set comes, then the actor re-checks
       draining_.emplace(it->second.actor.address(), caf::actor_cast<caf::actor>(it->second.actor));
       parked.swap(it->second.parked);
+      accept = std::move(it->second.accept);
       owners_.erase(it);
     }
     deleted_owners_.add(id, std::chrono::steady_clock::now(), opts_.tombstone_ttl);  // refuses later copies of its remote_call
   }
   changed_.notify_all();
   for (auto& reply : parked) reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
+  if (accept) accept->complete<bool>(true);  // its function ran: accepted, as if answered at once
   return true;
 }
 

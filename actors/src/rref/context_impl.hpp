@@ -89,8 +89,10 @@ template <class I> typename I::result_type inspect(I& f, courier_delete& x) {
 }
 using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
 using flush_atom = caf::atom_constant<caf::atom("rflush")>;
+using accepts_atom = caf::atom_constant<caf::atom("raccepts")>;
 using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<courier_delete>,
                                        caf::reacts_to<sweep_atom>, caf::reacts_to<flush_atom>,
+                                       caf::reacts_to<accepts_atom>,
                                        caf::reacts_to<rref_msg::control_done>,
                                        caf::reacts_to<rref_msg::retry_atom, std::uint64_t>>;
 
@@ -106,13 +108,15 @@ struct published_value {
 /// function was started (the remote_call dedupe) and is still RUNNING (deletion refused), a
 /// read-through snapshot of its value (installed by the function's thread or make_rref, replaced
 /// by the actor after a method, revoked by deletion erasing the entry; null while the value does
-/// not exist), and the fetches from other workers parked until it exists.
+/// not exist), the fetches from other workers parked until it exists, and the remote_call's
+/// answer while it is withheld (Note [withheld accept] in serve.cpp).
 struct owner_entry {
   owner_rref_actor actor;
   bool started = false;
   bool running = false;
   std::shared_ptr<const published_value> snapshot;
   std::vector<std::shared_ptr<rpc::reply_later>> parked;
+  std::shared_ptr<rpc::reply_later> accept;
 };
 
 /// Answers a fetch's deferred reply with a value or its error: the value is encoded on the
@@ -159,6 +163,8 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::map<rref_id, owner_entry> owners_;
   std::map<fork_key, user_rref_actor> users_;
   std::map<rref_id, int> local_refs_on_way_;
+  std::vector<rref_id> accepts_waiting_;  // withheld remote_call answers (Note [withheld accept])
+  bool accepts_armed_ = false;            // the courier's timer for them runs
   // Deleted owners and DELETING forks until their last control message is done: CAF ends an
   // actor nobody references, so the router keeps them until they call actor_done.
   std::map<caf::actor_addr, caf::actor> draining_;  // binds on the owner not yet taken by its actor
@@ -198,9 +204,12 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   /// and the entry is RUNNING; false: a duplicate); nullopt if the id was deleted or we are closed.
   std::optional<bool> start_owner(const rref_id& id);
   /// The user function of `id` finished (`v`: value or error, creator fork): publishes the
-  /// snapshot, answers the fetches parked in the entry on this thread, then hands the value to
-  /// the owner actor (spawned READY if it has none). Nothing if the context closed meanwhile.
-  void value_done(const rref_id& id, rref_msg::value_set v);
+  /// snapshot, answers the fetches parked in the entry on this thread and then `accept` (the
+  /// remote_call's answer), which is withheld if no fetch was parked (Note [withheld accept]);
+  /// then hands the value to the owner actor (spawned READY if it has none).
+  void value_done(const rref_id& id, rref_msg::value_set v, std::shared_ptr<rpc::reply_later> accept);
+  /// Answers the withheld remote_call answers (the courier, one window after the first).
+  void release_accepts();
   /// A fetch of `id` from another worker: answered now from the snapshot if the value exists (or
   /// failed if the id is gone), else parked in the entry until value_done. Never blocks.
   void fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply);

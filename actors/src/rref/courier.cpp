@@ -70,6 +70,7 @@ courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_
         self->state.armed = false;
         while (!self->state.deletes.empty()) send_batch(self, *r, self->state.deletes.begin()->first);
       },
+      [r](accepts_atom) { r->release_accepts(); },  // Note [withheld accept]
       [self, r, period](sweep_atom) {
         r->purge_tombstones();
         self->delayed_send(self, period, sweep_atom::value);

@@ -24,10 +24,29 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&))
   });
 }
 
+// Note [withheld accept]
+// The creator calls to_here right after remote(), so its thread waits in the fetch, reading its
+// connection. Answered at once, the remote_call's answer would wake it once (it reads that
+// answer, then sleeps again) and the fetch's answer a second time: on an idle vCPU each wake-up
+// is a VM exit and IPI (~35-40 us on the build VM). So the answer is withheld: it goes right
+// after the first fetch's answer on the same thread (the creator reads both with one wake-up),
+// or, when no fetch comes (remote() without to_here), when the courier's timer fires, one
+// rref_options::release_window after the first withheld answer (one timer for all of them; 0:
+// never withheld). A fetch parked before the function finished is answered first, then the
+// accept. Deleting the entry or closing the context answers it (accepted / invalid_state).
+//
+//   function done --lock--> parked fetches? answer them, then the accept
+//                           none: entry.accept = answer; arm the courier's timer (once)
+//   fetch (snapshot) --lock--> take entry.accept --> answer the fetch, then the accept
+//   courier timer --lock--> take every withheld accept --> answer them
+//
+// Cost: the creator's fork is confirmed (and can be deleted) up to one window later when no
+// to_here follows; the call's deadline is far longer.
+
 // Runs the user function of a remote_call here, on the executor, and hands its live value to the
 // router (which answers the parked fetches on this thread) and the owner actor: it is encoded only
 // when a fetch is answered, so this call's response carries no tensor of it (Note [owner_rref actor]).
-void run_remote(context_impl& c, rref_msg::remote_call& m) {
+void run_remote(context_impl& c, rref_msg::remote_call& m, std::shared_ptr<rpc::reply_later> accept) {
   rref_msg::value_set v;
   v.fork = m.fork;
   auto fn = c.n_->functions().find(m.function);
@@ -45,14 +64,17 @@ void run_remote(context_impl& c, rref_msg::remote_call& m) {
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();
     }
   }
-  c.value_done(m.id, std::move(v));
+  c.value_done(m.id, std::move(v), std::move(accept));
 }
 
-bool on_remote_call(context_impl& c, rref_msg::remote_call& m) {
+// A deferred reply (Note [deferred reply]): answered by value_done (Note [withheld accept]).
+rpc::deferred on_remote_call(context_impl& c, rref_msg::remote_call& m) {
+  auto reply = rpc::defer();
   auto start = c.start_owner(m.id);
-  if (!start) return false;    // a late duplicate of a call whose RRef is already gone
-  if (*start) run_remote(c, m);  // the function runs once per id; a duplicate only answers
-  return true;
+  if (!start) reply->complete<bool>(false);         // a late duplicate of a call whose RRef is already gone
+  else if (*start) run_remote(c, m, std::move(reply));  // the function runs once per id
+  else reply->complete<bool>(true);                 // a duplicate only answers
+  return {};
 }
 
 // The owner actor answers (Note [deferred reply]): no executor thread waits for an actor.
