@@ -38,7 +38,12 @@ std::vector<send_scope::sent> send_scope::take() {
 }
 send_scope* send_scope::current() { return tls_send; }
 
+void watch_remote(const handle& h) {
+  if (h.watch) std::call_once(h.watch_once, [&h] { std::exchange(h.watch, {})(); });
+}
+
 handle::~handle() {
+  watch_remote(*this);  // before the release: a completed remote_call confirms the fork first
   if (!bound || !ctx || failed != errc::ok) return;
   {
     std::lock_guard<std::mutex> lock(ctx->mutex_);
@@ -80,6 +85,7 @@ rref_msg::wire fork_for_send(const handle& h) {
     if (!a) throw error(errc::invalid_state, "rref " + h.id.str() + " was deleted by its owner " + c.me_);
     caf::anon_send(*a, hold);  // the local handle keeps the actor alive; the ack comes later
   } else {
+    watch_remote(h);
     auto u = c.user_for({h.id, h.fork});
     if (!u) throw error(errc::invalid_state, "rref " + h.id.str() + ": fork " + h.fork.str() + " is not held by " + c.me_);
     auto a = c.ask<rref_msg::hold_answer>(*u, answers_at_once, hold);
@@ -160,6 +166,7 @@ std::shared_ptr<handle> bind(context_impl& c, const rref_msg::wire& w) {
 bool confirmed(const handle& h) {
   if (!h.bound || !h.ctx) return false;
   if (h.owner_local) return true;
+  watch_remote(h);
   auto u = h.ctx->user_for({h.id, h.fork});
   if (!u) return true;  // already deleting: it was confirmed
   auto a = h.ctx->ask<rref_msg::hold_answer>(*u, answers_at_once, rref_msg::status_atom::value);

@@ -56,7 +56,9 @@ std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono
       return rpc::encode_args<std::vector<char>>(rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_}));
     }, timeout);
     (void)st->value();  // blocks until answered, bounded by the call's deadline
+    watch_remote(h);    // the withheld remote_call answer came with the value: read already
   } catch (const error& e) {
+    watch_remote(h);
     if (e.code() == errc::timeout) no_value(h, h.owner, timeout);
     rethrow_for_owner(e, h, "to_here");
   }
@@ -100,16 +102,13 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
   ++c.stats_.remote_calls;
   c.in_flight_add(1);
   std::weak_ptr<context_impl> weak = h->ctx;
-  auto answered = std::make_shared<std::promise<void>>();
-  h->created = answered->get_future().share();
-  auto done = [weak, u, to, answered](errc code, bool accepted, std::vector<send_scope::sent> carried) {
+  auto done = [weak, u, to](errc code, bool accepted, std::vector<send_scope::sent> carried) {
     if (auto self = weak.lock()) {
       if (code != errc::ok && !carried.empty()) probe(*self, to, std::move(carried));
       if (code == errc::peer_lost) self->mark_lost(to);  // before to_here wakes: it then fails at once
       caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted});
       self->in_flight_add(-1);
     }
-    answered->set_value();
   };
   send_scope scope(&c, to);  // rrefs among the args: probed if the call fails
   std::shared_ptr<rpc::detail::call_state> st;
@@ -125,14 +124,20 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
     return h;
   }
   // Run on the thread that completes the call (no executor hop): it only sends messages.
-  rpc::future<bool>(st).then_inline([done, carried = scope.take()](const rpc::future<bool>& r) mutable {
-    try {
-      const bool accepted = r.get();
-      done(errc::ok, accepted, {});
-    } catch (const error& e) {
-      done(e.code(), false, std::move(carried));
-    }
-  });
+  auto carried = scope.take();
+  const bool probe_on_failure = !carried.empty();
+  auto watch = [st, done, carried = std::move(carried)]() mutable {
+    rpc::future<bool>(st).then_inline([done, carried = std::move(carried)](const rpc::future<bool>& r) mutable {
+      try {
+        const bool accepted = r.get();
+        done(errc::ok, accepted, {});
+      } catch (const error& e) {
+        done(e.code(), false, std::move(carried));
+      }
+    });
+  };
+  if (probe_on_failure) watch();  // carried rrefs: their holds must not wait for this handle's use
+  else h->watch = std::move(watch);
   return h;
 }
 

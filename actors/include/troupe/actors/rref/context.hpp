@@ -85,6 +85,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -112,7 +113,13 @@ struct handle {
   std::unique_ptr<rref_msg::wire> pending;  ///< what arrived, while unbound (else null: most handles)
   errc failed = errc::ok;  ///< set when the handle can never be used (stale duplicate)
   std::string failure;
-  std::shared_future<void> created;  ///< remote(): ready once its remote_call was answered
+  /// remote() without rrefs among its arguments: attaches the remote_call's continuation (the
+  /// creator fork's confirmation). Run once, by watch_remote(), when the handle is first used
+  /// (to_here's fetch answered, passed on, asked whether confirmed) or released: attached at
+  /// once it would wake the node's I/O thread to read that answer, which the creator blocked in
+  /// to_here reads itself (Note [withheld accept]).
+  mutable std::function<void()> watch;
+  mutable std::once_flag watch_once;
   handle() = default;
   handle(const handle&) = delete;
   handle& operator=(const handle&) = delete;
@@ -198,6 +205,8 @@ std::shared_ptr<handle> start_remote(context_impl& ctx, const std::string& to, c
                                      const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
 /// Throws owner_lost if the owner of `h` is known dead (a peer_lost seen by this context).
 void check_owner(const handle& h, const char* op);
+/// Runs h.watch once (see handle::watch); any thread, never blocks.
+void watch_remote(const handle& h);
 /// Remembers that the owner of `h` is dead.
 void note_owner_lost(const handle& h);
 
