@@ -1,5 +1,5 @@
 // The RRef protocol as actors: tombstones are freed after rref_options::tombstone_ttl, parked
-// to_here calls wait in the owner actor (not on its executor), the timeout-last API, and
+// to_here calls wait in the owner's router entry (not on its executor), the timeout-last API, and
 // rref<T> as an identity object with an explicit share() (Note [RRef protocol]).
 #include <future>
 #include <thread>
@@ -44,7 +44,7 @@ TEST_CASE("tombstones of deleted rrefs are freed after the tombstone ttl", "[rre
   CHECK(eventually([&] { return c[0].tombstone_count() == 0 && c[1].tombstone_count() == 0; }, 3s));
 }
 
-TEST_CASE("parked to_here calls wait in the owner actor and leave its executor free", "[rref][fault]") {
+TEST_CASE("parked to_here calls wait in the owner's router entry and leave its executor free", "[rref][fault]") {
   troupe::test::cluster c(2);  // 6 executor threads per node
   std::promise<void> go;
   auto released = go.get_future().share();

@@ -12,9 +12,14 @@
 //   bound from a wire --> UNCONFIRMED --fork_request (retried)--> accept --> CONFIRMED
 //                                                               refused / owner lost --> FAILED
 //   CONFIRMED|FAILED: child_ack to every parent (retried)
-//   CONFIRMED, holds == 0 --> DELETING: tells the router (tombstone), user_delete (retried; G1)
+//   CONFIRMED, holds == 0 --> DELETING: tells the router (tombstone), hands user_delete to the
+//                             courier (batched per owner and retried there; G1: Note [release
+//                             batching] in courier.cpp)
 //   FAILED, holds == 0 --> DELETING without a delete
 //   DELETING and no control message pending --> quits
+//
+// The creator fork is spawned lazily (its first message is remote_done or a release), and its
+// remote_done comes when the handle is first used or released (handle::watch).
 //
 // A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
 // DELETING it is refused (the router then hands out a failed handle). to_here does not involve

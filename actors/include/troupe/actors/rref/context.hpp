@@ -13,7 +13,8 @@
 /// serves the reserved RPC functions "troupe.rref.<message>" and delivers each message it reads
 /// to the actor it names as a typed CAF message. The owner actor owns its value; the router's
 /// entry of the id keeps only a read-through snapshot the actor installs and revokes, so a fetch
-/// of an existing value needs no actor hop (Note [owner_rref actor]). User functions and methods
+/// of an existing value needs no actor hop, nor does one that parks before the value exists
+/// (Note [owner_rref actor]). User functions and methods
 /// run on the node's executor, never in an actor; no executor thread waits for a value.
 ///
 /// Messages (typed structs with inspect(), actors/src/rref/protocol.hpp): remote_call (user
@@ -42,16 +43,18 @@
 ///
 ///   creator A         owner O          child B
 ///   remote() ---remote_call(id,F0)--->  (run fn on executor)
-///   <----------- reply (confirm F0) --
+///   <----------- reply (confirm F0) --  (withheld until the first fetch's answer or the
+///                                        courier's window: Note [withheld accept])
 ///   call(B, rref) ----(wire: id,F1,parent A,token)----------------> bind (user_rref F1)
 ///                                   <---fork_request(id,F1)-------
 ///                                    ---accept------------------->
 ///   <------------------------------------------child_ack(token)---
-///   release ---user_delete(id,F0)-->                 release
+///   release ---user_delete(id,F0)-->                 release   (batched per owner:
+///                                                               Note [release batching])
 ///                                   <---user_delete(id,F1)--------   -> O deletes
-///   to_here before the value:  ---fetch--> parked in the owner actor (a deferred reply)
-///                              <--value (answered by the actor on value_set)--
-///   to_here after the value:   ---fetch--> answered from the actor's published snapshot
+///   to_here before the value:  ---fetch--> parked in the router's entry (a deferred reply)
+///                              <--value (answered by the thread that ran the function)--
+///   to_here after the value:   ---fetch--> answered from the published snapshot
 ///
 /// Values: the owner keeps the live object the function (or make_rref, or a method) gave
 /// (rpc::held_value), never bytes. A fetch's answer is that object encoded when the fetch is
