@@ -46,22 +46,25 @@ void executor::stop() {
   threads_.clear();
 }
 
-// Leads once: waits on the source without the lock, runs the first job it got and queues the
-// rest for the others. Returns with the lock held again.
+// Leads once: waits on the source without the lock, runs the quick jobs and the first ordinary
+// job it got and queues the rest for the others. Returns with the lock held again.
 void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   leading_ = true;
   io_source* src = source_;
   lock.unlock();
-  std::vector<std::function<void()>> got;
+  led_jobs got;
   src->lead(got);
   lock.lock();
   leading_ = false;
-  for (std::size_t i = 1; i < got.size(); ++i) jobs_.push_back(std::move(got[i]));
+  for (std::size_t i = 1; i < got.jobs.size(); ++i) jobs_.push_back(std::move(got.jobs[i]));
   lock.unlock();
   led_cv_.notify_all();  // set_source may wait for the lead to be free
-  // One follower takes the lead, one more per queued job.
-  for (std::size_t i = 0; i < std::max<std::size_t>(got.size(), 1); ++i) cv_.notify_one();
-  if (!got.empty()) got.front()();
+  // One follower takes the lead, one more per queued job; nobody when this thread only runs quick
+  // jobs and leads again (an empty read wakes one, as before, so a posted job is not missed).
+  const std::size_t wake = got.jobs.empty() ? (got.quick.empty() ? 1 : 0) : got.jobs.size();
+  for (std::size_t i = 0; i < wake; ++i) cv_.notify_one();
+  for (auto& job : got.quick) job();
+  if (!got.jobs.empty()) got.jobs.front()();
   lock.lock();
 }
 

@@ -6,6 +6,12 @@
 // leader and waits for input on the source itself (the direct rpc sockets); what it reads it runs
 // at once, the rest it queues, and another idle thread takes over as leader. A request then costs
 // no hand-off from an I/O thread to a worker. At most one thread leads at a time.
+//
+// Quick jobs (rpc::function_options::quick: never block, microseconds) are run by the leader
+// itself, in order, before the first ordinary job: they wake no thread. A read of quick jobs only
+// wakes nobody at all (the leader leads again right after); a read with ordinary jobs wakes one
+// follower to lead plus one per ordinary job after the first, as before. Measured with rref_bench
+// (a remote_call and its fetch read together): see docs/runtime.md.
 
 #include <condition_variable>
 #include <deque>
@@ -16,13 +22,19 @@
 
 namespace troupe::detail {
 
+/// What one lead() made of its input (see the file comment).
+struct led_jobs {
+  std::vector<std::function<void()>> quick;  ///< run by the leader first, in order
+  std::vector<std::function<void()>> jobs;   ///< the leader runs the first, followers the rest
+};
+
 /// Input the executor's leader waits on (see the file comment).
 class io_source {
  public:
   virtual ~io_source() = default;
   /// Blocks until input arrives or interrupt() is called; appends the jobs it made. Runs on the
   /// leading executor thread, one call at a time.
-  virtual void lead(std::vector<std::function<void()>>& jobs) = 0;
+  virtual void lead(led_jobs& got) = 0;
   /// Makes a running lead() return soon. Any thread.
   virtual void interrupt() = 0;
 };

@@ -91,7 +91,7 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& re
     auto job = [self = shared_from_this(), c, fn, req, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
       serve_job(*fn, req, self->cfg_.me.name, to, ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
     };
-    if (jobs) jobs->push_back(std::move(job));
+    if (jobs) (fn->quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
     else if (!cfg_.exec->post(std::move(job)))
       respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
   }

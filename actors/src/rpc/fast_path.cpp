@@ -115,7 +115,7 @@ void fast_path::interrupt() {
   [[maybe_unused]] auto r = ::write(lead_wake_fd_, &one, sizeof one);
 }
 
-void fast_path::lead(std::vector<std::function<void()>>& jobs) {
+void fast_path::lead(led_jobs& jobs) {
   std::vector<std::shared_ptr<fast_conn>> polled;
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);

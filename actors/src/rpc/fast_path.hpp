@@ -29,6 +29,8 @@
 // Leader/follower (executor.hpp): an idle executor thread polls the authenticated incoming
 // connections, runs the first request it read itself and queues the rest; it wakes a follower to
 // lead before running the user function (otherwise a long call would leave requests unread).
+// Requests for quick functions (function_options::quick: the reserved RRef control functions)
+// it runs itself first and wakes nobody for them.
 // Concurrent writers on one connection combine their frames into one send (fast_conn::write).
 //
 // The caller reads its own response (fast_wait.cpp): call_state's helper runs on a thread that is
@@ -144,7 +146,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
 
   /// io_source: the leading executor thread reads the authenticated incoming connections and
   /// serves what it read (leader/follower, executor.hpp).
-  void lead(std::vector<std::function<void()>>& jobs) override;
+  void lead(led_jobs& got) override;
   void interrupt() override;
 
  private:
@@ -164,7 +166,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   int poll_timeout_ms();
   void accept_all();
   // `jobs`: where served calls go (the leader's list), or null: posted to the executor.
-  using job_list = std::vector<std::function<void()>>;
+  using job_list = led_jobs;
   void on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs);
   bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
   bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);

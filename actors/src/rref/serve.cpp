@@ -12,16 +12,22 @@ namespace troupe::rref_detail {
 namespace {
 
 
+// `quick`: the handler never blocks and takes microseconds (it hands the message on), so the
+// executor's leader runs it itself (rpc::function_options::quick); only remote_call runs a user
+// function.
 template <class R, class Msg>
-void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&)) {
+void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&), bool quick = true) {
   std::weak_ptr<context_impl> weak = c.shared_from_this();
-  c.n_->functions().add(name, [weak, handler, name = std::string(name)](std::vector<char> bytes) -> R {
-    auto self = weak.lock();
-    if (!self) throw error(errc::invalid_state, name + ": the rref context of this worker is gone");
-    auto m = rref_msg::from_bytes<Msg>(*self->sys_, bytes, name.c_str());
-    binding_scope scope(self.get());
-    return handler(*self, m);
-  });
+  c.n_->functions().add(
+      name,
+      [weak, handler, name = std::string(name)](std::vector<char> bytes) -> R {
+        auto self = weak.lock();
+        if (!self) throw error(errc::invalid_state, name + ": the rref context of this worker is gone");
+        auto m = rref_msg::from_bytes<Msg>(*self->sys_, bytes, name.c_str());
+        binding_scope scope(self.get());
+        return handler(*self, m);
+      },
+      rpc::function_options{.quick = quick});
 }
 
 // Note [withheld accept]
@@ -119,13 +125,13 @@ std::int32_t on_fork_probe(context_impl& c, rref_msg::fork_probe& m) {
 }  // namespace
 
 void context_impl::start() {
-  serve(*this, "troupe.rref.remote_call", &on_remote_call);
+  serve(*this, "troupe.rref.remote_call", &on_remote_call, /*quick=*/false);  // runs the user function
   serve(*this, "troupe.rref.fork_request", &on_fork_request);
   serve(*this, "troupe.rref.child_ack", &on_child_ack);
   serve(*this, "troupe.rref.user_delete", &on_user_delete);
   serve(*this, "troupe.rref.fetch", &on_fetch);
   serve(*this, "troupe.rref.fork_probe", &on_fork_probe);
-  n_->functions().add("troupe.rref.ping", [] { return std::int32_t{0}; });  // Note [first contact]
+  n_->functions().add("troupe.rref.ping", [] { return std::int32_t{0}; }, rpc::function_options{.quick = true});  // Note [first contact]
   courier_ = spawn_courier(*this);
 }
 

@@ -155,11 +155,22 @@ template <class... A> struct decoder<std::tuple<A...>> {
 };
 }  // namespace detail
 
+/// How the runtime may run a registered function.
+struct function_options {
+  /// The function never blocks and returns within microseconds (the runtime's reserved control
+  /// functions: an RRef fetch, fork request or delete). A leading executor thread runs such
+  /// requests itself, before the others it read, instead of waking a thread for each
+  /// (Note [rpc fast path]). A user function that may block or run long must not set it: requests
+  /// read after it would wait for it.
+  bool quick = false;
+};
+
 /// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
 /// function (its exceptions propagate unchanged) and encodes the result.
 struct function_entry {
   std::string name;
   std::string signature;  ///< "int32(int32,string)", for messages
+  bool quick = false;     ///< function_options::quick
   std::function<std::vector<char>(const std::vector<char>& args, const std::function<void()>& before_call)> invoke;
   /// Like invoke, but keeps the result as a live object instead of encoding it (remote(): the
   /// OwnerRRef stores it). Throws not_supported for a function that defers its answer.
@@ -176,13 +187,14 @@ class registry {
 
   /// Registers (or replaces) `fn` under `name`. Thread-safe; may be called while serving.
   template <class F>
-  void add(const std::string& name, F fn) {
+  void add(const std::string& name, F fn, function_options opts = {}) {
     using sig = detail::signature<std::decay_t<F>>;
     using R = typename sig::result;
     using Args = typename sig::args;
     function_entry e;
     e.name = name;
     e.signature = type_tag_or_void<R>() + "(" + tags_of(static_cast<Args*>(nullptr)) + ")";
+    e.quick = opts.quick;
     auto shared = std::make_shared<F>(std::move(fn));  // one callable behind both entry points
     e.invoke = [name, shared](const std::vector<char>& bytes, const std::function<void()>& before) {
       Args args = detail::decoder<Args>::decode(bytes, name);
