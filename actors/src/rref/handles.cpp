@@ -39,11 +39,23 @@ std::vector<send_scope::sent> send_scope::take() {
 send_scope* send_scope::current() { return tls_send; }
 
 void watch_remote(const handle& h) {
-  if (h.watch) std::call_once(h.watch_once, [&h] { std::exchange(h.watch, {})(); });
+  if (h.watch) std::call_once(h.watch_once, [&h] { std::exchange(h.watch, {})(false); });
 }
 
+namespace {
+
+// watch_remote for a handle being released: true when the release went with remote_done.
+bool watch_and_release(const handle& h) {
+  bool sent = false;
+  if (h.watch) std::call_once(h.watch_once, [&] { sent = std::exchange(h.watch, {})(true); });
+  return sent;
+}
+
+}  // namespace
+
 handle::~handle() {
-  watch_remote(*this);  // before the release: a completed remote_call confirms the fork first
+  // Before the release: a completed remote_call confirms the fork first, in the same message.
+  const bool released = watch_and_release(*this);
   if (!bound || !ctx || failed != errc::ok) return;
   {
     std::lock_guard<std::mutex> lock(ctx->mutex_);
@@ -51,6 +63,8 @@ handle::~handle() {
   }
   if (owner_local) {
     if (auto a = ctx->owner_for(id, false)) caf::anon_send(*a, rref_msg::local_ref_atom::value, std::int32_t{-1});
+  } else if (released) {
+    return;
   } else if (auto u = ctx->user_for({id, fork})) {
     caf::anon_send(*u, rref_msg::release_atom::value);
   }

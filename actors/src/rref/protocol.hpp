@@ -226,12 +226,14 @@ template <class I> typename I::result_type inspect(I& f, carrier& x) {
 }
 
 /// The remote_call that created this (creator) fork completed: errc and the owner's accept.
+/// `release`: the handle's release comes with it (handle::watch), as a release_atom would.
 struct remote_done {
   std::int32_t code = 0;
   bool accepted = false;
+  bool release = false;
 };
 template <class I> typename I::result_type inspect(I& f, remote_done& x) {
-  return f(caf::meta::type_name("troupe.rref.remote_done"), x.code, x.accepted);
+  return f(caf::meta::type_name("troupe.rref.remote_done"), x.code, x.accepted, x.release);
 }
 
 /// A control message this actor sent was answered (code 0 and the reply) or failed.

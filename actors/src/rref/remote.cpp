@@ -2,6 +2,7 @@
 // rref/context.hpp). Data goes through node::call (remote_call, fetch); waiting happens in the
 // actors (parked fetches as deferred replies, parked leases), never on an executor thread of the
 // owner.
+#include <atomic>
 #include <future>
 
 #include <caf/all.hpp>
@@ -55,8 +56,11 @@ std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono
     st = c.n_->call(h.owner, "troupe.rref.fetch", [&] {
       return rpc::encode_args<std::vector<char>>(rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_}));
     }, timeout);
-    (void)st->value();  // blocks until answered, bounded by the call's deadline
-    watch_remote(h);    // the withheld remote_call answer came with the value: read already
+    // Blocks until answered, bounded by the call's deadline. The withheld remote_call answer came
+    // with the value (read already); its continuation, the creator fork's remote_done, waits for
+    // the handle's next use or its release (handle::watch): sent with the release, it schedules
+    // the fork's actor once for both, and to_here returns without waking a scheduler thread.
+    (void)st->value();
   } catch (const error& e) {
     watch_remote(h);
     if (e.code() == errc::timeout) no_value(h, h.owner, timeout);
@@ -102,11 +106,11 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
   ++c.stats_.remote_calls;
   c.in_flight_add(1);
   std::weak_ptr<context_impl> weak = h->ctx;
-  auto done = [weak, u, to](errc code, bool accepted, std::vector<send_scope::sent> carried) {
+  auto done = [weak, u, to](errc code, bool accepted, std::vector<send_scope::sent> carried, bool release) {
     if (auto self = weak.lock()) {
       if (code != errc::ok && !carried.empty()) probe(*self, to, std::move(carried));
       if (code == errc::peer_lost) self->mark_lost(to);  // before to_here wakes: it then fails at once
-      caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted});
+      caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted, release});
       self->in_flight_add(-1);
     }
   };
@@ -119,24 +123,29 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
     }, timeout);
   } catch (const error& e) {
     const bool peer = e.code() == errc::peer_lost || e.code() == errc::timeout;
-    done(peer ? e.code() : errc::invalid_state, false, scope.take());
+    done(peer ? e.code() : errc::invalid_state, false, scope.take(), false);
     if (!peer) throw;  // the arguments could not be encoded: nothing was sent
     return h;
   }
   // Run on the thread that completes the call (no executor hop): it only sends messages.
   auto carried = scope.take();
   const bool probe_on_failure = !carried.empty();
-  auto watch = [st, done, carried = std::move(carried)]() mutable {
-    rpc::future<bool>(st).then_inline([done, carried = std::move(carried)](const rpc::future<bool>& r) mutable {
+  // `release` (the handle is being released): whichever of the continuation and this function
+  // takes `turn` first decides whether the release rides on remote_done; either way both agree.
+  auto watch = [st, done, carried = std::move(carried)](bool release) mutable {
+    auto turn = std::make_shared<std::atomic<int>>(release ? 1 : 0);  // 1: releasing, 2: ran, 3: too late
+    rpc::future<bool>(st).then_inline([done, carried = std::move(carried), turn](const rpc::future<bool>& r) mutable {
+      const bool with_release = turn->exchange(2) == 1;
       try {
         const bool accepted = r.get();
-        done(errc::ok, accepted, {});
+        done(errc::ok, accepted, {}, with_release);
       } catch (const error& e) {
-        done(e.code(), false, std::move(carried));
+        done(e.code(), false, std::move(carried), with_release);
       }
     });
+    return turn->exchange(3) == 2 && release;
   };
-  if (probe_on_failure) watch();  // carried rrefs: their holds must not wait for this handle's use
+  if (probe_on_failure) watch(false);  // carried rrefs: their holds must not wait for this handle's use
   else h->watch = std::move(watch);
   return h;
 }

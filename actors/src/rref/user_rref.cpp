@@ -108,6 +108,7 @@ user_rref_actor::behavior_type user_rref(user_self self, std::shared_ptr<context
       [self](remote_done& d) {
         const auto code = static_cast<errc>(d.code);
         auto& s = self->state;
+        if (d.release) --s.handles;  // settled below (confirm) or once confirmed
         if (code == errc::ok) confirm(self, d.accepted ? errc::ok : errc::invalid_state, "rref " + s.id.str() + " was deleted by its owner " + s.owner);
         else if (code == errc::peer_lost) confirm(self, errc::owner_lost, "owner " + s.owner + " of rref " + s.id.str() + " is lost");
         else send_fork_request(self);  // the call or its reply may be lost: confirm by a retried fork_request

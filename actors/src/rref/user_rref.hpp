@@ -19,7 +19,9 @@
 //   DELETING and no control message pending --> quits
 //
 // The creator fork is spawned lazily (its first message is remote_done or a release), and its
-// remote_done comes when the handle is first used or released (handle::watch).
+// remote_done comes when the handle is passed on, asked whether confirmed or released
+// (handle::watch); after a plain remote + to_here + release, remote_done and release_atom reach
+// the actor back to back, so it is scheduled once for both.
 //
 // A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
 // DELETING it is refused (the router then hands out a failed handle). to_here does not involve

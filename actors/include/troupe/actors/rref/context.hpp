@@ -117,11 +117,14 @@ struct handle {
   errc failed = errc::ok;  ///< set when the handle can never be used (stale duplicate)
   std::string failure;
   /// remote() without rrefs among its arguments: attaches the remote_call's continuation (the
-  /// creator fork's confirmation). Run once, by watch_remote(), when the handle is first used
-  /// (to_here's fetch answered, passed on, asked whether confirmed) or released: attached at
-  /// once it would wake the node's I/O thread to read that answer, which the creator blocked in
-  /// to_here reads itself (Note [withheld accept]).
-  mutable std::function<void()> watch;
+  /// creator fork's confirmation). Run once, by watch_remote(), when the handle is passed on,
+  /// asked whether confirmed, fails in to_here, or is released: attached at once it would wake
+  /// the node's I/O thread to read that answer, which the creator blocked in to_here reads itself
+  /// (Note [withheld accept]); run by a successful to_here it would schedule the fork's actor for
+  /// remote_done and again for the release, instead of once for both.
+  /// Its argument says the handle is being released: when the call is complete already, the
+  /// release goes in the same message (one scheduling of the fork's actor) and it returns true.
+  mutable std::function<bool(bool release)> watch;
   mutable std::once_flag watch_once;
   handle() = default;
   handle(const handle&) = delete;
