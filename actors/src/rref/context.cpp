@@ -296,7 +296,22 @@ void context_impl::send_attempt(const std::string& to, const std::string& fn, co
 
 void context_impl::send_delete(const std::string& owner, const rref_msg::user_delete& del) {
   in_flight_add(1);  // until the courier sends it (then its retried batch counts)
-  caf::anon_send(courier_, courier_delete{owner, del});
+  bool ask = false;
+  {
+    std::lock_guard<std::mutex> lock(deletes_mutex_);
+    deletes_.push_back(courier_delete{owner, del});
+    // One message per window, not per delete (each would schedule the courier), and one more when
+    // a batch is full or nothing is batched (release_window 0).
+    ask = !deletes_asked_ || deletes_.size() == max_delete_batch || opts_.release_window.count() <= 0;
+    deletes_asked_ = true;
+  }
+  if (ask) caf::anon_send(courier_, deletes_atom::value);
+}
+
+std::vector<courier_delete> context_impl::take_deletes(bool window_over) {
+  std::lock_guard<std::mutex> lock(deletes_mutex_);
+  if (window_over) deletes_asked_ = false;
+  return std::exchange(deletes_, {});
 }
 
 void context_impl::send_ack(const std::string& parent, const rref_msg::child_ack& ack) {

@@ -87,10 +87,13 @@ struct courier_delete {
 template <class I> typename I::result_type inspect(I& f, courier_delete& x) {
   return f(caf::meta::type_name("troupe.rref.courier_delete"), x.to, x.del);
 }
+/// A batch of user_deletes goes at once when it reaches this many.
+constexpr std::size_t max_delete_batch = 512;
 using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
 using flush_atom = caf::atom_constant<caf::atom("rflush")>;
 using accepts_atom = caf::atom_constant<caf::atom("raccepts")>;
-using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<courier_delete>,
+using deletes_atom = caf::atom_constant<caf::atom("rdeletes")>;  // take the handed-over deletes
+using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<deletes_atom>,
                                        caf::reacts_to<sweep_atom>, caf::reacts_to<flush_atom>,
                                        caf::reacts_to<accepts_atom>,
                                        caf::reacts_to<rref_msg::control_done>,
@@ -183,6 +186,12 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   mutable std::mutex lost_mutex_;
   std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
   std::atomic<std::int64_t> in_flight_{0};
+  // Note [release batching]: user_deletes handed over by released forks, not taken by the courier
+  // yet; `deletes_asked_`: the courier will take them without another message (a deletes_atom is
+  // on its way or its window timer runs).
+  std::mutex deletes_mutex_;
+  std::vector<courier_delete> deletes_;
+  bool deletes_asked_ = false;
   struct counters {
     std::atomic<std::uint64_t> remote_calls{0}, fork_requests{0}, child_acks{0}, user_deletes{0}, fetches{0}, retries{0}, value_readies{0};
   } stats_;
@@ -231,6 +240,8 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
                     caf::actor_addr who);
   /// Hands a released fork's user_delete for `owner` to the courier (G1; batched, retried).
   void send_delete(const std::string& owner, const rref_msg::user_delete& del);
+  /// The courier takes the handed-over deletes; `window_over`: it asks for none any more.
+  std::vector<courier_delete> take_deletes(bool window_over);
   /// Delivers a child_ack (local, or through the courier) for the parent `parent`.
   void send_ack(const std::string& parent, const rref_msg::child_ack& ack);
   /// Routes an inbound child_ack to its parent actor (owner or user fork).

@@ -7,10 +7,17 @@
 // courier collects the deletes per owner for rref_options::release_window and sends each owner
 // one "troupe.rref.user_delete" message carrying all of them (user_delete_batch), retried like
 // every control message until answered; the owner's router delivers each delete to its owner
-// actor. A batch also goes at once when it reaches max_batch deletes.
+// actor. A batch also goes at once when it reaches max_delete_batch deletes.
 //
-//   fork DELETING --courier_delete--> courier: deletes[owner] += d; arm the window timer
-//   window over (flush) --> one user_delete_batch per owner (retried; idempotent, G1 holds)
+// The hand-over is a list in the router (context_impl::deletes_, under its own mutex), not a
+// message per delete: only the first delete of a window (and a full list) sends the courier a
+// deletes_atom, so a window of releases schedules the courier twice (that message, the timer),
+// not once per release.
+//
+//   fork DELETING --send_delete--> router list += d; first of the window: deletes_atom
+//   deletes_atom --> courier takes the list into deletes[owner]; sends full batches; arms the timer
+//   window over (flush) --> takes the list (the next delete asks again); one user_delete_batch
+//                           per owner (retried; idempotent, G1 holds)
 //
 // Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
 // (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
@@ -25,8 +32,6 @@ namespace troupe::rref_detail {
 
 namespace {
 
-constexpr std::size_t max_batch = 512;
-
 struct courier_state {
   control_retries ctl;
   std::map<std::string, std::vector<rref_msg::user_delete>> deletes;  // per owner, not sent yet
@@ -34,7 +39,7 @@ struct courier_state {
 };
 using courier_self = courier_actor::stateful_pointer<courier_state>;
 
-void send_batch(courier_self self, context_impl& r, const std::string& to) {
+void send_batch(courier_self self, context_impl& r, std::string to) {  // by value: the map's key is erased
   auto& s = self->state;
   auto it = s.deletes.find(to);
   if (it == s.deletes.end()) return;
@@ -46,12 +51,18 @@ void send_batch(courier_self self, context_impl& r, const std::string& to) {
   r.in_flight_add(-n);  // the hand-overs' counts
 }
 
-void add_delete(courier_self self, context_impl& r, courier_delete& m) {
+// Takes the router's handed-over deletes into the per-owner batches and sends the full ones, or
+// all of them when the window is over or there is none (release_window 0). Otherwise the window
+// timer runs: the router sends no deletes_atom until it fired.
+void collect(courier_self self, context_impl& r, bool window_over) {
   auto& s = self->state;
-  auto& batch = s.deletes[m.to];
-  batch.push_back(std::move(m.del));
-  if (batch.size() >= max_batch || r.opts_.release_window.count() <= 0) return send_batch(self, r, m.to);
-  if (s.armed) return;
+  const bool all = window_over || r.opts_.release_window.count() <= 0;
+  for (auto& d : r.take_deletes(all)) s.deletes[d.to].push_back(std::move(d.del));
+  std::vector<std::string> due;  // copies: send_batch erases the map's entry
+  for (const auto& [to, batch] : s.deletes)
+    if (all || batch.size() >= max_delete_batch) due.push_back(to);
+  for (const auto& to : due) send_batch(self, r, to);
+  if (all || s.armed) return;
   s.armed = true;
   self->delayed_send(self, r.opts_.release_window, flush_atom::value);
 }
@@ -65,10 +76,10 @@ courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_
       [self, r](courier_send& m) {
         start_control(self, self->state.ctl, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
       },
-      [self, r](courier_delete& m) { add_delete(self, *r, m); },
+      [self, r](deletes_atom) { collect(self, *r, false); },
       [self, r](flush_atom) {
         self->state.armed = false;
-        while (!self->state.deletes.empty()) send_batch(self, *r, self->state.deletes.begin()->first);
+        collect(self, *r, true);
       },
       [r](accepts_atom) { r->release_accepts(); },  // Note [withheld accept]
       [self, r, period](sweep_atom) {
