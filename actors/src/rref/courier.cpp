@@ -52,12 +52,16 @@ void send_batch(courier_self self, context_impl& r, std::string to) {  // by val
 }
 
 // Takes the router's handed-over deletes into the per-owner batches and sends the full ones, or
-// all of them when the window is over or there is none (release_window 0). Otherwise the window
-// timer runs: the router sends no deletes_atom until it fired.
+// all of them when the window is over; with release_window 0, each delete in its own message.
+// Otherwise the window timer runs: the router sends no deletes_atom until it fired.
 void collect(courier_self self, context_impl& r, bool window_over) {
   auto& s = self->state;
-  const bool all = window_over || r.opts_.release_window.count() <= 0;
-  for (auto& d : r.take_deletes(all)) s.deletes[d.to].push_back(std::move(d.del));
+  const bool unbatched = r.opts_.release_window.count() <= 0;  // one message per delete, as before batching
+  const bool all = window_over || unbatched;
+  for (auto& d : r.take_deletes(all)) {
+    s.deletes[d.to].push_back(std::move(d.del));
+    if (unbatched) send_batch(self, r, d.to);
+  }
   std::vector<std::string> due;  // copies: send_batch erases the map's entry
   for (const auto& [to, batch] : s.deletes)
     if (all || batch.size() >= max_delete_batch) due.push_back(to);
