@@ -55,6 +55,12 @@ void context_impl::close() {
   }
   changed_.notify_all();
   for (auto& reply : parked) reply->fail(errc::invalid_state, "the rref context of " + me_ + " closed");
+  {
+    // The handed-over releases hold their actors, whose state holds this router: drop them.
+    std::lock_guard<std::mutex> lock(handover_mutex_);
+    closed_handover_ = true;
+    handover_ = {};
+  }
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
   contact_->stop();  // waits for a first contact in progress (bounded by the node's default timeout)
@@ -298,20 +304,38 @@ void context_impl::send_delete(const std::string& owner, const rref_msg::user_de
   in_flight_add(1);  // until the courier sends it (then its retried batch counts)
   bool ask = false;
   {
-    std::lock_guard<std::mutex> lock(deletes_mutex_);
-    deletes_.push_back(courier_delete{owner, del});
+    std::lock_guard<std::mutex> lock(handover_mutex_);
+    handover_.deletes.push_back(courier_delete{owner, del});
     // One message per window, not per delete (each would schedule the courier), and one more when
     // a batch is full or nothing is batched (release_window 0).
-    ask = !deletes_asked_ || deletes_.size() == max_delete_batch || opts_.release_window.count() <= 0;
-    deletes_asked_ = true;
+    ask = !handover_asked_ || handover_.deletes.size() == max_delete_batch || opts_.release_window.count() <= 0;
+    handover_asked_ = true;
   }
-  if (ask) caf::anon_send(courier_, deletes_atom::value);
+  if (ask) caf::anon_send(courier_, handover_atom::value);
 }
 
-std::vector<courier_delete> context_impl::take_deletes(bool window_over) {
-  std::lock_guard<std::mutex> lock(deletes_mutex_);
-  if (window_over) deletes_asked_ = false;
-  return std::exchange(deletes_, {});
+void context_impl::hand_release(const user_rref_actor& u, std::optional<rref_msg::remote_done> done) {
+  if (opts_.release_window.count() <= 0) {
+    if (done) caf::anon_send(u, *done);
+    else caf::anon_send(u, rref_msg::release_atom::value);
+    return;
+  }
+  bool ask = false;
+  {
+    std::lock_guard<std::mutex> lock(handover_mutex_);
+    if (closed_handover_) return;  // close() ended the actors
+    handover_.releases.push_back(handed_release{u, std::move(done)});
+    ask = !handover_asked_;
+    handover_asked_ = true;
+  }
+  if (ask) caf::anon_send(courier_, handover_atom::value);
+}
+
+handover context_impl::take_handover(bool window_over) {
+  std::lock_guard<std::mutex> lock(handover_mutex_);
+  if (!window_over) return handover{std::exchange(handover_.deletes, {}), {}};  // releases wait for the window's end
+  handover_asked_ = false;
+  return std::exchange(handover_, {});
 }
 
 void context_impl::send_ack(const std::string& parent, const rref_msg::child_ack& ack) {

@@ -89,11 +89,22 @@ template <class I> typename I::result_type inspect(I& f, courier_delete& x) {
 }
 /// A batch of user_deletes goes at once when it reaches this many.
 constexpr std::size_t max_delete_batch = 512;
+/// A released creator or bound fork's release (with its remote_done when the handle carried it),
+/// handed over through the router's list (Note [release batching]).
+struct handed_release {
+  user_rref_actor to;
+  std::optional<rref_msg::remote_done> done;  ///< else a release_atom
+};
+/// What the courier takes from the router's lists at once.
+struct handover {
+  std::vector<courier_delete> deletes;
+  std::vector<handed_release> releases;
+};
 using sweep_atom = caf::atom_constant<caf::atom("rsweep")>;
 using flush_atom = caf::atom_constant<caf::atom("rflush")>;
 using accepts_atom = caf::atom_constant<caf::atom("raccepts")>;
-using deletes_atom = caf::atom_constant<caf::atom("rdeletes")>;  // take the handed-over deletes
-using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<deletes_atom>,
+using handover_atom = caf::atom_constant<caf::atom("rhandover")>;  // take the handed-over deletes and releases
+using courier_actor = caf::typed_actor<caf::reacts_to<courier_send>, caf::reacts_to<handover_atom>,
                                        caf::reacts_to<sweep_atom>, caf::reacts_to<flush_atom>,
                                        caf::reacts_to<accepts_atom>,
                                        caf::reacts_to<rref_msg::control_done>,
@@ -186,12 +197,13 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   mutable std::mutex lost_mutex_;
   std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
   std::atomic<std::int64_t> in_flight_{0};
-  // Note [release batching]: user_deletes handed over by released forks, not taken by the courier
-  // yet; `deletes_asked_`: the courier will take them without another message (a deletes_atom is
-  // on its way or its window timer runs).
-  std::mutex deletes_mutex_;
-  std::vector<courier_delete> deletes_;
-  bool deletes_asked_ = false;
+  // Note [release batching]: handle releases and the user_deletes of DELETING forks, not taken by
+  // the courier yet; `handover_asked_`: the courier will take them without another message (a
+  // handover_atom is on its way or its window timer runs).
+  std::mutex handover_mutex_;
+  handover handover_;
+  bool handover_asked_ = false;
+  bool closed_handover_ = false;  // close() ran: releases are dropped (the actors are ended)
   struct counters {
     std::atomic<std::uint64_t> remote_calls{0}, fork_requests{0}, child_acks{0}, user_deletes{0}, fetches{0}, retries{0}, value_readies{0};
   } stats_;
@@ -240,8 +252,12 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
                     caf::actor_addr who);
   /// Hands a released fork's user_delete for `owner` to the courier (G1; batched, retried).
   void send_delete(const std::string& owner, const rref_msg::user_delete& del);
-  /// The courier takes the handed-over deletes; `window_over`: it asks for none any more.
-  std::vector<courier_delete> take_deletes(bool window_over);
+  /// Hands a handle's release (and the remote_done it carries) to fork `u` through the courier,
+  /// one window later (Note [release batching]); at once with release_window 0.
+  void hand_release(const user_rref_actor& u, std::optional<rref_msg::remote_done> done);
+  /// The courier takes the handed-over deletes, and when `window_over` the releases too (then the
+  /// next hand-over asks it again).
+  handover take_handover(bool window_over);
   /// Delivers a child_ack (local, or through the courier) for the parent `parent`.
   void send_ack(const std::string& parent, const rref_msg::child_ack& ack);
   /// Routes an inbound child_ack to its parent actor (owner or user fork).

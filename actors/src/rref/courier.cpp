@@ -9,19 +9,25 @@
 // every control message until answered; the owner's router delivers each delete to its owner
 // actor. A batch also goes at once when it reaches max_delete_batch deletes.
 //
-// The hand-over is a list in the router (context_impl::deletes_, under its own mutex), not a
-// message per delete: only the first delete of a window (and a full list) sends the courier a
-// deletes_atom, so a window of releases schedules the courier twice (that message, the timer),
-// not once per release.
+// The hand-over is two lists in the router (context_impl::handover_, under its own mutex), not a
+// message each: a released handle's release (with the creator fork's remote_done when the handle
+// carried it, handle::watch) and a DELETING fork's user_delete. Only the first hand-over of a
+// window (and a full delete list) sends the courier a handover_atom, so a window of releases
+// schedules the courier twice (that message, the timer), not once per release, and the thread
+// that drops a handle wakes nobody (in a remote + to_here + release loop that wake-up was on the
+// loop's critical path). Releases reach their forks when the window ends; their deletes go one
+// window later. With release_window 0 nothing waits: releases go straight to the fork, each delete
+// in its own message.
 //
-//   fork DELETING --send_delete--> router list += d; first of the window: deletes_atom
-//   deletes_atom --> courier takes the list into deletes[owner]; sends full batches; arms the timer
-//   window over (flush) --> takes the list (the next delete asks again); one user_delete_batch
-//                           per owner (retried; idempotent, G1 holds)
+//   handle released --hand_release--> router releases += r; first of the window: handover_atom
+//   fork DELETING --send_delete--> router deletes += d; first of the window: handover_atom
+//   handover_atom --> courier takes the deletes into deletes[owner]; sends full batches; arms timer
+//   window over (flush) --> takes both lists (the next hand-over asks again); passes each release
+//                           to its fork; one user_delete_batch per owner (retried; idempotent, G1)
 //
 // Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
 // (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
-// to one window later. Gain (measured, docs/rref.md): one message, one owner wake-up and one
+// to two windows after the handle's release. Gain (measured, docs/rref.md): one message, one owner wake-up and one
 // answer per batch instead of per fork, and a released fork's actor ends at once, so a tight
 // remote + to_here loop does not pay its predecessor's release on its own critical path.
 #include <caf/all.hpp>
@@ -51,14 +57,20 @@ void send_batch(courier_self self, context_impl& r, std::string to) {  // by val
   r.in_flight_add(-n);  // the hand-overs' counts
 }
 
-// Takes the router's handed-over deletes into the per-owner batches and sends the full ones, or
+// Passes the handed-over releases on to their forks. Takes the handed-over deletes into the
+// per-owner batches and sends the full ones, or
 // all of them when the window is over; with release_window 0, each delete in its own message.
-// Otherwise the window timer runs: the router sends no deletes_atom until it fired.
+// Otherwise the window timer runs: the router sends no handover_atom until it fired.
 void collect(courier_self self, context_impl& r, bool window_over) {
   auto& s = self->state;
   const bool unbatched = r.opts_.release_window.count() <= 0;  // one message per delete, as before batching
   const bool all = window_over || unbatched;
-  for (auto& d : r.take_deletes(all)) {
+  auto got = r.take_handover(all);
+  for (auto& rel : got.releases) {
+    if (rel.done) caf::anon_send(rel.to, *rel.done);
+    else caf::anon_send(rel.to, rref_msg::release_atom::value);
+  }
+  for (auto& d : got.deletes) {
     s.deletes[d.to].push_back(std::move(d.del));
     if (unbatched) send_batch(self, r, d.to);
   }
@@ -80,7 +92,7 @@ courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_
       [self, r](courier_send& m) {
         start_control(self, self->state.ctl, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
       },
-      [self, r](deletes_atom) { collect(self, *r, false); },
+      [self, r](handover_atom) { collect(self, *r, false); },
       [self, r](flush_atom) {
         self->state.armed = false;
         collect(self, *r, true);

@@ -66,7 +66,7 @@ handle::~handle() {
   } else if (released) {
     return;
   } else if (auto u = ctx->user_for({id, fork})) {
-    caf::anon_send(*u, rref_msg::release_atom::value);
+    ctx->hand_release(*u, std::nullopt);  // through the courier, one window later (Note [release batching])
   }
 }
 

@@ -110,7 +110,9 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
     if (auto self = weak.lock()) {
       if (code != errc::ok && !carried.empty()) probe(*self, to, std::move(carried));
       if (code == errc::peer_lost) self->mark_lost(to);  // before to_here wakes: it then fails at once
-      caf::anon_send(u, rref_msg::remote_done{static_cast<std::int32_t>(code), accepted, release});
+      rref_msg::remote_done d{static_cast<std::int32_t>(code), accepted, release};
+      if (release) self->hand_release(u, d);  // the handle's release: through the courier
+      else caf::anon_send(u, d);
       self->in_flight_add(-1);
     }
   };

@@ -20,8 +20,9 @@
 //
 // The creator fork is spawned lazily (its first message is remote_done or a release), and its
 // remote_done comes when the handle is passed on, asked whether confirmed or released
-// (handle::watch); after a plain remote + to_here + release, remote_done and release_atom reach
-// the actor back to back, so it is scheduled once for both.
+// (handle::watch); after a plain remote + to_here + release, one remote_done carries the release,
+// so the actor is scheduled once for both. A handle's release reaches its fork through the
+// courier when the release window ends (Note [release batching]).
 //
 // A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
 // DELETING it is refused (the router then hands out a failed handle). to_here does not involve
