@@ -1,6 +1,8 @@
 // The direct RPC channel: calls, serving, responses and the pending table
 // (Note [rpc fast path] in rpc/fast_path.hpp).
 #include "rpc/fast_path.hpp"
+
+#include "troupe/actors/rpc/reply_batch.hpp"
 #include "rpc/serve.hpp"
 #include "rpc/wire.hpp"
 
@@ -11,8 +13,43 @@
 
 namespace troupe::detail {
 
+namespace {
+
+// Note [reply batch]: the frames held by the reply_batch scopes of this thread (outermost flushes).
+struct held_replies {
+  int depth = 0;
+  std::vector<std::pair<std::shared_ptr<fast_conn>, std::vector<char>>> per_conn;  // in first-use order
+};
+thread_local held_replies tls_replies;
+
+}  // namespace
+
+}  // namespace troupe::detail
+
+namespace troupe::rpc {
+
+reply_batch::reply_batch() { ++troupe::detail::tls_replies.depth; }
+
+reply_batch::~reply_batch() {
+  auto& h = troupe::detail::tls_replies;
+  if (--h.depth > 0) return;
+  auto held = std::exchange(h.per_conn, {});
+  for (auto& [c, bytes] : held) c->write(bytes.data(), bytes.size());  // closed: the I/O thread fails the calls
+}
+
+}  // namespace troupe::rpc
+
+namespace troupe::detail {
+
 void fast_path::send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d) {
   if (d.copies <= 0) return;
+  if (tls_replies.depth > 0 && d.delay.count() <= 0 && !c->outgoing()) {  // a response, held (Note [reply batch])
+    auto& per = tls_replies.per_conn;
+    auto it = std::find_if(per.begin(), per.end(), [&](const auto& p) { return p.first == c; });
+    if (it == per.end()) it = per.insert(per.end(), {c, {}});
+    for (int i = 0; i < d.copies; ++i) it->second.insert(it->second.end(), frame.begin(), frame.end());
+    return;
+  }
   auto send = [c, frame = std::move(frame), copies = d.copies] {
     for (int i = 0; i < copies; ++i)
       if (!c->write(frame.data(), frame.size())) return;  // closed: the I/O thread fails the calls

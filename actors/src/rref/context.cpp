@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
+#include "troupe/actors/rpc/reply_batch.hpp"
 #include "troupe/actors/rpc/api.hpp"
 
 namespace troupe::rref_detail {
@@ -125,9 +126,13 @@ void context_impl::value_done(const rref_id& id, rref_msg::value_set v, std::sha
       arm = !std::exchange(accepts_armed_, true);
     }
   }
-  // Answered on this thread before anything else (encoded under each fetch's served-call scopes).
-  for (auto& reply : parked) answer_fetch(*reply, *published);
-  if (accept) accept->complete<bool>(true);
+  // Answered on this thread before anything else (encoded under each fetch's served-call scopes),
+  // in one write per caller (Note [reply batch]).
+  {
+    rpc::reply_batch together;
+    for (auto& reply : parked) answer_fetch(*reply, *published);
+    if (accept) accept->complete<bool>(true);
+  }
   if (arm) caf::delayed_anon_send(courier_, opts_.release_window, accepts_atom::value);
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -156,6 +161,7 @@ void context_impl::fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> re
     }
   }
   if (v) {
+    rpc::reply_batch together;  // one write: the creator reads both with one wake-up (Note [reply batch])
     answer_fetch(*reply, *v);  // existing value: answered here, no actor hop
     if (accept) accept->complete<bool>(true);  // the withheld answer follows the value
     return;
