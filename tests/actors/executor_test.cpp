@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -68,38 +69,46 @@ struct journal {
 
 }  // namespace
 
-TEST_CASE("the leader runs the quick jobs it read first, then its ordinary job, on its own thread", "[executor]") {
+// Runs an executor of `threads` on a source that hands out `read` once, until `n` jobs ran.
+struct one_read {
   journal j;
-  troupe::detail::led_jobs read;
-  read.quick.push_back(j.entry("fetch"));
-  read.quick.push_back(j.entry("delete"));
-  read.jobs.push_back(j.entry("user call"));
-  read.jobs.push_back(j.entry("queued call"));
-  scripted_source src(std::move(read));
-  troupe::detail::executor ex(3);
-  ex.set_source(&src);
-  REQUIRE(j.wait_for(4));
-  ex.set_source(nullptr);
-  ex.stop();
-  std::lock_guard<std::mutex> lock(j.mutex);
-  REQUIRE(j.runs.size() == 4);
-  CHECK(j.runs[0].first == "fetch");
-  CHECK(j.runs[1].first == "delete");
-  CHECK(j.runs[2].first == "user call");
-  for (int i = 0; i < 3; ++i) CHECK(j.runs[static_cast<std::size_t>(i)].second == src.reader());
-  CHECK(j.runs[3].first == "queued call");  // a follower's
+  std::thread::id reader;
+  bool ran = false;
+  one_read(const std::function<troupe::detail::led_jobs(journal&)>& make, int threads, std::size_t n) {
+    scripted_source src(make(j));
+    troupe::detail::executor ex(threads);
+    ex.set_source(&src);
+    ran = j.wait_for(n);
+    ex.set_source(nullptr);
+    ex.stop();
+    reader = src.reader();
+  }
+};
+
+TEST_CASE("the leader runs the quick jobs it read first, then its ordinary job, on its own thread", "[executor]") {
+  one_read r([](journal& j) {
+    troupe::detail::led_jobs read;
+    read.quick.push_back(j.entry("fetch"));
+    read.quick.push_back(j.entry("delete"));
+    read.jobs.push_back(j.entry("user call"));
+    read.jobs.push_back(j.entry("queued call"));
+    return read;
+  }, 3, 4);
+  REQUIRE(r.ran);
+  REQUIRE(r.j.runs.size() == 4);
+  CHECK(r.j.runs[0].first == "fetch");
+  CHECK(r.j.runs[1].first == "delete");
+  CHECK(r.j.runs[2].first == "user call");
+  for (int i = 0; i < 3; ++i) CHECK(r.j.runs[static_cast<std::size_t>(i)].second == r.reader);
+  CHECK(r.j.runs[3].first == "queued call");  // a follower's
 }
 
 TEST_CASE("a read of quick jobs only runs them on the thread that read them", "[executor]") {
-  journal j;
-  troupe::detail::led_jobs read;
-  read.quick.push_back(j.entry("ack"));
-  scripted_source src(std::move(read));
-  troupe::detail::executor ex(2);
-  ex.set_source(&src);
-  REQUIRE(j.wait_for(1));
-  ex.set_source(nullptr);
-  ex.stop();
-  std::lock_guard<std::mutex> lock(j.mutex);
-  CHECK(j.runs[0].second == src.reader());
+  one_read r([](journal& j) {
+    troupe::detail::led_jobs read;
+    read.quick.push_back(j.entry("ack"));
+    return read;
+  }, 2, 1);
+  REQUIRE(r.ran);
+  CHECK(r.j.runs[0].second == r.reader);
 }

@@ -27,9 +27,10 @@
 //
 // Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
 // (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
-// to two windows after the handle's release. Gain (measured, docs/rref.md): one message, one owner wake-up and one
-// answer per batch instead of per fork, and a released fork's actor ends at once, so a tight
-// remote + to_here loop does not pay its predecessor's release on its own critical path.
+// to two windows after the handle's release. Gain (measured, docs/rref.md): one message, one
+// owner wake-up and one answer per batch instead of per fork, and a released fork's actor ends at
+// once, so a tight remote + to_here loop does not pay its predecessor's release on its own
+// critical path.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
@@ -58,9 +59,9 @@ void send_batch(courier_self self, context_impl& r, std::string to) {  // by val
 }
 
 // Passes the handed-over releases on to their forks. Takes the handed-over deletes into the
-// per-owner batches and sends the full ones, or
-// all of them when the window is over; with release_window 0, each delete in its own message.
-// Otherwise the window timer runs: the router sends no handover_atom until it fired.
+// per-owner batches and sends the full ones, or all of them when the window is over; with
+// release_window 0, each delete in its own message. Otherwise the window timer runs: the router
+// sends no handover_atom until it fired.
 void collect(courier_self self, context_impl& r, bool window_over) {
   auto& s = self->state;
   const bool unbatched = r.opts_.release_window.count() <= 0;  // one message per delete, as before batching
