@@ -5,6 +5,15 @@
 
 namespace troupe::detail {
 
+namespace {
+// The executor whose leader this thread is while it runs quick jobs nobody was woken for.
+thread_local executor* tls_quick_leader = nullptr;
+}  // namespace
+
+void long_work_ahead() {
+  if (auto* ex = std::exchange(tls_quick_leader, nullptr)) ex->cv_.notify_one();  // a follower takes the lead
+}
+
 executor::executor(int threads) {
   for (int i = 0; i < (threads < 1 ? 1 : threads); ++i) threads_.emplace_back([this] { run(); });
 }
@@ -63,7 +72,9 @@ void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   // jobs and leads again (an empty read wakes one, as before, so a posted job is not missed).
   const std::size_t wake = got.jobs.empty() ? (got.quick.empty() ? 1 : 0) : got.jobs.size();
   for (std::size_t i = 0; i < wake; ++i) cv_.notify_one();
+  if (wake == 0) tls_quick_leader = this;  // long_work_ahead() may still wake one
   for (auto& job : got.quick) job();
+  tls_quick_leader = nullptr;
   if (!got.jobs.empty()) got.jobs.front()();
   lock.lock();
 }

@@ -10,8 +10,11 @@
 // Quick jobs (rpc::function_options::quick: never block, microseconds) are run by the leader
 // itself, in order, before the first ordinary job: they wake no thread. A read of quick jobs only
 // wakes nobody at all (the leader leads again right after); a read with ordinary jobs wakes one
-// follower to lead plus one per ordinary job after the first, as before. Measured with rref_bench
-// (a remote_call and its fetch read together): see docs/runtime.md.
+// follower to lead plus one per ordinary job after the first, as before. A quick job that turns
+// out long (an RRef fetch answering with a large tensor: the codec copies it) calls
+// long_work_ahead() first, which wakes a follower to take the lead, so the sockets are not left
+// unread meanwhile. Measured with rref_bench (a remote_call and its fetch read together): see
+// docs/rref.md.
 
 #include <condition_variable>
 #include <deque>
@@ -39,6 +42,13 @@ class io_source {
   virtual void interrupt() = 0;
 };
 
+class executor;
+
+/// Called before long work (a copy of a large tensor) on any thread: if this thread is an
+/// executor's leader running quick jobs with no follower woken for them, wakes one now to take
+/// the lead. Otherwise does nothing. Cheap (a thread-local check).
+void long_work_ahead();
+
 class executor {
  public:
   explicit executor(int threads);
@@ -55,6 +65,7 @@ class executor {
   void set_source(io_source* source);
 
  private:
+  friend void long_work_ahead();
   void run();
   void lead_once(std::unique_lock<std::mutex>& lock);
   std::mutex mutex_;

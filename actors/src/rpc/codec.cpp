@@ -5,10 +5,16 @@
 #include <cstdlib>
 #include <memory>
 
+#include "executor.hpp"
 #include "intercept.hpp"
 #include "troupe/tensors/factories.hpp"
 
 namespace troupe::rpc::detail {
+
+namespace {
+// A tensor this large costs ~20 us or more to copy (executor.hpp: long_work_ahead).
+constexpr std::size_t long_copy_bytes = std::size_t{256} << 10;
+}  // namespace
 
 // Note [tensor over shared memory] (rpc/bulk.hpp; rpc/bulk_codec.cpp).
 bool write_tensor_bulk(writer& w, const tensor& h);
@@ -40,6 +46,8 @@ void write_tensor(writer& w, const tensor& t) {
     w.pod(std::uint8_t{0});  // not defined
     return;
   }
+  // A large copy ahead: a leading executor thread running quick jobs hands the lead off first.
+  if (t.nbytes() >= long_copy_bytes) troupe::detail::long_work_ahead();
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
   if (write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
   w.pod(std::uint8_t{0});  // kind 0: inline bytes
