@@ -17,18 +17,24 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Hands out one prepared read, then waits (bounded) until interrupted.
+// Hands out one prepared read, then waits (bounded) until interrupted. `settle`: how long the
+// first lead() waits before handing it out (threads woken by set_source go back to sleep);
+// `on_other_lead`: called whenever a thread other than the first reader leads.
 class scripted_source : public troupe::detail::io_source {
  public:
-  explicit scripted_source(troupe::detail::led_jobs first) : first_(std::move(first)) {}
+  explicit scripted_source(troupe::detail::led_jobs first, std::chrono::milliseconds settle = 0ms,
+                           std::function<void()> on_other_lead = {})
+      : first_(std::move(first)), settle_(settle), on_other_lead_(std::move(on_other_lead)) {}
   void lead(troupe::detail::led_jobs& got) override {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!given_) {
       given_ = true;
       reader_ = std::this_thread::get_id();
+      if (settle_.count() > 0) cv_.wait_for(lock, settle_, [] { return false; });
       got = std::move(first_);
       return;
     }
+    if (on_other_lead_ && std::this_thread::get_id() != reader_) on_other_lead_();
     cv_.wait_for(lock, 20ms, [this] { return interrupted_; });
     interrupted_ = false;
   }
@@ -46,6 +52,8 @@ class scripted_source : public troupe::detail::io_source {
   std::mutex mutex_;
   std::condition_variable cv_;
   troupe::detail::led_jobs first_;
+  std::chrono::milliseconds settle_;
+  std::function<void()> on_other_lead_;
   bool given_ = false, interrupted_ = false;
   std::thread::id reader_;
 };
@@ -119,49 +127,20 @@ TEST_CASE("a read of quick jobs only runs them on the thread that read them", "[
 TEST_CASE("a quick job that announces long work hands the lead to a follower while it runs", "[executor]") {
   std::mutex m;
   std::condition_variable cv;
-  bool other_led = false;
-  // Records a lead() by any thread but the first reader.
-  class watching_source : public troupe::detail::io_source {
-   public:
-    watching_source(std::function<void()> quick, std::function<void()> on_other) : quick_(std::move(quick)), on_other_(std::move(on_other)) {}
-    void lead(troupe::detail::led_jobs& got) override {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (first_ == std::thread::id{}) {
-        first_ = std::this_thread::get_id();
-        // Let the other thread, woken by set_source, go back to sleep: it may lead only if woken.
-        cv_.wait_for(lock, 100ms, [] { return false; });
-        got.quick.push_back(quick_);
-        return;
-      }
-      if (std::this_thread::get_id() != first_) on_other_();
-      cv_.wait_for(lock, 20ms, [this] { return interrupted_; });
-      interrupted_ = false;
-    }
-    void interrupt() override {
-      std::lock_guard<std::mutex> lock(mutex_);
-      interrupted_ = true;
-      cv_.notify_all();
-    }
-
-   private:
-    std::function<void()> quick_, on_other_;
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::thread::id first_;
-    bool interrupted_ = false;
-  };
-  bool saw = false;
-  watching_source src(
-      [&] {
-        troupe::detail::long_work_ahead();  // e.g. the codec, before copying a large tensor
-        std::unique_lock<std::mutex> lock(m);
-        saw = cv.wait_for(lock, 5s, [&] { return other_led; });  // still inside the quick job
-      },
-      [&] {
-        std::lock_guard<std::mutex> lock(m);
-        other_led = true;
-        cv.notify_all();
-      });
+  bool other_led = false, saw = false;
+  troupe::detail::led_jobs read;
+  read.quick.push_back([&] {
+    troupe::detail::long_work_ahead();  // e.g. the codec, before copying a large tensor
+    std::unique_lock<std::mutex> lock(m);
+    saw = cv.wait_for(lock, 5s, [&] { return other_led; });  // still inside the quick job
+  });
+  // The other thread, woken by set_source, is back asleep when the quick job runs: it may lead
+  // only if long_work_ahead woke it.
+  scripted_source src(std::move(read), 100ms, [&] {
+    std::lock_guard<std::mutex> lock(m);
+    other_led = true;
+    cv.notify_all();
+  });
   troupe::detail::executor ex(2);
   ex.set_source(&src);
   const auto until = std::chrono::steady_clock::now() + 10s;

@@ -320,17 +320,19 @@ void context_impl::send_delete(const std::string& owner, const rref_msg::user_de
   if (ask) caf::anon_send(courier_, handover_atom::value);
 }
 
+void handed_release::send() const {
+  if (done) caf::anon_send(to, *done);
+  else caf::anon_send(to, rref_msg::release_atom::value);
+}
+
 void context_impl::hand_release(const user_rref_actor& u, std::optional<rref_msg::remote_done> done) {
-  if (opts_.release_window.count() <= 0) {
-    if (done) caf::anon_send(u, *done);
-    else caf::anon_send(u, rref_msg::release_atom::value);
-    return;
-  }
+  handed_release r{u, std::move(done)};
+  if (opts_.release_window.count() <= 0) return r.send();
   bool ask = false;
   {
     std::lock_guard<std::mutex> lock(handover_mutex_);
     if (closed_handover_) return;  // close() ended the actors
-    handover_.releases.push_back(handed_release{u, std::move(done)});
+    handover_.releases.push_back(std::move(r));
     ask = !handover_asked_;
     handover_asked_ = true;
   }

@@ -94,6 +94,7 @@ constexpr std::size_t max_delete_batch = 512;
 struct handed_release {
   user_rref_actor to;
   std::optional<rref_msg::remote_done> done;  ///< else a release_atom
+  void send() const;  ///< to the fork, now
 };
 /// What the courier takes from the router's lists at once.
 struct handover {

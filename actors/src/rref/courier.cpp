@@ -67,10 +67,7 @@ void collect(courier_self self, context_impl& r, bool window_over) {
   const bool unbatched = r.opts_.release_window.count() <= 0;  // one message per delete, as before batching
   const bool all = window_over || unbatched;
   auto got = r.take_handover(all);
-  for (auto& rel : got.releases) {
-    if (rel.done) caf::anon_send(rel.to, *rel.done);
-    else caf::anon_send(rel.to, rref_msg::release_atom::value);
-  }
+  for (const auto& rel : got.releases) rel.send();
   for (auto& d : got.deletes) {
     s.deletes[d.to].push_back(std::move(d.del));
     if (unbatched) send_batch(self, r, d.to);
