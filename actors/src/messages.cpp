@@ -9,6 +9,8 @@ namespace troupe {
 
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<worker_info>("troupe.worker_info");
+  cfg.add_message_type<shm_probe>("troupe.shm_probe");
+  cfg.add_message_type<shm_verdict>("troupe.shm_verdict");
   cfg.add_message_type<hello>("troupe.hello");
   cfg.add_message_type<hello_ack>("troupe.hello_ack");
   cfg.add_message_type<rpc_request>("troupe.rpc_request");

@@ -80,7 +80,7 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
   caf::scoped_actor self{*sys};
   hello_ack ack;
   caf::error err;
-  self->request(remote, timeout, hello{opts.job_token, me, agent})
+  self->request(remote, timeout, hello{opts.job_token, me, agent, bulk->probe()})
       .receive([&](hello_ack& a) { ack = std::move(a); }, [&](caf::error& e) { err = std::move(e); });
   if (err) throw from_caf_error(err, "hello from " + me.name);
   return ack;
@@ -105,6 +105,8 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   configure();
   sys = std::make_unique<caf::actor_system>(cfg);
   auth->add(sys->node());
+  if (!opts.shared_memory_rpc) bulk->disable_shared_memory();
+  bulk->set_reachable(caf::to_string(sys->node()), true);  // calls to itself (off: ignored)
   exec = std::make_shared<detail::executor>(opts.executor_threads);
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
   detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr};
@@ -156,9 +158,18 @@ void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, de
 node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout) {
   link l{ack.agent, nullptr};
   caf::anon_send(agent, detail::watch_peer_msg{ack.agent, ack.info.name});
+  // Note [shm reachability]: the peer told us whether it can open our memory; we tell it whether
+  // we can open its, ahead of our first request on either path (this message precedes our
+  // agent's calls to its agent; the direct connection's auth frame precedes our requests on it).
+  bool ours = false;
+  if (detail::same_host(ack.agent.node(), sys->node())) {
+    bulk->set_reachable(caf::to_string(ack.agent.node()), ack.shm_ok);
+    ours = bulk->shared_memory_enabled() && detail::can_open_probe(ack.shm);
+    caf::send_as(agent, ack.agent, shm_verdict{ours});
+  }
   if (fast && ack.fast_port != 0) {
     try {
-      l.conn = fast->connect(ack.info.name, ack.agent.node(), host, ack.fast_port, ack.fast_secret, timeout);
+      l.conn = fast->connect(ack.info.name, ack.agent.node(), host, ack.fast_port, ack.fast_secret, ours, timeout);
     } catch (const error& e) {
       std::fprintf(stderr, "[troupe] %s: %s; calls to %s use the CAF path\n", me.name.c_str(), e.message().c_str(), ack.info.name.c_str());
     }

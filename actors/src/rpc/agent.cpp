@@ -206,8 +206,14 @@ caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
   }
   s.cfg.auth->add(sender->node());
   if (h.agent) watch_peer(self, h.agent, h.info.name);
-  hello_ack ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store, 0, {}};
+  hello_ack ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store, 0, {}, {}, false};
   if (s.cfg.issue_ticket) std::tie(ack.fast_port, ack.fast_secret) = s.cfg.issue_ticket(h.info.name, sender->node());
+  // Note [shm reachability]: can we open the caller's memory? (Whether it can open ours, its
+  // verdict says, before its first request.)
+  if (s.cfg.bulk && same_host(sender->node(), self->node())) {
+    ack.shm = s.cfg.bulk->probe();
+    ack.shm_ok = ack.shm.pid != 0 && can_open_probe(h.shm);
+  }
   return ack;
 }
 
@@ -218,6 +224,11 @@ caf::behavior agent(agent_actor* self, agent_config cfg) {
       [=](hello& h) { return on_hello(self, h); },
       [=](local_call& c) { start_call(self, c); },
       [=](watch_peer_msg& w) { watch_peer(self, w.peer, w.name); },
+      [=](shm_verdict& v) {  // Note [shm reachability]: whether the caller can open ours
+        const auto& from = self->current_sender();
+        if (from && self->state.cfg.bulk && self->state.cfg.auth->contains(from->node()))
+          self->state.cfg.bulk->set_reachable(caf::to_string(from->node()), v.ok);
+      },
       [=](rpc_request& r) { serve_request(self, r); },
       [=](rpc_response& r) { on_response(self, r); },
       [=](outgoing_response& o) {

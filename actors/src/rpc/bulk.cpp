@@ -264,9 +264,45 @@ void bulk_names::sweep_pins_locked(std::vector<std::shared_ptr<const void>>& rel
   npinned_ = pinned_.size();
 }
 
+void bulk_names::disable_shared_memory() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  enabled_ = false;
+  reachable_.clear();
+}
+
+shm_probe bulk_names::probe() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!enabled_ || closed_) return {};
+  if (!probe_) probe_ = create_memfd_mapping(new_segment_name("probe_"), header_bytes);
+  if (!probe_) return {};
+  return shm_probe{probe_->pid, probe_->owner_fd, probe_->name};
+}
+
+bool bulk_names::reachable(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = reachable_.find(peer);
+  return enabled_ && it != reachable_.end() && it->second;
+}
+
+void bulk_names::set_reachable(const std::string& peer, bool ok) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (enabled_) reachable_[peer] = ok;
+}
+
+bool can_open_probe(const shm_probe& p) {
+  if (p.pid <= 0 || p.fd < 0 || p.name.rfind(std::string(seg_prefix) + "probe_", 0) != 0) return false;
+  try {
+    ::close(open_peer_memfd(p.name, p.pid, p.fd));
+    return true;
+  } catch (const error&) {
+    return false;
+  }
+}
+
 void bulk_names::drop_peer(const std::string& peer) {
   std::vector<std::shared_ptr<const void>> released;  // declared first: dies after the lock
   std::lock_guard<std::mutex> lock(mutex_);
+  reachable_.erase(peer);
   std::erase_if(pinned_, [&](pinned& p) {
     if (p.peer != peer) return false;
     pin_slot(*pin_segment_, p.slot)->store(0, std::memory_order_release);

@@ -56,6 +56,26 @@
 //   view; tensor sent on: refs+1 --> ... ; every tensor dies -> refs 0 -> free for the owner
 //
 // Only memfds named "troupe_rpc_..." are ever opened by a receiver.
+//
+// Note [shm reachability]
+// The same CAF host id does not prove that a peer can open this process's memfds: processes in
+// different pid namespaces (containers sharing the host's network) or without ptrace-read access
+// to each other cannot. So a node sends a tensor through shared memory only to a peer that
+// showed it can, during the hello (messages.hpp); to any other peer, and before the handshake,
+// tensors travel as inline bytes (kind 0), share_memory_() tensors as ordinary copies.
+//
+//   A --hello{probe_A}--> B: B opens probe_A like a segment: ok_B
+//   A <--hello_ack{probe_B, shm_ok = ok_B}-- B: reachable_A[B] = ok_B; A opens probe_B: ok_A
+//   A --shm_verdict{ok_A}--> B's agent, and fast_auth{..., shm_ok = ok_A} on the direct
+//   connection: reachable_B[A] = ok_A before any request of A's is read on either path
+//
+// Access need not be symmetric (a process that dropped its capabilities may not read one that
+// kept them, while the reverse is allowed), so each side is told by the other. A later hello
+// (B calling A) repeats the exchange the other way round with the same outcome.
+//
+// A probe is a 4 KiB memfd named troupe_rpc_probe_..., opened and checked exactly as a
+// segment is (open_peer_memfd), then closed. node_options::shared_memory_rpc = false sends no
+// probe and marks no peer reachable, so both directions of every connection use inline bytes.
 
 #include <atomic>
 #include <cstddef>
@@ -67,6 +87,8 @@
 #include <vector>
 
 #include <caf/node_id.hpp>
+
+#include "troupe/actors/messages.hpp"
 
 namespace troupe::detail {
 
@@ -119,6 +141,16 @@ class bulk_names {
   /// direct channel's I/O thread calls it on every wake.
   void sweep_pins();
 
+  /// Note [shm reachability]. Turns shared memory off for this node: probe() is empty and no
+  /// peer is reachable from now on.
+  void disable_shared_memory();
+  bool shared_memory_enabled() const { return enabled_.load(std::memory_order_relaxed); }
+  /// This node's probe (created on first use); pid 0 when off or no memfd could be made.
+  shm_probe probe();
+  /// Whether `peer` (a node id string) can open this node's segments. Unknown peers cannot.
+  bool reachable(const std::string& peer);
+  void set_reachable(const std::string& peer, bool ok);
+
  private:
   struct pinned {
     std::string peer;
@@ -137,7 +169,13 @@ class bulk_names {
   std::map<std::string, std::vector<std::unique_ptr<bulk_segment>>> pool_;
   std::size_t pooled_bytes_ = 0;
   bool closed_ = false;
+  std::atomic<bool> enabled_{true};
+  std::shared_ptr<seg_mapping> probe_;
+  std::map<std::string, bool> reachable_;
 };
+
+/// Whether this process can open `p` (another process's probe) like a segment. Never throws.
+bool can_open_probe(const shm_probe& p);
 
 /// Makes write_tensor use shared memory on this thread while alive (nested scopes restore).
 /// `peer` is the node the payload goes to (segments are pooled per peer).

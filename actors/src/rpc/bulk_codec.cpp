@@ -80,7 +80,7 @@ bool write_tensor_shared(writer& w, const tensor& h, d::bulk_names& names) {
 bool write_tensor_bulk(writer& w, const tensor& h) {
   const std::size_t nbytes = h.nbytes();
   d::bulk_names* names = d::active_bulk_names();
-  if (!names || nbytes < d::bulk_threshold) return false;
+  if (!names || nbytes < d::bulk_threshold || !names->reachable(peer_key())) return false;  // Note [shm reachability]
   if (write_tensor_shared(w, h, *names)) return true;  // kind 2: a share_memory_() tensor's handle
   seg_ref ref;
   if (const seg_view* v = view_of(*h.storage())) {  // already a segment: one more reference, no copy

@@ -142,14 +142,14 @@ std::string fast_path::issue_ticket(const std::string& peer, const caf::node_id&
 }
 
 std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
-                                              std::uint16_t port, const std::string& secret, std::chrono::milliseconds timeout) {
+                                              std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout) {
   const int fd = connect_to(host, port, timeout);
   if (fd < 0) throw error(errc::peer_lost, cfg_.me.name + ": cannot open the direct rpc connection to " + peer + " at " + host + ":" + std::to_string(port));
   auto c = std::make_shared<fast_conn>(fd, true);
   c->peer = peer;
   c->peer_node = node;
   std::vector<char> frame;
-  fast_auth auth{cfg_.me.name, secret};
+  fast_auth auth{cfg_.me.name, secret, shm_ok};
   if (!append_frame(frame, frame_kind::auth, auth) || !c->write(frame.data(), frame.size()))
     throw error(errc::peer_lost, cfg_.me.name + ": the direct rpc connection to " + peer + " failed during authentication");
   {
@@ -329,6 +329,7 @@ bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, s
       c->peer = it->second.peer;
       c->peer_node = it->second.node;
       tickets_.erase(it);  // one use
+      if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c->peer_node), a.shm_ok);  // Note [shm reachability]
     }
   }
   if (!ok) {

@@ -11,7 +11,7 @@
 //   caller                                          callee
 //   hello{token} ===CAF===> agent: token ok, issue_ticket(name, node) -> one-use secret
 //             <===CAF=== hello_ack{..., fast_port, secret}
-//   connect(fast_port) --fast_auth{name, secret}--> I/O thread: ticket consumed -> authenticated,
+//   connect(fast_port) --fast_auth{name, secret, shm_ok}--> I/O thread: ticket consumed -> authenticated,
 //                                                   the connection goes to the executor's leader
 //   user thread: hook.on_send, write --rpc_request--> leading executor thread: hook.on_receive,
 //                                                      serve_job (interceptor, bulk, rref caller)
@@ -125,8 +125,10 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   /// A fresh one-use secret for `peer` (which just presented the job token). Agent thread.
   std::string issue_ticket(const std::string& peer, const caf::node_id& node);
   /// Connects to `peer`'s fast port and authenticates; blocks up to `timeout`. Throws peer_lost.
+  /// `shm_ok`: this node can open the peer's memory (told in the auth frame, Note [shm
+  /// reachability]).
   std::shared_ptr<fast_conn> connect(const std::string& peer, const caf::node_id& node, const std::string& host,
-                                     std::uint16_t port, const std::string& secret, std::chrono::milliseconds timeout);
+                                     std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout);
   /// Sends one call over `c` (the calling user thread writes it). Errors complete `st`.
   void call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st, const std::string& function,
             std::vector<char> payload, std::vector<char> meta);

@@ -22,10 +22,11 @@ enum class frame_kind : std::uint8_t { request = 0, response = 1, auth = 2 };
 struct fast_auth {
   std::string name;    ///< the connecting worker
   std::string secret;  ///< hex, issued for that worker
+  bool shm_ok = false; ///< the connecting worker can open the listener's memory (Note [shm reachability])
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, fast_auth& x) {
-  return f(caf::meta::type_name("troupe.fast_auth"), x.name, x.secret);
+  return f(caf::meta::type_name("troupe.fast_auth"), x.name, x.secret, x.shm_ok);
 }
 
 inline constexpr std::size_t frame_header_size = 5;

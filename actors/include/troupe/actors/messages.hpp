@@ -25,30 +25,58 @@ typename Inspector::result_type inspect(Inspector& f, worker_info& x) {
   return f(caf::meta::type_name("troupe.worker_info"), x.name, x.rank, x.world_size);
 }
 
+/// A node's shared-memory probe (Note [shm reachability], src/rpc/bulk.hpp): a tiny memfd of
+/// the sending process that the receiver tries to open the way it would open a tensor segment.
+/// pid 0: none (shared memory off on that node, or not the same host).
+struct shm_probe {
+  std::int32_t pid = 0;
+  std::int32_t fd = -1;
+  std::string name;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shm_probe& x) {
+  return f(caf::meta::type_name("troupe.shm_probe"), x.pid, x.fd, x.name);
+}
+
+/// Sent by a node that said hello, to the peer's agent, when it cannot open the peer's probe
+/// although the peer could open its own (or the reverse): the peer's sends switch to match
+/// (Note [shm reachability]).
+struct shm_verdict {
+  bool ok = false;  ///< the sender can open the receiver's segments
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shm_verdict& x) {
+  return f(caf::meta::type_name("troupe.shm_verdict"), x.ok);
+}
+
 /// First message on every connection (Note [job token]): the caller's token, identity and agent.
 struct hello {
   std::string token;
   worker_info info;
   caf::actor agent;
+  shm_probe shm;  ///< the caller's probe (Note [shm reachability])
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hello& x) {
-  return f(caf::meta::type_name("troupe.hello"), x.token, x.info, x.agent);
+  return f(caf::meta::type_name("troupe.hello"), x.token, x.info, x.agent, x.shm);
 }
 
 /// Answer to a hello with the right token: the callee's identity, its agent, (rank 0) the store,
 /// and its direct rpc port with a one-use secret for this caller (Note [rpc fast path]; port 0:
-/// none).
+/// none), its shared-memory probe and whether it could open the caller's (Note [shm
+/// reachability]).
 struct hello_ack {
   worker_info info;
   caf::actor agent;
   caf::actor store;
   std::uint16_t fast_port = 0;
   std::string fast_secret;
+  shm_probe shm;        ///< the callee's probe
+  bool shm_ok = false;  ///< the callee opened the caller's probe
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hello_ack& x) {
-  return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store, x.fast_port, x.fast_secret);
+  return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store, x.fast_port, x.fast_secret, x.shm, x.shm_ok);
 }
 
 /// One RPC, agent to agent (Note [rpc call]). `payload` is the codec's byte vector; `meta` the

@@ -29,6 +29,10 @@ struct node_options {
   /// Calls to other nodes travel over a direct, authenticated TCP connection per peer instead of
   /// the CAF agents (Note [rpc fast path]); false keeps every call on the CAF path.
   bool rpc_fast_path = true;
+  /// Large tensors (1 MiB or more) to a peer on the same host travel through shared memory when
+  /// the peer can open this process's memory (Note [shm reachability], checked at the first
+  /// contact); false sends every tensor as bytes on the connection, both ways.
+  bool shared_memory_rpc = true;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;
   /// Default deadline of an RPC and of store operations.

@@ -1,0 +1,162 @@
+// Multi-process tests of Note [shm reachability] (actors/src/rpc/bulk.hpp): a large tensor goes
+// through shared memory only toward a peer that showed, at the first contact, that it can open
+// this process's memory (told by that peer, even to a node that never said hello to it);
+// otherwise it travels as bytes. Every call must succeed bit-exact either
+// way, in both directions of the connection (requests and responses).
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/capability.h>
+
+#include <cstdint>
+#include <string>
+
+#include <catch2/catch.hpp>
+#include <dirent.h>
+
+#include "integration/node_harness.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/shared_memory.hpp"
+#include "troupe/actors/spawn.hpp"
+#include "troupe/tensors/factories.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::int64_t big = (3 << 20) + 12;  // over the 1 MiB threshold
+
+// 1 when `t` arrived through shared memory, 0 when as bytes, -1 when its bytes are wrong.
+int arrived(const troupe::tensor& t, int seed) {
+  if (!troupe::test::same_bytes(t, troupe::test::byte_pattern(big, static_cast<unsigned>(seed)))) return -1;
+  return troupe::is_shared(t) ? 1 : 0;
+}
+
+// Whether this process may open another's descriptors: reading the link of one of its
+// /proc/<pid>/fd entries takes the same ptrace-read check as opening a peer's segment (listing
+// the directory does not).
+bool may_open_fds_of(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return false;
+  bool ok = false;
+  while (auto* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char link[256];
+    ok = ::readlink((dir + "/" + e->d_name).c_str(), link, sizeof link) >= 0;
+    break;
+  }
+  ::closedir(d);
+  return ok;
+}
+
+// Makes this process unable to open its parent's memory while the parent can still open its
+// own, or the reverse: as root, by dropping every capability (a process may not read one whose
+// capabilities are not a subset of its own); otherwise by becoming non-dumpable (nobody without
+// CAP_SYS_PTRACE may read it).
+void become_asymmetric() {
+  if (::geteuid() == 0) {
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    if (::syscall(SYS_capset, &hdr, data) != 0) throw troupe::error(troupe::errc::io_error, "capset failed");
+  } else if (::prctl(PR_SET_DUMPABLE, 0) != 0) {
+    throw troupe::error(troupe::errc::io_error, "prctl(PR_SET_DUMPABLE) failed");
+  }
+}
+
+enum class mode { defaults, off, asymmetric };
+
+troupe::rpc::registry functions() {
+  troupe::rpc::registry reg;
+  reg.add("arrived", [](troupe::tensor t, int seed) { return arrived(t, seed); });
+  reg.add("echo", [](troupe::tensor t) { return t; });
+  return reg;
+}
+
+void serve(std::uint16_t port, mode m) {
+  if (m == mode::asymmetric) become_asymmetric();
+  auto opts = troupe::test::test_options(1, 2, port);
+  opts.shared_memory_rpc = m != mode::off;
+  auto reg = functions();
+  troupe::node* self = nullptr;
+  // The child's own requests to rank 0 (and rank 0's responses), made while rank 0 waits.
+  reg.add("call_back", [&self](int seed) {
+    return troupe::rpc_sync<int>(*self, "worker0", "arrived", troupe::test::byte_pattern(big, static_cast<unsigned>(seed)), seed);
+  });
+  troupe::node n(opts, std::move(reg));
+  self = &n;
+  n.store().set("child_may_open_parent", may_open_fds_of(::getppid()) ? "1" : "0");
+  // Before rank 0 ever calls this node: its response can only follow what this node told it.
+  const auto t = troupe::test::byte_pattern(big, 30);
+  const auto back = troupe::rpc_sync<troupe::tensor>(n, "worker0", "echo", t);
+  n.store().set("child_echo", !troupe::test::same_bytes(back, t) ? "-1" : troupe::is_shared(back) ? "1" : "0");
+  troupe::test::serve_until_done(n);
+}
+
+// What arrived where: each direction through shared memory (1) or as bytes (0).
+struct seen {
+  int at_child = -2;   // a request of rank 0's
+  int at_parent = -2;  // a request of the child's
+  int child_echo = -2;  // rank 0's response to the child's first call, before rank 0 said hello
+  bool echoes_exact = false;
+};
+
+seen run(mode m, bool& child_may_open_parent, bool& parent_may_open_child) {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), m); });
+  seen s;
+  {
+    troupe::node n(troupe::test::test_options(0, 2, 0), functions());
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready"}, 10s);
+    child_may_open_parent = n.store().get("child_may_open_parent", 10s) == "1";
+    parent_may_open_child = may_open_fds_of(children.pids().at(0));
+    s.child_echo = std::stoi(n.store().get("child_echo", 10s));
+    s.at_child = troupe::rpc_sync<int>(n, "worker1", "arrived", troupe::test::byte_pattern(big, 7), 7);
+    s.at_parent = troupe::rpc_sync<int>(n, "worker1", "call_back", 8);
+    s.echoes_exact = true;
+    for (unsigned i = 0; i < 3; ++i) {
+      const auto t = troupe::test::byte_pattern(big + i, 20 + i);
+      s.echoes_exact = s.echoes_exact && troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t);
+    }
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  }
+  CHECK(children.join(20s));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("by default large tensors between processes of one host go through shared memory both ways", "[actors][rpc][bulk]") {
+  bool child_can = false, parent_can = false;
+  const seen s = run(mode::defaults, child_can, parent_can);
+  REQUIRE(child_can);
+  REQUIRE(parent_can);
+  CHECK(s.child_echo == 1);
+  CHECK(s.at_child == 1);
+  CHECK(s.at_parent == 1);
+  CHECK(s.echoes_exact);
+}
+
+TEST_CASE("a node with shared_memory_rpc off gets and sends large tensors as bytes, bit-exact, both ways", "[actors][rpc][bulk]") {
+  bool child_can = false, parent_can = false;
+  const seen s = run(mode::off, child_can, parent_can);
+  CHECK(s.child_echo == 0);
+  CHECK(s.at_child == 0);
+  CHECK(s.at_parent == 0);
+  CHECK(s.echoes_exact);
+}
+
+TEST_CASE("when only one of two processes can open the other's memory, each direction picks what works", "[actors][rpc][bulk]") {
+  bool child_can = false, parent_can = false;
+  const seen s = run(mode::asymmetric, child_can, parent_can);
+  INFO("child may open rank 0's memory: " << child_can << ", rank 0 the child's: " << parent_can);
+  REQUIRE(child_can != parent_can);  // the setup did make access one-sided
+  // Rank 0's requests use shared memory only if the child can open rank 0's segments, and the
+  // child's only if rank 0 can open the child's; anything else would fail to decode.
+  CHECK(s.child_echo == (child_can ? 1 : 0));
+  CHECK(s.at_child == (child_can ? 1 : 0));
+  CHECK(s.at_parent == (parent_can ? 1 : 0));
+  CHECK(s.echoes_exact);
+}
