@@ -31,10 +31,14 @@ namespace {
 // --caf-path: every call through the CAF agents (node_options::rpc_fast_path = false), to compare
 // with the direct channel (Note [rpc fast path]).
 bool g_fast_path = true;
+// --no-shm: large tensors as bytes on the connection, not through shared memory
+// (node_options::shared_memory_rpc = false; Note [shm reachability]).
+bool g_shm = true;
 
 troupe::node_options options(int rank, std::uint16_t port) {
   auto o = troupe::bench::bench_node_options(rank, 3, port);
   o.rpc_fast_path = g_fast_path;
+  o.shared_memory_rpc = g_shm;
   return o;
 }
 
@@ -238,6 +242,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;
     if (std::strcmp(argv[i], "--caf-path") == 0) g_fast_path = false;
+    if (std::strcmp(argv[i], "--no-shm") == 0) g_shm = false;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
   if (!only.empty() && only != "small" && only != "during") {
@@ -272,7 +277,7 @@ int main(int argc, char** argv) {
     const pid_t server = children.pids().at(0);
     echo_metrics(n, rep, 1u << 20, quick ? 20 : 200, "1mb", server);
     echo_metrics(n, rep, 64u << 20, quick ? 3 : 10, "64mb", server);
-    shared_echo_metric(n, rep, quick ? 5 : 50);
+    if (g_shm) shared_echo_metric(n, rep, quick ? 5 : 50);  // with --no-shm it arrives as a copy
     during_transfer_metrics(n, rep, quick ? 3 : 50, idle_us);
     peer_loss_metric(n, rep, children);
     n.store().set("done", "1");

@@ -110,13 +110,19 @@ void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req,
   }
   if (d.copies <= 0) return;
   if (d.delay.count() > 0) {
-    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies] { self->serve(c, req, copies, nullptr); });
+    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies]() mutable {
+      self->serve(c, std::move(req), copies, nullptr);
+    });
     return;
   }
-  serve(c, req, d.copies, jobs);
+  serve(c, std::move(req), d.copies, jobs);
 }
 
-void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies, job_list* jobs) {
+void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, int copies, job_list* jobs) {
+  // The jobs (more than one only for a duplicating fault plan) share the request: copying it
+  // copied its payload, a whole extra pass over a large tensor sent as bytes.
+  auto shared = std::make_shared<const rpc_request>(std::move(req_in));
+  const rpc_request& req = *shared;
   auto fn = cfg_.functions->find(req.function);
   if (!fn) {
     respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
@@ -125,8 +131,8 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, const rpc_request& re
   }
   const serve_target to{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node};
   for (int i = 0; i < copies; ++i) {
-    auto job = [self = shared_from_this(), c, fn, req, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
-      serve_job(*fn, req, self->cfg_.me.name, to, ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
+    auto job = [self = shared_from_this(), c, fn, shared, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
+      serve_job(*fn, *shared, self->cfg_.me.name, to, ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
     };
     if (jobs) (fn->quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
     else if (!cfg_.exec->post(std::move(job)))

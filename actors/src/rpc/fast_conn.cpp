@@ -53,27 +53,32 @@ bool fast_conn::write(const char* data, std::size_t n) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed()) return false;
-    out_.insert(out_.end(), data, data + n);
-    if (flushing_) return true;  // the flushing writer sends these bytes too
-    flushing_ = true;
-  }
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      spare_.clear();
-      if (out_.empty()) {
-        flushing_ = false;
-        return true;
-      }
-      out_.swap(spare_);
+    if (flushing_) {  // the flushing writer sends these bytes too, after its own
+      out_.insert(out_.end(), data, data + n);
+      return true;
     }
-    if (!send_all(spare_.data(), spare_.size())) {
+    flushing_ = true;  // out_ is empty whenever nobody flushes
+  }
+  // Nobody else is writing: send straight from the caller's frame (no copy into out_; for a large
+  // tensor sent as bytes that copy was a whole pass over it), then what others queued meanwhile.
+  const char* p = data;
+  for (;;) {
+    if (!send_all(p, n)) {
       close();
       std::lock_guard<std::mutex> lock(mutex_);
       out_.clear();
       flushing_ = false;
       return false;
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    spare_.clear();
+    if (out_.empty()) {
+      flushing_ = false;
+      return true;
+    }
+    out_.swap(spare_);
+    p = spare_.data();
+    n = spare_.size();
   }
 }
 

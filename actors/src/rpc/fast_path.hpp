@@ -173,7 +173,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
   bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
   void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs);
-  void serve(const std::shared_ptr<fast_conn>& c, const rpc_request& req, int copies, job_list* jobs);
+  void serve(const std::shared_ptr<fast_conn>& c, rpc_request req, int copies, job_list* jobs);
   void respond(const std::shared_ptr<fast_conn>& c, rpc_response resp);
   void on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp);
   void finish(const fast_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
