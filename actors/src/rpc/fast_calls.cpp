@@ -4,6 +4,7 @@
 
 #include "troupe/actors/rpc/reply_batch.hpp"
 #include "rpc/serve.hpp"
+#include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
 
 #include <unistd.h>
@@ -58,6 +59,14 @@ void fast_path::send_copies(const std::shared_ptr<fast_conn>& c, std::vector<cha
   else send();
 }
 
+void fast_path::send_split(const std::shared_ptr<fast_conn>& c, const split_frame& f, const transport_decision& d) {
+  if (d.copies <= 0) return;
+  if ((tls_replies.depth > 0 && !c->outgoing()) || d.delay.count() > 0) return send_copies(c, f.flat(), d);  // kept: one buffer
+  const fast_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
+  for (int i = 0; i < d.copies; ++i)
+    if (!c->write_parts(parts, 3)) return;  // closed: the I/O thread fails the calls
+}
+
 void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
                      const std::string& function, std::vector<char> payload, std::vector<char> meta) {
   std::uint64_t id = 0;
@@ -84,6 +93,14 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
     d = cfg_.hook->on_send(env);
     req.payload = std::move(env.payload);
     req.meta = std::move(env.meta);
+  }
+  if (req.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
+    split_frame f;
+    if (make_split_frame(f, frame_kind::request, req)) {
+      wake_if_first_deadline(st->deadline());
+      send_split(c, f, d);
+      return;
+    }
   }
   std::vector<char> frame;
   if (!append_frame(frame, frame_kind::request, req)) {
@@ -147,6 +164,10 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
     d = cfg_.hook->on_send(env);
     resp.payload = std::move(env.payload);
     resp.meta = std::move(env.meta);
+  }
+  if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
+    split_frame f;
+    if (make_split_frame(f, frame_kind::response, resp)) return send_split(c, f, d);
   }
   std::vector<char> frame;
   if (!append_frame(frame, frame_kind::response, resp)) return;  // cannot happen: bytes and strings only

@@ -54,6 +54,13 @@ class fast_conn {
   /// Blocks while the socket is full (bounded: a closed connection ends the wait). Returns false
   /// when the connection is closed or the send failed (it is then closed).
   bool write(const char* data, std::size_t n);
+  /// One frame in several buffers (rpc/split_frame.hpp), written as one (sendmsg); the same
+  /// contract as write().
+  struct part {
+    const char* data;
+    std::size_t size;
+  };
+  bool write_parts(const part* parts, std::size_t count);
   /// Shuts the socket down (the I/O thread then sees the hang-up); idempotent, thread-safe.
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
@@ -86,6 +93,7 @@ class fast_conn {
 
  private:
   bool send_all(const char* p, std::size_t n);
+  bool send_parts(const part* parts, std::size_t count);
   int fd_;
   bool outgoing_;
   std::atomic<bool> closed_{false};

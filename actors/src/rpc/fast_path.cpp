@@ -302,7 +302,12 @@ void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs)
       std::fprintf(stderr, "[troupe] %s: dropped a direct rpc connection: bad frame header\n", cfg_.me.name.c_str());
       return drop(c, "protocol violation: bad frame header");
     }
-    if (in.size() - at < frame_header_size + len) break;
+    if (in.size() - at < frame_header_size + len) {
+      // A large frame arriving in pieces: room for all of it now, not one doubling after another
+      // (each a copy of what came so far); read_available then fills it in large reads.
+      if (in.capacity() < at + frame_header_size + len) in.reserve(at + frame_header_size + len);
+      break;
+    }
     const auto kind = static_cast<std::uint8_t>(in[at + 4]);
     if (!handle_frame(c, kind, in.data() + at + frame_header_size, len, jobs)) return;
     at += frame_header_size + len;

@@ -97,6 +97,8 @@
 
 namespace troupe::detail {
 
+struct split_frame;
+
 /// What the fast path needs from its node.
 struct fast_path_config {
   worker_info me;
@@ -180,6 +182,8 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why);
   void drop(const std::shared_ptr<fast_conn>& c, const std::string& why);
   void send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d);
+  /// send_copies of a frame with a large payload (rpc/split_frame.hpp), without copying it.
+  void send_split(const std::shared_ptr<fast_conn>& c, const split_frame& f, const transport_decision& d);
   void later(std::chrono::milliseconds delay, std::function<void()> fn);
   void run_timers();
   void sweep_deadlines();

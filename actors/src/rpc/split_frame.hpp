@@ -1,0 +1,72 @@
+#pragma once
+// A request or response frame of the direct channel whose payload is not copied into it: the
+// bytes before the payload (frame header, the fields before it, its length), the payload itself
+// (borrowed from the message) and the bytes after it, written with one sendmsg. On the wire it
+// is exactly append_frame's frame of the same message (tested in codec_test). A large tensor sent
+// as bytes (between hosts) is then copied once less on the sending side, and no second buffer of
+// its size is allocated for the frame.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "rpc/wire.hpp"
+#include "troupe/actors/messages.hpp"
+
+namespace troupe::detail {
+
+/// Payloads at least this large are sent split (below it one copy is cheaper than the iovecs).
+inline constexpr std::size_t split_payload_bytes = std::size_t{64} << 10;
+
+struct split_frame {
+  std::vector<char> head;
+  const std::vector<char>* payload = nullptr;  ///< the message's; must outlive the send
+  std::vector<char> tail;
+  std::size_t size() const { return head.size() + (payload ? payload->size() : 0) + tail.size(); }
+  /// The whole frame as one buffer (for the paths that keep a frame: batches, delays).
+  std::vector<char> flat() const {
+    std::vector<char> out;
+    out.reserve(size());
+    out.insert(out.end(), head.begin(), head.end());
+    if (payload) out.insert(out.end(), payload->begin(), payload->end());
+    out.insert(out.end(), tail.begin(), tail.end());
+    return out;
+  }
+};
+
+namespace split_detail {
+// The fields that inspect() writes before the payload (messages.hpp), in its order.
+inline bool before_payload(caf::binary_serializer& s, rpc_request& m) { return !s(m.id, m.function, m.caller); }
+inline bool before_payload(caf::binary_serializer& s, rpc_response& m) { return !s(m.id, m.code, m.message); }
+}  // namespace split_detail
+
+/// Builds `f` for `msg` (rpc_request or rpc_response); `f.payload` points into `msg`. False when
+/// the message cannot be serialized or is too large for a frame.
+template <class T>
+bool make_split_frame(split_frame& f, frame_kind kind, T& msg) {
+  std::vector<char> payload;
+  payload.swap(msg.payload);  // serialized without it, its place is one byte: length 0
+  std::vector<char> rest;
+  const bool framed = append_frame(rest, kind, msg);
+  payload.swap(msg.payload);
+  if (!framed) return false;
+  std::vector<char> prefix;
+  caf::binary_serializer ps{nullptr, prefix};
+  if (!split_detail::before_payload(ps, msg)) return false;
+  const std::size_t after = frame_header_size + prefix.size() + 1;  // header, fields, the 0 length
+  if (rest.size() < after || rest[after - 1] != 0) return false;  // inspect() changed: fall back
+  f.head.assign(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(frame_header_size + prefix.size()));
+  caf::binary_serializer hs{nullptr, f.head};
+  std::size_t n = msg.payload.size();
+  if (hs.begin_sequence(n)) return false;
+  f.payload = &msg.payload;
+  f.tail.assign(rest.begin() + static_cast<std::ptrdiff_t>(after), rest.end());
+  const std::size_t body = f.size() - frame_header_size;
+  if (body > max_frame_body) return false;
+  const unsigned char len[4] = {static_cast<unsigned char>(body), static_cast<unsigned char>(body >> 8),
+                                static_cast<unsigned char>(body >> 16), static_cast<unsigned char>(body >> 24)};
+  std::memcpy(f.head.data(), len, sizeof len);
+  return true;
+}
+
+}  // namespace troupe::detail
