@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <dirent.h>
@@ -173,4 +175,38 @@ TEST_CASE("when only one of two processes can open the other's memory, each dire
   CHECK(s.at_child == (child_can ? 1 : 0));
   CHECK(s.at_parent == (parent_can ? 1 : 0));
   CHECK(s.echoes_exact);
+}
+
+TEST_CASE("as bytes, large echoes and small calls from several threads at once come back bit-exact", "[actors][rpc][bulk]") {
+  // Frames written in pieces (rpc/split_frame.hpp) while other writers queue behind them, and
+  // large frames read in pieces on both sides.
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off, true); });
+  {
+    auto opts = troupe::test::test_options(0, 2, 0);
+    opts.shared_memory_rpc = false;
+    troupe::node n(opts, functions());
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready"}, 10s);
+    std::vector<std::thread> threads;
+    std::vector<int> good(4, 0), small(4, 0);
+    for (int k = 0; k < 4; ++k)
+      threads.emplace_back([&, k] {
+        for (int i = 0; i < 6; ++i) {
+          const auto t = troupe::test::byte_pattern((k % 2 ? 70'000 : (2 << 20)) + 4096 * k + i, 500u + static_cast<unsigned>(k * 10 + i));
+          auto f = troupe::rpc_async<troupe::tensor>(n, "worker1", "echo", t);
+          const auto tiny = troupe::test::byte_pattern(16, static_cast<unsigned>(i));
+          if (troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", tiny), tiny)) ++small[k];
+          if (troupe::test::same_bytes(f.get(), t)) ++good[k];
+        }
+      });
+    for (auto& th : threads) th.join();
+    for (int k = 0; k < 4; ++k) {
+      CHECK(good[k] == 6);
+      CHECK(small[k] == 6);
+    }
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  }
+  CHECK(children.join(20s));
 }
