@@ -133,6 +133,15 @@ seen run(mode m, bool& child_may_open_parent, bool& parent_may_open_child, bool 
   return s;
 }
 
+// What each direction should have used: 1 shared memory, 0 bytes. `into_child`: rank 0's
+// requests and its responses to the child; `into_parent`: the child's requests.
+void expect_paths(const seen& s, int into_child, int into_parent) {
+  CHECK(s.child_echo == into_child);
+  CHECK(s.at_child == into_child);
+  CHECK(s.at_parent == into_parent);
+  CHECK(s.echoes_exact);
+}
+
 }  // namespace
 
 TEST_CASE("by default large tensors between processes of one host go through shared memory both ways", "[actors][rpc][bulk]") {
@@ -140,28 +149,19 @@ TEST_CASE("by default large tensors between processes of one host go through sha
   const seen s = run(mode::defaults, child_can, parent_can);
   REQUIRE(child_can);
   REQUIRE(parent_can);
-  CHECK(s.child_echo == 1);
-  CHECK(s.at_child == 1);
-  CHECK(s.at_parent == 1);
-  CHECK(s.echoes_exact);
+  expect_paths(s, 1, 1);
 }
 
 TEST_CASE("on the CAF path too, each side learns before the first request that the other can open its memory", "[actors][rpc][bulk]") {
   bool child_can = false, parent_can = false;
   const seen s = run(mode::defaults, child_can, parent_can, false);
-  CHECK(s.child_echo == 1);
-  CHECK(s.at_child == 1);
-  CHECK(s.at_parent == 1);
-  CHECK(s.echoes_exact);
+  expect_paths(s, 1, 1);
 }
 
 TEST_CASE("a node with shared_memory_rpc off gets and sends large tensors as bytes, bit-exact, both ways", "[actors][rpc][bulk]") {
   bool child_can = false, parent_can = false;
   const seen s = run(mode::off, child_can, parent_can);
-  CHECK(s.child_echo == 0);
-  CHECK(s.at_child == 0);
-  CHECK(s.at_parent == 0);
-  CHECK(s.echoes_exact);
+  expect_paths(s, 0, 0);
 }
 
 TEST_CASE("when only one of two processes can open the other's memory, each direction picks what works", "[actors][rpc][bulk]") {
@@ -171,10 +171,7 @@ TEST_CASE("when only one of two processes can open the other's memory, each dire
   REQUIRE(child_can != parent_can);  // the setup did make access one-sided
   // Rank 0's requests use shared memory only if the child can open rank 0's segments, and the
   // child's only if rank 0 can open the child's; anything else would fail to decode.
-  CHECK(s.child_echo == (child_can ? 1 : 0));
-  CHECK(s.at_child == (child_can ? 1 : 0));
-  CHECK(s.at_parent == (parent_can ? 1 : 0));
-  CHECK(s.echoes_exact);
+  expect_paths(s, child_can ? 1 : 0, parent_can ? 1 : 0);
 }
 
 TEST_CASE("as bytes, large echoes and small calls from several threads at once come back bit-exact", "[actors][rpc][bulk]") {
