@@ -236,8 +236,8 @@ int main(int argc, char** argv) {
   // message pays ~16k page faults for fresh pages (measured: page faults were the top cost of
   // the 64 MB echo). Applies to the forked children as well. Pass --no-mallopt to compare.
   bool tune = true;
-  // --only small|during: the small round trips only, or those plus the during-transfer phase
-  // (200 rounds), for profiling (perf, strace) without the other phases.
+  // --only small|during|async: the small round trips only, or those plus the during-transfer
+  // phase (200 rounds) or the async phase, for profiling (perf, strace) without the others.
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;
@@ -245,8 +245,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-shm") == 0) g_shm = false;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
-  if (!only.empty() && only != "small" && only != "during") {
-    std::fprintf(stderr, "rpc_bench: --only takes small or during, not '%s'\n", only.c_str());
+  if (!only.empty() && only != "small" && only != "during" && only != "async") {
+    std::fprintf(stderr, "rpc_bench: --only takes small, during or async, not '%s'\n", only.c_str());
     return 2;
   }
   if (tune) {
@@ -266,6 +266,7 @@ int main(int argc, char** argv) {
     const double idle_us = small_rtt_metrics(n, rep, quick ? 2000 : 20000);
     rep.add("rpc_sync_small_rtt_ratio_to_tcp", idle_us / tcp.median, "ratio", "\"goal\": 1.5");
     if (only == "during") during_transfer_metrics(n, rep, 200, idle_us);
+    if (only == "async") async_metrics(n, rep, quick ? 20000 : 200000);
     if (!only.empty()) {
       n.store().set("done", "1");
       n.shutdown(troupe::shutdown_mode::immediate);

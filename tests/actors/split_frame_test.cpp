@@ -38,3 +38,43 @@ TEST_CASE("a split frame is the same bytes as the whole frame, for every payload
     check_same(troupe::rpc_response{42, 3, "an error text", bytes(n, 5), {}}, troupe::detail::frame_kind::response);
   }
 }
+
+namespace {
+
+// The body of `msg`'s whole frame, parsed both ways.
+template <class T>
+void check_parse(const T& msg, troupe::detail::frame_kind kind) {
+  std::vector<char> whole;
+  T copy = msg;
+  REQUIRE(troupe::detail::append_frame(whole, kind, copy));
+  const char* body = whole.data() + troupe::detail::frame_header_size;
+  const std::size_t n = whole.size() - troupe::detail::frame_header_size;
+  T by_caf, by_split;
+  REQUIRE(troupe::detail::parse_body(body, n, by_caf));
+  by_split.payload.reserve(msg.payload.size() + 64);  // a pooled buffer: its capacity is kept
+  const auto* room = by_split.payload.data();
+  REQUIRE(troupe::detail::parse_split_body(body, n, by_split));
+  CHECK(by_split.payload.data() == room);
+  CHECK(by_split.id == msg.id);
+  CHECK(by_split.payload == msg.payload);
+  CHECK(by_split.meta == msg.meta);
+  CHECK(by_caf.payload == by_split.payload);
+  // Cut short anywhere, or with a byte too many, it is malformed, as for parse_body.
+  for (std::size_t cut : {std::size_t{1}, std::size_t{9}, n / 2, n - 1}) {
+    T bad;
+    CHECK_FALSE(troupe::detail::parse_split_body(body, cut, bad));
+  }
+  whole.push_back('x');
+  T extra;
+  CHECK_FALSE(troupe::detail::parse_split_body(whole.data() + troupe::detail::frame_header_size, n + 1, extra));
+}
+
+}  // namespace
+
+TEST_CASE("a body parsed without the zero-fill gives what CAF's loader gives, and rejects what it rejects", "[actors][rpc]") {
+  for (std::size_t n : {std::size_t{0}, std::size_t{127}, std::size_t{128}, std::size_t{65536}, std::size_t{(1 << 21) + 3}}) {
+    INFO("payload bytes " << n);
+    check_parse(troupe::rpc_request{7, "echo", "worker0", bytes(n, 3), bytes(n % 300, 4)}, troupe::detail::frame_kind::request);
+    check_parse(troupe::rpc_response{9, 0, "", bytes(n, 6), bytes(17, 8)}, troupe::detail::frame_kind::response);
+  }
+}

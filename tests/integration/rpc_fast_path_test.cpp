@@ -1,5 +1,6 @@
 // Multi-process tests of the direct RPC channel (Note [rpc fast path]): who may use it, and that
 // it answers like the CAF path.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "integration/node_harness.hpp"
@@ -13,9 +14,10 @@ namespace {
 
 // A direct-channel frame header (u32 length, u8 kind) followed by `body` filler bytes.
 std::vector<char> frame(std::uint32_t len, std::uint8_t kind, std::size_t body) {
-  std::vector<char> f{static_cast<char>(len), static_cast<char>(len >> 8), static_cast<char>(len >> 16), static_cast<char>(len >> 24),
-                      static_cast<char>(kind)};
-  f.resize(f.size() + body, 'x');
+  std::vector<char> f(5 + body, 'x');
+  const char head[5] = {static_cast<char>(len), static_cast<char>(len >> 8), static_cast<char>(len >> 16), static_cast<char>(len >> 24),
+                        static_cast<char>(kind)};
+  std::copy(head, head + 5, f.begin());
   return f;
 }
 

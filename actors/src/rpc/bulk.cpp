@@ -90,6 +90,7 @@ int open_peer_memfd(const std::string& name, int pid, int fd) {
 }
 
 bulk_names* active_bulk_names() { return tl_enabled ? tl_names : nullptr; }
+byte_pool* active_byte_pool() { return tl_names ? &tl_names->buffers() : nullptr; }
 const caf::node_id& active_bulk_peer() { return tl_peer; }
 
 segment_table& table() {
@@ -221,6 +222,7 @@ void bulk_names::unlink_all() {
   }
   pins.clear();  // storages die outside the lock
   table().drop_unused();
+  buffers_.clear();
 }
 
 static std::atomic<std::uint64_t>* pin_slot(const seg_mapping& m, std::uint32_t slot) {

@@ -88,6 +88,7 @@
 
 #include <caf/node_id.hpp>
 
+#include "rpc/byte_pool.hpp"
 #include "troupe/actors/messages.hpp"
 
 namespace troupe::detail {
@@ -151,6 +152,9 @@ class bulk_names {
   bool reachable(const std::string& peer);
   void set_reachable(const std::string& peer, bool ok);
 
+  /// Note [byte pool]: the node's buffers of large payloads sent or received as bytes.
+  byte_pool& buffers() { return buffers_; }
+
  private:
   struct pinned {
     std::string peer;
@@ -172,7 +176,12 @@ class bulk_names {
   std::atomic<bool> enabled_{true};
   std::shared_ptr<seg_mapping> probe_;
   std::map<std::string, bool> reachable_;
+  byte_pool buffers_;
 };
+
+/// The byte pool of the node whose bulk_scope is active on this thread, enabled or not (null
+/// outside one): Note [byte pool].
+byte_pool* active_byte_pool();
 
 /// Whether this process can open `p` (another process's probe) like a segment. Never throws.
 bool can_open_probe(const shm_probe& p);

@@ -7,6 +7,7 @@
 
 #include "executor.hpp"
 #include "intercept.hpp"
+#include "rpc/bulk.hpp"
 #include "troupe/tensors/factories.hpp"
 
 namespace troupe::rpc::detail {
@@ -22,6 +23,10 @@ bool write_tensor_bulk(writer& w, const tensor& h);
 void write_tensor_header(writer& w, const tensor& h);
 tensor read_tensor_bulk(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
 tensor read_tensor_shared(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
+
+void reserve_from_pool(std::vector<char>& out, std::size_t need) {
+  if (auto* pool = troupe::detail::active_byte_pool()) pool->reserve(out, need);
+}
 
 std::string demangle(const char* mangled) {
   int status = 0;

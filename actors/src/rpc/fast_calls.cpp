@@ -3,6 +3,7 @@
 #include "rpc/fast_path.hpp"
 
 #include "troupe/actors/rpc/reply_batch.hpp"
+#include "rpc/byte_pool.hpp"
 #include "rpc/serve.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
@@ -99,6 +100,7 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
     if (make_split_frame(f, frame_kind::request, req)) {
       wake_if_first_deadline(st->deadline());
       send_split(c, f, d);
+      if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(req.payload));  // written or copied: Note [byte pool]
       return;
     }
   }
@@ -137,8 +139,20 @@ void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req,
 
 void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, int copies, job_list* jobs) {
   // The jobs (more than one only for a duplicating fault plan) share the request: copying it
-  // copied its payload, a whole extra pass over a large tensor sent as bytes.
-  auto shared = std::make_shared<const rpc_request>(std::move(req_in));
+  // copied its payload, a whole extra pass over a large tensor sent as bytes. When they are done,
+  // a large payload's buffer goes back to the node's pool (Note [byte pool]).
+  struct served_request {
+    rpc_request req;
+    std::weak_ptr<bulk_names> bulk;
+    ~served_request() {
+      if (req.payload.capacity() >= byte_pool_min_bytes)
+        if (auto b = bulk.lock()) b->buffers().give(std::move(req.payload));
+    }
+  };
+  auto held = std::make_shared<served_request>();
+  held->req = std::move(req_in);
+  held->bulk = cfg_.bulk;
+  const std::shared_ptr<const rpc_request> shared(held, &held->req);
   const rpc_request& req = *shared;
   auto fn = cfg_.functions->find(req.function);
   if (!fn) {
@@ -167,7 +181,11 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
   }
   if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
     split_frame f;
-    if (make_split_frame(f, frame_kind::response, resp)) return send_split(c, f, d);
+    if (make_split_frame(f, frame_kind::response, resp)) {
+      send_split(c, f, d);
+      if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(resp.payload));  // written or copied: Note [byte pool]
+      return;
+    }
   }
   std::vector<char> frame;
   if (!append_frame(frame, frame_kind::response, resp)) return;  // cannot happen: bytes and strings only
@@ -204,6 +222,10 @@ void fast_path::finish(const fast_conn* c, std::uint64_t id, errc code, std::str
     if (it->second.unattended) --c->unattended;
     pending_.erase(it);
   }
+  if (payload.capacity() >= byte_pool_min_bytes && cfg_.bulk)  // Note [byte pool]: back when the call's state dies
+    st->set_recycler([bulk = std::weak_ptr<bulk_names>(cfg_.bulk)](std::vector<char>&& v) {
+      if (auto b = bulk.lock()) b->buffers().give(std::move(v));
+    });
   st->complete(code, std::move(msg), std::move(payload), std::move(meta));
   if (reading_here_ != c && c->caller_reading.load(std::memory_order_acquire)) {  // it may wait for this very call
     const std::uint64_t one = 1;

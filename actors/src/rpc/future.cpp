@@ -12,6 +12,15 @@ namespace {
 constexpr auto deadline_grace = std::chrono::seconds(2);
 }  // namespace
 
+call_state::~call_state() {
+  if (recycle_ && !payload_.empty()) recycle_(std::move(payload_));
+}
+
+void call_state::set_recycler(std::function<void(std::vector<char>&&)> recycle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  recycle_ = std::move(recycle);
+}
+
 bool call_state::complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta) {
   std::vector<std::function<void()>> conts, inline_conts;
   {

@@ -71,6 +71,12 @@ class span_source : public std::streambuf {
   std::size_t consumed() const { return static_cast<std::size_t>(gptr() - eback()); }
 };
 
+/// Blocks at least this large may take their room from the node's pooled payload buffers.
+inline constexpr std::size_t pooled_block_bytes = std::size_t{4} << 20;
+/// Gives `out` room for `need` bytes from the byte pool of the node encoding on this thread, if
+/// any (Note [byte pool] in src/rpc/byte_pool.hpp); otherwise does nothing.
+void reserve_from_pool(std::vector<char>& out, std::size_t need);
+
 /// Appends raw bytes to a payload.
 class writer {
  public:
@@ -82,6 +88,7 @@ class writer {
       out_.resize(at + n);
       if (n > 0) std::memcpy(out_.data() + at, c, n);
     } else {
+      if (n >= pooled_block_bytes && out_.capacity() - out_.size() < n) reserve_from_pool(out_, out_.size() + n);
       out_.insert(out_.end(), c, c + n);  // no zero-fill of large blocks
     }
   }

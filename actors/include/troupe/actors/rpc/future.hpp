@@ -28,6 +28,10 @@ class call_state {
   /// `post` runs continuations off the completing thread (the node's executor).
   call_state(std::string what, clock::time_point deadline, std::function<bool(std::function<void()>)> post)
       : what_(std::move(what)), deadline_(deadline), post_(std::move(post)) {}
+  /// Hands the response payload to the recycler, if one was set.
+  ~call_state();
+  call_state(const call_state&) = delete;
+  call_state& operator=(const call_state&) = delete;
 
   /// Completes the call; later completions are ignored. Returns whether this one won. `meta`:
   /// the response's interceptor bytes (Note [call interceptor]).
@@ -61,6 +65,9 @@ class call_state {
   void set_helper(std::function<void(clock::time_point until)> wait, std::function<void()> unattended);
   const std::string& what() const { return what_; }
   clock::time_point deadline() const { return deadline_; }
+  /// `recycle` gets the response payload's buffer when this state dies (Note [byte pool] in
+  /// src/rpc/byte_pool.hpp). Set before complete().
+  void set_recycler(std::function<void(std::vector<char>&&)> recycle);
 
  private:
   bool done() const;  // ready() without telling the helper
@@ -80,6 +87,7 @@ class call_state {
   std::vector<std::function<void()>> inline_continuations_;
   std::function<void(clock::time_point)> help_wait_;
   std::function<void()> help_unattended_;
+  std::function<void(std::vector<char>&&)> recycle_;
   // Note [call interceptor]: the caller's scope and the response's meta; decoded at most once.
   bool intercepted_ = false;
   std::shared_ptr<call_scope> scope_;

@@ -1,0 +1,65 @@
+// Note [byte pool] (rpc/byte_pool.hpp).
+#include "rpc/byte_pool.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace troupe::detail {
+
+bool byte_pool::reserve(std::vector<char>& v, std::size_t need) {
+  if (need < byte_pool_min_bytes || v.capacity() >= need) return false;
+  std::vector<char> got;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = std::find_if(kept_.begin(), kept_.end(), [&](const auto& b) { return b.capacity() >= need; });
+    if (it != kept_.end() && it->capacity() / 4 <= need) {
+      got = std::move(*it);
+      kept_.erase(it);
+      bytes_ -= got.capacity();
+    }
+  }
+  // None fits: a fresh one, rounded up so that a message of about the same size fits it later
+  // (a frame body is a few bytes longer than the payload it carries).
+  if (got.capacity() < need) got.reserve((need + byte_pool_round - 1) / byte_pool_round * byte_pool_round);
+  got.assign(v.begin(), v.end());  // within capacity: no allocation
+  v.swap(got);
+  give(std::move(got));  // v's old buffer, if it was worth keeping
+  return true;
+}
+
+void byte_pool::give(std::vector<char>&& v) {
+  std::vector<char> mine = std::move(v);
+  v.clear();
+  if (mine.capacity() < byte_pool_min_bytes) return;
+  mine.clear();
+  std::vector<std::vector<char>> dropped;  // freed outside the lock
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto at = std::lower_bound(kept_.begin(), kept_.end(), mine.capacity(),
+                                   [](const auto& b, std::size_t c) { return b.capacity() < c; });
+  bytes_ += mine.capacity();
+  kept_.insert(at, std::move(mine));
+  while (kept_.size() > byte_pool_max_buffers || bytes_ > byte_pool_max_bytes) {
+    bytes_ -= kept_.front().capacity();
+    dropped.push_back(std::move(kept_.front()));
+    kept_.erase(kept_.begin());  // the smallest: the large ones are what malloc serves worst
+  }
+}
+
+void byte_pool::clear() {
+  std::vector<std::vector<char>> all;
+  std::lock_guard<std::mutex> lock(mutex_);
+  all.swap(kept_);
+  bytes_ = 0;
+}
+
+std::size_t byte_pool::kept_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return bytes_;
+}
+
+std::size_t byte_pool::kept_buffers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return kept_.size();
+}
+
+}  // namespace troupe::detail

@@ -1,0 +1,59 @@
+#pragma once
+// Large payload buffers of the direct channel, kept for reuse (one pool per node).
+//
+// Note [byte pool]
+// A tensor sent as bytes (between hosts, or with shared memory off) travels inside its message's
+// payload, a std::vector<char> as large as the tensor. glibc serves a buffer of 64 MB or more
+// allocated on any thread but the main one with a fresh mmap (a thread arena's heap is at most
+// 64 MB), and its main arena does the same above its mmap threshold (at most 32 MB), so every such
+// message faulted its buffers in page by page and unmapped them again: measured 34k page faults
+// per 64 MB echo, about a third of its time (rpc_bench --no-shm). The node now keeps the buffers
+// of large payloads it is done with and hands them out again:
+//
+//   taken: the codec's writer growing a payload by a large block (encode, under the node's bulk
+//          scope), and the direct channel parsing a large request or response frame;
+//   given: the direct channel once a request or response is written, a served request once its
+//          jobs are done, a call's state when it dies (its response payload).
+//
+// A buffer is taken only when its capacity fits the need within a factor of four (a fresh one is
+// rounded up to a MiB, so the next message of about the same size fits it); the pool keeps
+// at most `byte_pool_max_buffers` buffers and `byte_pool_max_bytes` bytes (the smallest go first
+// when it is full), and frees everything when the node goes. Buffers below `byte_pool_min_bytes`
+// are not worth it (malloc keeps those in its heaps).
+
+#include <cstddef>
+#include <mutex>
+#include <vector>
+
+namespace troupe::detail {
+
+inline constexpr std::size_t byte_pool_min_bytes = std::size_t{4} << 20;
+inline constexpr std::size_t byte_pool_max_buffers = 8;
+inline constexpr std::size_t byte_pool_max_bytes = std::size_t{1} << 30;
+inline constexpr std::size_t byte_pool_round = std::size_t{1} << 20;
+
+/// See the note. Thread-safe.
+class byte_pool {
+ public:
+  byte_pool() = default;
+  byte_pool(const byte_pool&) = delete;
+  byte_pool& operator=(const byte_pool&) = delete;
+
+  /// Makes `v` (its contents kept) have room for `need` bytes when it has not: a pooled buffer
+  /// that fits, else a fresh one rounded up to byte_pool_round. Returns whether it changed `v`'s
+  /// buffer. Needs below byte_pool_min_bytes are left alone.
+  bool reserve(std::vector<char>& v, std::size_t need);
+  /// Keeps `v`'s buffer for reuse (or frees it); `v` is left empty.
+  void give(std::vector<char>&& v);
+  /// Frees every kept buffer.
+  void clear();
+  std::size_t kept_bytes() const;
+  std::size_t kept_buffers() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::vector<char>> kept_;  // by capacity, ascending
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace troupe::detail
