@@ -64,8 +64,32 @@ void fast_path::send_split(const std::shared_ptr<fast_conn>& c, const split_fram
   if (d.copies <= 0) return;
   if ((tls_replies.depth > 0 && !c->outgoing()) || d.delay.count() > 0) return send_copies(c, f.flat(), d);  // kept: one buffer
   const fast_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
+  const bool fragmented = f.size() - frame_header_size >= fragment_min_bytes;  // Note [fragments]
   for (int i = 0; i < d.copies; ++i)
-    if (!c->write_parts(parts, 3)) return;  // closed: the I/O thread fails the calls
+    if (!(fragmented ? c->write_fragmented(parts, 3) : c->write_parts(parts, 3))) return;  // closed: the I/O thread fails the calls
+}
+
+template <class T>
+bool fast_path::send_large(const std::shared_ptr<fast_conn>& c, frame_kind kind, T msg, const transport_decision& d) {
+  struct large {
+    T msg;
+    split_frame f;
+  };
+  auto l = std::make_shared<large>();
+  l->msg = std::move(msg);
+  if (!make_split_frame(l->f, kind, l->msg)) return false;  // l->f points into l->msg, which stays put
+  const bool background = l->f.size() - frame_header_size >= fragment_min_bytes && d.copies > 0 && d.delay.count() <= 0 &&
+                          !(tls_replies.depth > 0 && !c->outgoing());  // held replies keep one buffer
+  // Weak: the writer thread must never hold the last reference (stop() joins it).
+  auto send = [weak = weak_from_this(), c, l, d] {
+    auto self = weak.lock();
+    if (!self) return;
+    self->send_split(c, l->f, d);
+    if (self->cfg_.bulk) self->cfg_.bulk->buffers().give(std::move(l->msg.payload));  // written or copied: Note [byte pool]
+  };
+  if (background) writer_.post(std::move(send));
+  else send();
+  return true;
 }
 
 void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
@@ -96,13 +120,10 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
     req.meta = std::move(env.meta);
   }
   if (req.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
-    split_frame f;
-    if (make_split_frame(f, frame_kind::request, req)) {
-      wake_if_first_deadline(st->deadline());
-      send_split(c, f, d);
-      if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(req.payload));  // written or copied: Note [byte pool]
-      return;
-    }
+    wake_if_first_deadline(st->deadline());
+    if (send_large(c, frame_kind::request, std::move(req), d)) return;
+    finish(c.get(), id, errc::bad_argument, st->what() + ": cannot serialize the request", {}, {});
+    return;
   }
   std::vector<char> frame;
   if (!append_frame(frame, frame_kind::request, req)) {
@@ -180,12 +201,9 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
     resp.meta = std::move(env.meta);
   }
   if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
-    split_frame f;
-    if (make_split_frame(f, frame_kind::response, resp)) {
-      send_split(c, f, d);
-      if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(resp.payload));  // written or copied: Note [byte pool]
-      return;
-    }
+    const auto id = resp.id;
+    if (send_large(c, frame_kind::response, std::move(resp), d)) return;
+    resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception), "worker " + cfg_.me.name + ": the result is too large for a frame", {}, {}};
   }
   std::vector<char> frame;
   if (!append_frame(frame, frame_kind::response, resp)) return;  // cannot happen: bytes and strings only

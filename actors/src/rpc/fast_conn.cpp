@@ -19,6 +19,10 @@ namespace troupe::detail {
 fast_conn::fast_conn(int fd, bool outgoing) : fd_(fd), outgoing_(outgoing) {
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // Note [fragments]: few unsent bytes in the kernel, so a small frame written between two
+  // fragments of a large one is not queued behind megabytes there.
+  const int low = unsent_low_water;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &low, sizeof low);
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
   if (outgoing_) reader_wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
@@ -88,10 +92,19 @@ bool fast_conn::write(const char* data, std::size_t n) {
   return write_parts(&p, 1);
 }
 
-bool fast_conn::write_parts(const part* parts, std::size_t count) {
+bool fast_conn::write_parts(const part* parts, std::size_t count, bool own_turn) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
     if (closed()) return false;
+    if (flushing_ && own_turn) {
+      // A fragment waits for the flusher instead of handing it its bytes: otherwise a small
+      // writer that happened to be flushing would end up sending every later fragment of the
+      // large frame (measured: a small call then took the whole 64 MB transfer).
+      ++turn_waiters_;
+      while (flushing_ && !closed()) turn_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      --turn_waiters_;
+      if (closed()) return false;
+    }
     if (flushing_) {  // the flushing writer sends these bytes too, after its own
       for (std::size_t i = 0; i < count; ++i) out_.insert(out_.end(), parts[i].data, parts[i].data + parts[i].size);
       return true;
@@ -107,6 +120,7 @@ bool fast_conn::write_parts(const part* parts, std::size_t count) {
       std::lock_guard<std::mutex> lock(mutex_);
       out_.clear();
       flushing_ = false;
+      if (turn_waiters_ > 0) turn_cv_.notify_all();
       return false;
     }
     {
@@ -114,6 +128,7 @@ bool fast_conn::write_parts(const part* parts, std::size_t count) {
       spare_.clear();
       if (out_.empty()) {
         flushing_ = false;
+        if (turn_waiters_ > 0) turn_cv_.notify_all();
         return true;
       }
       out_.swap(spare_);
@@ -122,14 +137,59 @@ bool fast_conn::write_parts(const part* parts, std::size_t count) {
   }
 }
 
+bool fast_conn::write_fragmented(const part* parts, std::size_t count) {
+  if (count == 0 || parts[0].size < frame_header_size) return false;
+  const auto inner = static_cast<std::uint8_t>(parts[0].data[4]);
+  // The inner frame's body: the parts less the 5-byte frame header.
+  std::vector<part> body;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t skip = i == 0 ? frame_header_size : 0;
+    if (parts[i].size > skip) body.push_back(part{parts[i].data + skip, parts[i].size - skip});
+    total += parts[i].size - skip;
+  }
+  const std::uint32_t stream = next_stream_.fetch_add(1, std::memory_order_relaxed);
+  std::size_t at = 0, off = 0;  // the next byte: body[at], offset off
+  std::uint64_t sent = 0;
+  do {
+    part ps[8];  // the fragment's head, then its data (at most 7 pieces of the body)
+    std::size_t k = 1, n = 0;
+    while (n < fragment_bytes && at < body.size() && k < 8) {
+      const std::size_t take = std::min(fragment_bytes - n, body[at].size - off);
+      ps[k++] = part{body[at].data + off, take};
+      n += take;
+      off += take;
+      if (off == body[at].size) {
+        ++at;
+        off = 0;
+      }
+    }
+    const fragment_head h{stream,
+                          static_cast<std::uint8_t>((sent == 0 ? fragment_first : 0) | (sent + n == total ? fragment_last : 0)),
+                          inner, total};
+    unsigned char head[frame_header_size + fragment_head_size];
+    write_fragment_head(head, h, n);
+    ps[0] = part{reinterpret_cast<const char*>(head), sizeof head};
+    if (!write_parts(ps, k, true)) return false;
+    sent += n;
+  } while (sent < total);
+  return true;
+}
+
 bool fast_conn::read_available() {
+  std::size_t got = 0;
   for (;;) {
+    // Note [fragments]: while a large message streams in, what follows it (a small call between
+    // two fragments) is parsed and served after at most this much, not after the whole message.
+    // Poll is level-triggered: the rest is read on the next round.
+    if (got >= max_read_bytes) return true;
     const std::size_t at = in.size();
     // 64 KiB, or the room a large frame's reservation left (fast_path::on_readable).
-    const std::size_t chunk = std::max<std::size_t>(65536, in.capacity() - at);
+    const std::size_t chunk = std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes);
     in.resize(at + chunk);
     const ssize_t k = ::recv(fd_, in.data() + at, chunk, 0);
     in.resize(at + (k > 0 ? static_cast<std::size_t>(k) : 0));
+    if (k > 0) got += static_cast<std::size_t>(k);
     // A short read drained the socket (poll is level-triggered: more that arrives later, or an
     // EOF behind these bytes, is seen on the next poll), so no recv that would only say EAGAIN.
     if (k > 0 && static_cast<std::size_t>(k) < chunk) return true;

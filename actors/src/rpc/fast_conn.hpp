@@ -4,6 +4,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -12,6 +15,8 @@
 #include <vector>
 
 #include <caf/node_id.hpp>
+
+#include "rpc/fragment.hpp"
 
 namespace troupe::detail {
 
@@ -60,7 +65,13 @@ class fast_conn {
     const char* data;
     std::size_t size;
   };
-  bool write_parts(const part* parts, std::size_t count);
+  /// `own_turn`: wait for a writer that is flushing to finish instead of leaving these bytes to
+  /// it (write_fragmented).
+  bool write_parts(const part* parts, std::size_t count, bool own_turn = false);
+  /// One whole frame in several buffers (the first holding at least its 5-byte header), written
+  /// as fragments (Note [fragments] in rpc/fragment.hpp), each with write_parts, so frames of
+  /// other writers go out between them. The same contract as write().
+  bool write_fragmented(const part* parts, std::size_t count);
   /// Shuts the socket down (the I/O thread then sees the hang-up); idempotent, thread-safe.
   void close();
   bool closed() const { return closed_.load(std::memory_order_acquire); }
@@ -78,6 +89,7 @@ class fast_conn {
   /// the I/O thread has handed its buffer over).
   bool led = false;
   std::vector<char, uninit_allocator<char>> in;  ///< unparsed bytes (whoever holds the reading role)
+  fragment_streams streams;  ///< fragments being put together (the reading role too)
 
   // The reading role of an outgoing connection (Note [rpc fast path], "the caller reads its own
   // response"): a caller thread that waits for one of its calls reads the socket itself; the I/O
@@ -100,6 +112,9 @@ class fast_conn {
   std::mutex mutex_;
   std::vector<char> out_, spare_;
   bool flushing_ = false;
+  std::condition_variable turn_cv_;  // flushing_ went false, for write_parts(own_turn)
+  int turn_waiters_ = 0;
+  std::atomic<std::uint32_t> next_stream_{1};
 };
 
 }  // namespace troupe::detail

@@ -174,6 +174,7 @@ void fast_path::stop() {
     tickets_.clear();
   }
   for (auto& c : conns) c->close();
+  writer_.stop();  // queued large writes fail at once on the closed connections
   {
     std::lock_guard<std::mutex> lock(timers_mutex_);
     timers_.clear();
@@ -354,7 +355,10 @@ bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t k
     drop(c, "unauthenticated");
     return false;
   }
-  if (!c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::request)) {
+  if (kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
+    if (on_fragment(c, body, n, jobs)) return true;
+    if (c->closed()) return false;  // dropped for the inner frame, which said why
+  } else if (!c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::request)) {
     rpc_request req;
     if (cfg_.bulk) cfg_.bulk->buffers().reserve(req.payload, n);  // a large one: Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, req) : parse_body(body, n, req)) {
@@ -372,6 +376,29 @@ bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t k
   std::fprintf(stderr, "[troupe] %s: dropped the direct rpc connection of %s: malformed frame\n", cfg_.me.name.c_str(), c->peer.c_str());
   drop(c, "protocol violation: malformed frame");
   return false;
+}
+
+}  // namespace troupe::detail
+
+namespace troupe::detail {
+
+// Note [fragments] (rpc/fragment.hpp). False: malformed (the caller drops the connection), or
+// the inner frame dropped it.
+bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs) {
+  const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
+  std::vector<char> whole;
+  std::uint8_t inner = 0;
+  switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, whole, inner)) {
+    case fragment_streams::result::partial:
+      return true;
+    case fragment_streams::result::malformed:
+      return false;
+    case fragment_streams::result::complete:
+      break;
+  }
+  const bool ok = handle_frame(c, inner, whole.data(), whole.size(), jobs);
+  if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(whole));
+  return ok;
 }
 
 }  // namespace troupe::detail

@@ -88,6 +88,7 @@
 #include "executor.hpp"
 #include "rpc/bulk.hpp"
 #include "rpc/fast_conn.hpp"
+#include "rpc/frame_writer.hpp"
 #include "rpc/intercept.hpp"
 #include "troupe/actors/messages.hpp"
 #include "troupe/actors/rpc/future.hpp"
@@ -174,6 +175,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs);
   bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
   bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
+  bool on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs);
   void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs);
   void serve(const std::shared_ptr<fast_conn>& c, rpc_request req, int copies, job_list* jobs);
   void respond(const std::shared_ptr<fast_conn>& c, rpc_response resp);
@@ -184,6 +186,11 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d);
   /// send_copies of a frame with a large payload (rpc/split_frame.hpp), without copying it.
   void send_split(const std::shared_ptr<fast_conn>& c, const split_frame& f, const transport_decision& d);
+  /// Sends `msg` (an rpc_request or rpc_response with a large payload) as a split frame: one
+  /// large enough to go in fragments is written by writer_ (Note [fragments]), the rest at once;
+  /// its payload buffer then goes back to the pool. False when it cannot be framed (nothing sent).
+  template <class T>
+  bool send_large(const std::shared_ptr<fast_conn>& c, frame_kind kind, T msg, const transport_decision& d);
   void later(std::chrono::milliseconds delay, std::function<void()> fn);
   void run_timers();
   void sweep_deadlines();
@@ -208,6 +215,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   int lead_wake_fd_ = -1;  // interrupts the leader
   std::uint16_t port_ = 0;
   std::thread io_;
+  frame_writer writer_;  // large frames, Note [fragments]
   std::atomic<bool> stopping_{false};
 
   std::mutex conns_mutex_;

@@ -16,7 +16,7 @@
 namespace troupe::detail {
 
 /// What a frame carries.
-enum class frame_kind : std::uint8_t { request = 0, response = 1, auth = 2 };
+enum class frame_kind : std::uint8_t { request = 0, response = 1, auth = 2, fragment = 3 /* Note [fragments] */ };
 
 /// First frame on a direct connection: the one-use secret the callee issued in its hello_ack.
 struct fast_auth {

@@ -1,0 +1,107 @@
+#pragma once
+// Large frames of the direct channel sent in fragments, so small frames pass between them.
+//
+// Note [fragments]
+// A connection is one TCP stream: a small call written after a 64 MB request (a tensor sent as
+// bytes: between hosts, or with shared memory off) waited until the whole request had gone out
+// and had been read (measured: 46 ms on loopback for a small call behind a 64 MB echo). A frame
+// whose body is at least `fragment_min_bytes` now goes out as FRAGMENT frames (frame kind 3) of at
+// most `fragment_bytes` of its body each, every one written on its own (fast_conn::write_parts),
+// so a frame another thread writes meanwhile goes out between two fragments:
+//
+//   fragment body: u32 stream, u8 flags (1 first, 2 last), u8 inner kind, u64 total body length,
+//                  then the next bytes of the inner frame's body
+//
+// The stream number is the sender's, per connection; fragments of one stream come in order and
+// streams interleave. The reader appends each fragment to its stream's body (a pooled buffer,
+// Note [byte pool]) and handles the complete body as the inner frame: the transport hook, the
+// interceptor and the codec see one whole message, as before. The socket's unsent bytes are kept
+// under `unsent_low_water` (TCP_NOTSENT_LOWAT), so a small frame does not queue behind megabytes
+// inside the kernel either.
+//
+// The reader checks everything: a fragment before authentication, of an unknown inner kind (only
+// request on an accepted connection, response on an outgoing one), a first fragment for a stream
+// it already has or a later one for a stream it has not, a total beyond max_frame_body or more
+// bytes than announced, a last fragment that leaves the body short, more than `max_open_streams`
+// streams or `max_open_bytes` announced at once: the connection is dropped as for any malformed
+// frame.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "rpc/wire.hpp"
+
+namespace troupe::detail {
+
+inline constexpr std::size_t fragment_min_bytes = std::size_t{4} << 20;
+inline constexpr std::size_t fragment_bytes = std::size_t{256} << 10;
+inline constexpr int unsent_low_water = 256 << 10;
+inline constexpr std::size_t max_open_streams = 256;
+/// The totals of a connection's open streams may add up to at most this much.
+inline constexpr std::uint64_t max_open_bytes = std::uint64_t{2} << 30;
+/// A reader parses what it read after at most this many bytes (fast_conn::read_available).
+inline constexpr std::size_t max_read_bytes = std::size_t{1} << 20;
+inline constexpr std::size_t fragment_head_size = 14;
+
+enum : std::uint8_t { fragment_first = 1, fragment_last = 2 };
+
+/// The fields before a fragment's data.
+struct fragment_head {
+  std::uint32_t stream = 0;
+  std::uint8_t flags = 0;
+  std::uint8_t inner = 0;
+  std::uint64_t total = 0;
+};
+
+/// Writes the frame header (kind fragment, body length fragment_head_size + `data`) and `h`.
+inline void write_fragment_head(unsigned char (&out)[frame_header_size + fragment_head_size], const fragment_head& h,
+                                std::size_t data) {
+  const auto len = static_cast<std::uint32_t>(fragment_head_size + data);
+  unsigned char* p = out;
+  for (int i = 0; i < 4; ++i) *p++ = static_cast<unsigned char>(len >> (8 * i));
+  *p++ = static_cast<unsigned char>(frame_kind::fragment);
+  for (int i = 0; i < 4; ++i) *p++ = static_cast<unsigned char>(h.stream >> (8 * i));
+  *p++ = h.flags;
+  *p++ = h.inner;
+  for (int i = 0; i < 8; ++i) *p++ = static_cast<unsigned char>(h.total >> (8 * i));
+}
+
+/// Reads the fields of a fragment body of `n` bytes; false when it is too short.
+inline bool read_fragment_head(const char* body, std::size_t n, fragment_head& h) {
+  if (n < fragment_head_size) return false;
+  const auto* u = reinterpret_cast<const unsigned char*>(body);
+  h.stream = 0;
+  for (int i = 0; i < 4; ++i) h.stream |= static_cast<std::uint32_t>(u[i]) << (8 * i);
+  h.flags = u[4];
+  h.inner = u[5];
+  h.total = 0;
+  for (int i = 0; i < 8; ++i) h.total |= static_cast<std::uint64_t>(u[6 + i]) << (8 * i);
+  return true;
+}
+
+class byte_pool;
+
+/// The streams one connection's reader is putting together (whoever holds the reading role).
+class fragment_streams {
+ public:
+  enum class result { partial, complete, malformed };
+  /// Adds the fragment `body` (`n` bytes); `want` is the only inner kind allowed. On complete,
+  /// `whole` is the inner frame's body and `inner` its kind. Buffers come from `pool` (may be
+  /// null). Malformed: see Note [fragments]; the connection must then be dropped.
+  result add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, std::vector<char>& whole, std::uint8_t& inner);
+  std::size_t open() const { return open_.size(); }
+
+ private:
+  struct stream {
+    std::uint64_t total = 0;
+    std::vector<char> body;
+  };
+  void drop(std::map<std::uint32_t, stream>::iterator it);
+  std::map<std::uint32_t, stream> open_;
+  std::uint64_t announced_ = 0;  // the totals of the open streams
+};
+
+}  // namespace troupe::detail

@@ -1,0 +1,323 @@
+// Note [fragments] (actors/src/rpc/fragment.hpp): large frames of the direct channel go out in
+// fragments that frames of other writers pass between, and come back together exactly; every
+// malformed fragment is refused.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "rpc/byte_pool.hpp"
+#include "rpc/fast_conn.hpp"
+#include "rpc/fragment.hpp"
+
+using namespace troupe::detail;
+using result = fragment_streams::result;
+
+namespace {
+
+constexpr auto request = static_cast<std::uint8_t>(frame_kind::request);
+constexpr auto response = static_cast<std::uint8_t>(frame_kind::response);
+
+std::vector<char> bytes(std::size_t n, unsigned seed) {
+  std::vector<char> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>(seed + i * 13 + (i >> 9));
+  return v;
+}
+
+// A fragment's body (without its 5-byte frame header).
+std::vector<char> frag(std::uint32_t stream, std::uint8_t flags, std::uint8_t inner, std::uint64_t total, const std::vector<char>& data) {
+  unsigned char head[frame_header_size + fragment_head_size];
+  write_fragment_head(head, fragment_head{stream, flags, inner, total}, data.size());
+  std::vector<char> out(fragment_head_size + data.size());
+  std::memcpy(out.data(), head + frame_header_size, fragment_head_size);
+  if (!data.empty()) std::memcpy(out.data() + fragment_head_size, data.data(), data.size());
+  return out;
+}
+
+result add(fragment_streams& s, const std::vector<char>& body, std::vector<char>& whole, std::uint8_t want = request) {
+  std::uint8_t inner = 0;
+  return s.add(body.data(), body.size(), want, nullptr, whole, inner);
+}
+
+// Frames read from `fd` until `stop` says so: kind and body of each.
+struct frame {
+  std::uint8_t kind;
+  std::vector<char> body;
+};
+bool read_exact(int fd, char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+bool read_frame(int fd, frame& f) {
+  char head[frame_header_size];
+  if (!read_exact(fd, head, sizeof head)) return false;
+  f.kind = static_cast<std::uint8_t>(head[4]);
+  f.body.resize(frame_length(head));
+  return read_exact(fd, f.body.data(), f.body.size());
+}
+
+struct socket_pair {
+  int fds[2] = {-1, -1};
+  socket_pair() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0); }
+  ~socket_pair() {
+    if (fds[1] >= 0) ::close(fds[1]);
+  }
+};
+
+// A whole frame (header + body) as three buffers, like a split frame: head, payload, tail.
+struct three_parts {
+  std::vector<char> head, payload, tail;
+  std::vector<fast_conn::part> parts() const {
+    return {{head.data(), head.size()}, {payload.data(), payload.size()}, {tail.data(), tail.size()}};
+  }
+  std::vector<char> body() const {
+    std::vector<char> b(head.begin() + frame_header_size, head.end());
+    b.insert(b.end(), payload.begin(), payload.end());
+    b.insert(b.end(), tail.begin(), tail.end());
+    return b;
+  }
+};
+three_parts make_frame(std::size_t payload, unsigned seed) {
+  three_parts f{bytes(frame_header_size + 37, seed), bytes(payload, seed + 1), bytes(11, seed + 2)};
+  const auto len = static_cast<std::uint32_t>(37 + payload + 11);
+  std::memcpy(f.head.data(), &len, 4);  // little endian, as on the machines we run on
+  f.head[4] = static_cast<char>(frame_kind::response);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("fragments written by write_fragmented come back together as the frame's body, at every size boundary", "[actors][rpc]") {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, fragment_bytes - 48, fragment_bytes, fragment_bytes + 1, 3 * fragment_bytes + 17}) {
+    INFO("payload bytes " << n);
+    socket_pair sp;
+    const auto f = make_frame(n, static_cast<unsigned>(n));
+    std::thread writer([&] {
+      fast_conn c(sp.fds[0], true);
+      const auto parts = f.parts();
+      CHECK(c.write_fragmented(parts.data(), parts.size()));
+    });
+    fragment_streams streams;
+    std::vector<char> whole;
+    std::size_t fragments = 0;
+    for (result r = result::partial; r == result::partial;) {
+      frame fr;
+      REQUIRE(read_frame(sp.fds[1], fr));
+      REQUIRE(fr.kind == static_cast<std::uint8_t>(frame_kind::fragment));
+      CHECK(fr.body.size() <= fragment_head_size + fragment_bytes);
+      ++fragments;
+      std::uint8_t inner = 0;
+      r = streams.add(fr.body.data(), fr.body.size(), response, nullptr, whole, inner);
+      REQUIRE(r != result::malformed);
+    }
+    writer.join();
+    CHECK(whole == f.body());
+    CHECK(fragments == std::max<std::size_t>(1, (f.body().size() + fragment_bytes - 1) / fragment_bytes));
+    CHECK(streams.open() == 0);
+  }
+}
+
+TEST_CASE("a small frame written while a large one goes out in fragments arrives before the large one's last fragment", "[actors][rpc]") {
+  socket_pair sp;
+  fast_conn c(sp.fds[0], true);
+  const auto big = make_frame(16 * fragment_bytes, 3);
+  std::atomic<bool> first_read{false};
+  std::thread large([&] {
+    const auto parts = big.parts();
+    CHECK(c.write_fragmented(parts.data(), parts.size()));
+  });
+  std::thread small([&] {
+    while (!first_read) std::this_thread::yield();
+    const char tiny[frame_header_size + 3] = {3, 0, 0, 0, static_cast<char>(frame_kind::response), 'a', 'b', 'c'};
+    CHECK(c.write(tiny, sizeof tiny));
+  });
+  std::vector<frame> got;
+  fragment_streams streams;
+  std::vector<char> whole;
+  bool done = false;
+  while (!done) {
+    frame fr;
+    REQUIRE(read_frame(sp.fds[1], fr));
+    if (got.empty()) {
+      first_read = true;  // the large writer is now blocked on a full socket, or about to be
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (fr.kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
+      std::uint8_t inner = 0;
+      const auto r = streams.add(fr.body.data(), fr.body.size(), response, nullptr, whole, inner);
+      REQUIRE(r != result::malformed);
+      done = r == result::complete;
+    }
+    got.push_back(std::move(fr));
+  }
+  large.join();
+  small.join();
+  CHECK(whole == big.body());
+  std::size_t small_at = got.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i].kind == static_cast<std::uint8_t>(frame_kind::response)) small_at = i;
+  INFO("the small frame came as frame " << small_at << " of " << got.size());
+  CHECK(small_at < got.size() - 1);  // before the last fragment (it was read, too)
+  CHECK(small_at <= 4);              // after at most the fragments already under way
+}
+
+TEST_CASE("a fragment waits for a writer that is flushing instead of leaving all its bytes to it", "[actors][rpc]") {
+  // Otherwise a small writer that happened to be flushing sent every later fragment of the large
+  // frame, and its own call took the whole transfer.
+  socket_pair sp;
+  fast_conn c(sp.fds[0], true);
+  const auto blob = bytes(std::size_t{1} << 20, 9);  // fills the socket: its writer blocks, flushing
+  std::vector<char> one(frame_header_size + blob.size());
+  const auto blen = static_cast<std::uint32_t>(blob.size());
+  std::memcpy(one.data(), &blen, 4);
+  one[4] = static_cast<char>(frame_kind::response);
+  std::memcpy(one.data() + frame_header_size, blob.data(), blob.size());
+  std::atomic<bool> flushing_started{false}, first_returned{false};
+  std::thread first([&] {
+    flushing_started = true;
+    CHECK(c.write(one.data(), one.size()));
+    first_returned = true;
+  });
+  const auto big = make_frame(32 * fragment_bytes, 5);
+  std::thread large([&] {
+    while (!flushing_started) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the first writer is blocked by now
+    const auto parts = big.parts();
+    CHECK(c.write_fragmented(parts.data(), parts.size()));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::size_t read_bytes = 0, read_when_returned = 0;
+  fragment_streams streams;
+  std::vector<char> whole;
+  for (bool done = false; !done;) {
+    frame fr;
+    REQUIRE(read_frame(sp.fds[1], fr));
+    read_bytes += frame_header_size + fr.body.size();
+    if (first_returned && read_when_returned == 0) read_when_returned = read_bytes;
+    if (fr.kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
+      std::uint8_t inner = 0;
+      done = streams.add(fr.body.data(), fr.body.size(), response, nullptr, whole, inner) == result::complete;
+    } else {
+      CHECK(fr.body == blob);
+    }
+  }
+  first.join();
+  large.join();
+  CHECK(whole == big.body());
+  INFO("bytes read when the first writer returned: " << read_when_returned);
+  CHECK(read_when_returned > 0);
+  CHECK(read_when_returned < (std::size_t{3} << 20));  // not after the large frame's 8 MiB
+}
+
+TEST_CASE("interleaved streams come back together each on its own", "[actors][rpc]") {
+  fragment_streams s;
+  std::vector<char> whole;
+  const auto a = bytes(30, 1), b = bytes(20, 2);
+  CHECK(add(s, frag(7, fragment_first, request, 30, {a.begin(), a.begin() + 10}), whole) == result::partial);
+  CHECK(add(s, frag(9, fragment_first, request, 20, {b.begin(), b.begin() + 5}), whole) == result::partial);
+  CHECK(s.open() == 2);
+  CHECK(add(s, frag(7, 0, request, 30, {a.begin() + 10, a.begin() + 20}), whole) == result::partial);
+  CHECK(add(s, frag(9, fragment_last, request, 20, {b.begin() + 5, b.end()}), whole) == result::complete);
+  CHECK(whole == b);
+  CHECK(add(s, frag(7, fragment_last, request, 30, {a.begin() + 20, a.end()}), whole) == result::complete);
+  CHECK(whole == a);
+  CHECK(s.open() == 0);
+  // One fragment that is first and last at once.
+  CHECK(add(s, frag(1, fragment_first | fragment_last, request, 30, a), whole) == result::complete);
+  CHECK(whole == a);
+}
+
+TEST_CASE("malformed fragments are refused", "[actors][rpc]") {
+  std::vector<char> whole;
+  const auto d = bytes(10, 3);
+  SECTION("too short for its fields") {
+    fragment_streams s;
+    auto f = frag(1, fragment_first, request, 10, d);
+    f.resize(fragment_head_size - 1);
+    CHECK(add(s, f, whole) == result::malformed);
+  }
+  SECTION("an inner kind the connection does not take") {
+    fragment_streams s;
+    CHECK(add(s, frag(1, fragment_first, response, 10, d), whole) == result::malformed);
+    CHECK(add(s, frag(1, fragment_first, static_cast<std::uint8_t>(frame_kind::auth), 10, d), whole) == result::malformed);
+    CHECK(add(s, frag(1, fragment_first, static_cast<std::uint8_t>(frame_kind::fragment), 10, d), whole) == result::malformed);
+    CHECK(add(s, frag(1, fragment_first, request, 10, d), whole, response) == result::malformed);
+  }
+  SECTION("a total beyond the largest frame") {
+    fragment_streams s;
+    CHECK(add(s, frag(1, fragment_first, request, std::uint64_t{max_frame_body} + 1, d), whole) == result::malformed);
+  }
+  SECTION("a later fragment of a stream that never began") {
+    fragment_streams s;
+    CHECK(add(s, frag(4, 0, request, 20, d), whole) == result::malformed);
+    CHECK(add(s, frag(4, fragment_last, request, 10, d), whole) == result::malformed);
+  }
+  SECTION("a stream begun twice") {
+    fragment_streams s;
+    CHECK(add(s, frag(4, fragment_first, request, 20, d), whole) == result::partial);
+    CHECK(add(s, frag(4, fragment_first, request, 20, d), whole) == result::malformed);
+  }
+  SECTION("a total that changes between fragments") {
+    fragment_streams s;
+    CHECK(add(s, frag(4, fragment_first, request, 30, d), whole) == result::partial);
+    CHECK(add(s, frag(4, 0, request, 31, d), whole) == result::malformed);
+  }
+  SECTION("more bytes than announced") {
+    fragment_streams s;
+    CHECK(add(s, frag(4, fragment_first, request, 15, d), whole) == result::partial);
+    CHECK(add(s, frag(4, 0, request, 15, d), whole) == result::malformed);
+    CHECK(s.open() == 0);
+  }
+  SECTION("a last fragment that leaves the body short") {
+    fragment_streams s;
+    CHECK(add(s, frag(4, fragment_first, request, 30, d), whole) == result::partial);
+    CHECK(add(s, frag(4, fragment_last, request, 30, d), whole) == result::malformed);
+    CHECK(s.open() == 0);
+  }
+  SECTION("too many streams at once") {
+    fragment_streams s;
+    for (std::uint32_t i = 0; i < max_open_streams; ++i) REQUIRE(add(s, frag(i, fragment_first, request, 20, d), whole) == result::partial);
+    CHECK(add(s, frag(999999, fragment_first, request, 20, d), whole) == result::malformed);
+  }
+  SECTION("too many bytes announced at once") {
+    fragment_streams s;
+    const std::uint64_t each = max_frame_body;
+    std::uint32_t i = 0;
+    for (; (i + 1) * each <= max_open_bytes; ++i) REQUIRE(add(s, frag(i, fragment_first, request, each, d), whole) == result::partial);
+    CHECK(add(s, frag(i, fragment_first, request, each, d), whole) == result::malformed);
+  }
+}
+
+TEST_CASE("a stream's body comes from the byte pool when one fits", "[actors][rpc]") {
+  byte_pool pool;
+  std::vector<char> kept;
+  kept.reserve(byte_pool_min_bytes * 2);
+  const char* room = kept.data();
+  pool.give(std::move(kept));
+  fragment_streams s;
+  std::vector<char> whole;
+  std::uint8_t inner = 0;
+  const auto d = bytes(100, 4), rest = bytes(byte_pool_min_bytes, 5);
+  const std::uint64_t total = byte_pool_min_bytes + 100;
+  const auto g = frag(2, fragment_first, request, total, d);
+  CHECK(s.add(g.data(), g.size(), request, &pool, whole, inner) == result::partial);
+  CHECK(pool.kept_buffers() == 0);
+  const auto h = frag(2, fragment_last, request, total, rest);
+  REQUIRE(s.add(h.data(), h.size(), request, &pool, whole, inner) == result::complete);
+  CHECK(whole.data() == room);
+  CHECK(whole.size() == total);
+  CHECK(std::equal(d.begin(), d.end(), whole.begin()));
+  CHECK(std::equal(rest.begin(), rest.end(), whole.begin() + 100));
+  CHECK(inner == request);
+}
