@@ -59,8 +59,10 @@
 //     frozen peer: heartbeat; peer_down()), or stop() (invalid_state);
 //   * user functions run only on executor threads; a writer blocks only on a full socket, and a
 //     closed connection ends that wait; a large same-host tensor still goes through shared memory.
-// Threads: one I/O thread per node (accept, auth, unattended responses, timers, deadlines); joined
-// by stop(). No new thread: a caller reads on its own thread while it would block anyway.
+// Threads: one I/O thread per node (accept, auth, unattended responses, timers, deadlines), and a
+// frame writer started on the first frame large enough to go in fragments (Note [fragments] in
+// rpc/fragment.hpp); both joined by stop(). A caller reads on its own thread while it would block
+// anyway.
 //
 // Measured on the 2-core build machine (rpc_bench, small rpc_sync round trip, medians; raw TCP
 // ping-pong 5.2-5.9 us in the same runs): CAF path 53 us; direct channel with an I/O thread
