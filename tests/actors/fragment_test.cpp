@@ -15,6 +15,7 @@
 #include "rpc/byte_pool.hpp"
 #include "rpc/fast_conn.hpp"
 #include "rpc/fragment.hpp"
+#include "rpc/split_frame.hpp"
 
 using namespace troupe::detail;
 using result = fragment_streams::result;
@@ -40,9 +41,18 @@ std::vector<char> frag(std::uint32_t stream, std::uint8_t flags, std::uint8_t in
   return out;
 }
 
+// The inner frame's body, whichever way it was put together.
+std::vector<char> joined(const fragment_streams::assembled& a) {
+  std::vector<char> all = a.head;
+  all.insert(all.end(), a.rest.begin(), a.rest.end());
+  return all;
+}
+
 result add(fragment_streams& s, const std::vector<char>& body, std::vector<char>& whole, std::uint8_t want = request) {
-  std::uint8_t inner = 0;
-  return s.add(body.data(), body.size(), want, nullptr, whole, inner);
+  fragment_streams::assembled a;
+  const result r = s.add(body.data(), body.size(), want, nullptr, a);
+  if (r == result::complete) whole = joined(a);
+  return r;
 }
 
 // Frames read from `fd` until `stop` says so: kind and body of each.
@@ -117,8 +127,7 @@ TEST_CASE("fragments written by write_fragmented come back together as the frame
       REQUIRE(fr.kind == static_cast<std::uint8_t>(frame_kind::fragment));
       CHECK(fr.body.size() <= fragment_head_size + fragment_bytes);
       ++fragments;
-      std::uint8_t inner = 0;
-      r = streams.add(fr.body.data(), fr.body.size(), response, nullptr, whole, inner);
+      r = add(streams, fr.body, whole, response);
       REQUIRE(r != result::malformed);
     }
     writer.join();
@@ -154,8 +163,7 @@ TEST_CASE("a small frame written while a large one goes out in fragments arrives
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     if (fr.kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
-      std::uint8_t inner = 0;
-      const auto r = streams.add(fr.body.data(), fr.body.size(), response, nullptr, whole, inner);
+      const auto r = add(streams, fr.body, whole, response);
       REQUIRE(r != result::malformed);
       done = r == result::complete;
     }
@@ -206,8 +214,7 @@ TEST_CASE("a fragment waits for a writer that is flushing instead of leaving all
     read_bytes += frame_header_size + fr.body.size();
     if (first_returned && read_when_returned == 0) read_when_returned = read_bytes;
     if (fr.kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
-      std::uint8_t inner = 0;
-      done = streams.add(fr.body.data(), fr.body.size(), response, nullptr, whole, inner) == result::complete;
+      done = add(streams, fr.body, whole, response) == result::complete;
     } else {
       CHECK(fr.body == blob);
     }
@@ -299,25 +306,65 @@ TEST_CASE("malformed fragments are refused", "[actors][rpc]") {
   }
 }
 
-TEST_CASE("a stream's body comes from the byte pool when one fits", "[actors][rpc]") {
+TEST_CASE("a fragmented request comes back as the same message, its payload in the pooled buffer it was put together in", "[actors][rpc]") {
+  troupe::rpc_request msg{42, "echo", "worker0", bytes(byte_pool_min_bytes + 1000, 6), bytes(33, 7)};
+  std::vector<char> frame;
+  REQUIRE(append_frame(frame, frame_kind::request, msg));
+  std::vector<char> body(frame.begin() + frame_header_size, frame.end());
   byte_pool pool;
   std::vector<char> kept;
   kept.reserve(byte_pool_min_bytes * 2);
   const char* room = kept.data();
   pool.give(std::move(kept));
   fragment_streams s;
-  std::vector<char> whole;
-  std::uint8_t inner = 0;
-  const auto d = bytes(100, 4), rest = bytes(byte_pool_min_bytes, 5);
-  const std::uint64_t total = byte_pool_min_bytes + 100;
-  const auto g = frag(2, fragment_first, request, total, d);
-  CHECK(s.add(g.data(), g.size(), request, &pool, whole, inner) == result::partial);
+  fragment_streams::assembled a;
+  const std::uint64_t total = body.size();
+  const std::size_t cut = 5000;  // the head, and some of the payload, in the first fragment
+  const auto first = frag(3, fragment_first, request, total, {body.begin(), body.begin() + cut});
+  REQUIRE(s.add(first.data(), first.size(), request, &pool, a) == result::partial);
   CHECK(pool.kept_buffers() == 0);
-  const auto h = frag(2, fragment_last, request, total, rest);
-  REQUIRE(s.add(h.data(), h.size(), request, &pool, whole, inner) == result::complete);
-  CHECK(whole.data() == room);
-  CHECK(whole.size() == total);
-  CHECK(std::equal(d.begin(), d.end(), whole.begin()));
-  CHECK(std::equal(rest.begin(), rest.end(), whole.begin() + 100));
-  CHECK(inner == request);
+  const auto last = frag(3, fragment_last, request, total, {body.begin() + cut, body.end()});
+  REQUIRE(s.add(last.data(), last.size(), request, &pool, a) == result::complete);
+  CHECK(a.inner == request);
+  REQUIRE_FALSE(a.head.empty());
+  CHECK(joined(a) == body);
+  troupe::rpc_request got;
+  REQUIRE(parse_split_parts(a.head, std::move(a.rest), got));
+  CHECK(got.payload.data() == room);  // no copy after the fragments
+  CHECK(got.id == msg.id);
+  CHECK(got.function == msg.function);
+  CHECK(got.caller == msg.caller);
+  CHECK(got.payload == msg.payload);
+  CHECK(got.meta == msg.meta);
+}
+
+TEST_CASE("a first fragment too short for the head puts the whole body together, and a bad tail is refused", "[actors][rpc]") {
+  troupe::rpc_response msg{7, 0, std::string(300, 'm'), bytes(5000, 8), bytes(9, 9)};
+  std::vector<char> frame;
+  REQUIRE(append_frame(frame, frame_kind::response, msg));
+  std::vector<char> body(frame.begin() + frame_header_size, frame.end());
+  fragment_streams s;
+  fragment_streams::assembled a;
+  const auto first = frag(1, fragment_first, response, body.size(), {body.begin(), body.begin() + 100});  // mid-message
+  REQUIRE(s.add(first.data(), first.size(), response, nullptr, a) == result::partial);
+  const auto last = frag(1, fragment_last, response, body.size(), {body.begin() + 100, body.end()});
+  REQUIRE(s.add(last.data(), last.size(), response, nullptr, a) == result::complete);
+  CHECK(a.head.empty());
+  CHECK(a.rest == body);
+  // A head whose payload is longer than what follows it, or a tail with a byte too many.
+  const auto whole = frag(2, fragment_first | fragment_last, response, body.size(), body);
+  REQUIRE(s.add(whole.data(), whole.size(), response, nullptr, a) == result::complete);
+  REQUIRE_FALSE(a.head.empty());
+  troupe::rpc_response bad;
+  auto rest = a.rest;
+  rest.resize(rest.size() - 12);
+  CHECK_FALSE(parse_split_parts(a.head, std::move(rest), bad));
+  rest = a.rest;
+  rest.push_back('x');
+  CHECK_FALSE(parse_split_parts(a.head, std::move(rest), bad));
+  troupe::rpc_response good;
+  REQUIRE(parse_split_parts(a.head, std::move(a.rest), good));
+  CHECK(good.message == msg.message);
+  CHECK(good.payload == msg.payload);
+  CHECK(good.meta == msg.meta);
 }

@@ -386,9 +386,8 @@ namespace troupe::detail {
 // the inner frame dropped it.
 bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs) {
   const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
-  std::vector<char> whole;
-  std::uint8_t inner = 0;
-  switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, whole, inner)) {
+  fragment_streams::assembled a;
+  switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, a)) {
     case fragment_streams::result::partial:
       return true;
     case fragment_streams::result::malformed:
@@ -396,9 +395,22 @@ bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* bod
     case fragment_streams::result::complete:
       break;
   }
-  const bool ok = handle_frame(c, inner, whole.data(), whole.size(), jobs);
-  if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(whole));
-  return ok;
+  if (a.head.empty()) {  // the whole body in one buffer
+    const bool ok = handle_frame(c, a.inner, a.rest.data(), a.rest.size(), jobs);
+    if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(a.rest));
+    return ok;
+  }
+  // The buffer the fragments were put together in becomes the payload (no copy).
+  if (want == static_cast<std::uint8_t>(frame_kind::request)) {
+    rpc_request req;
+    if (!parse_split_parts(a.head, std::move(a.rest), req)) return false;
+    on_request(c, std::move(req), jobs);
+  } else {
+    rpc_response resp;
+    if (!parse_split_parts(a.head, std::move(a.rest), resp)) return false;
+    on_response(c, std::move(resp));
+  }
+  return true;
 }
 
 }  // namespace troupe::detail

@@ -14,8 +14,9 @@
 //
 // The stream number is the sender's, per connection; fragments of one stream come in order and
 // streams interleave. The reader appends each fragment to its stream's body (a pooled buffer,
-// Note [byte pool]) and handles the complete body as the inner frame: the transport hook, the
-// interceptor and the codec see one whole message, as before. The socket's unsent bytes are kept
+// Note [byte pool]; the fields before the payload kept apart, so that the buffer becomes the
+// payload without another copy) and handles the complete body as the inner frame: the transport
+// hook, the interceptor and the codec see one whole message, as before. The socket's unsent bytes are kept
 // under `unsent_low_water` (TCP_NOTSENT_LOWAT), so a small frame does not queue behind megabytes
 // inside the kernel either.
 //
@@ -88,16 +89,26 @@ class byte_pool;
 class fragment_streams {
  public:
   enum class result { partial, complete, malformed };
-  /// Adds the fragment `body` (`n` bytes); `want` is the only inner kind allowed. On complete,
-  /// `whole` is the inner frame's body and `inner` its kind. Buffers come from `pool` (may be
-  /// null). Malformed: see Note [fragments]; the connection must then be dropped.
-  result add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, std::vector<char>& whole, std::uint8_t& inner);
+  /// A complete inner frame: its kind and its body, in two parts when the first fragment held the
+  /// whole head of the request or response (split_head_size): `head`, then `rest` (the payload
+  /// and what follows it, put together in one buffer that becomes the payload without a copy,
+  /// parse_split_parts). Otherwise `head` is empty and `rest` is the whole body.
+  struct assembled {
+    std::uint8_t inner = 0;
+    std::vector<char> head;
+    std::vector<char> rest;
+  };
+  /// Adds the fragment `body` (`n` bytes); `want` is the only inner kind allowed (request or
+  /// response). On complete, `out` is the frame. Buffers come from `pool` (may be null).
+  /// Malformed: see Note [fragments]; the connection must then be dropped.
+  result add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out);
   std::size_t open() const { return open_.size(); }
 
  private:
   struct stream {
     std::uint64_t total = 0;
-    std::vector<char> body;
+    std::vector<char> head;
+    std::vector<char> rest;
   };
   void drop(std::map<std::uint32_t, stream>::iterator it);
   std::map<std::uint32_t, stream> open_;

@@ -59,6 +59,33 @@ bool parse_split_body(const char* data, std::size_t n, T& msg) {
   return !src.end_sequence() && !src(msg.meta) && src.remaining() == 0;
 }
 
+/// The head of a body (the fields before the payload and its length prefix) when `data` (the
+/// body's first `n` bytes) holds all of it: its size and the payload's length. For fragments put
+/// together around the payload (Note [fragments]).
+template <class T>
+bool split_head_size(const char* data, std::size_t n, std::size_t& head, std::size_t& payload) {
+  T msg;
+  caf::binary_deserializer src{nullptr, data, n};
+  if (!split_detail::before_payload(src, msg) || src.begin_sequence(payload)) return false;
+  head = n - src.remaining();
+  return true;
+}
+
+/// A message from a body kept in two parts: `head` (split_head_size bytes) and `rest` (the
+/// payload, then the fields after it). `rest` becomes the payload without a copy (its buffer
+/// kept); false when malformed.
+template <class T>
+bool parse_split_parts(const std::vector<char>& head, std::vector<char>&& rest, T& msg) {
+  caf::binary_deserializer h{nullptr, head.data(), head.size()};
+  std::size_t len = 0;
+  if (!split_detail::before_payload(h, msg) || h.begin_sequence(len) || h.remaining() != 0 || len > rest.size()) return false;
+  caf::binary_deserializer tail{nullptr, rest.data() + len, rest.size() - len};
+  if (tail.end_sequence() || tail(msg.meta) || tail.remaining() != 0) return false;
+  rest.resize(len);
+  msg.payload = std::move(rest);
+  return true;
+}
+
 /// Builds `f` for `msg` (rpc_request or rpc_response); `f.payload` points into `msg`. False when
 /// the message cannot be serialized or is too large for a frame.
 template <class T>
