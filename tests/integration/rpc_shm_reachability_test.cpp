@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <linux/capability.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -245,6 +246,45 @@ TEST_CASE("as bytes, 64 MB echoes reuse their buffers on both sides instead of f
     INFO("page faults over three 64 MB echoes: caller " << caller << ", callee " << callee);
     CHECK(caller < 4000);  // one buffer faulted in afresh would be 16k
     CHECK(callee < 4000);
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  }
+  CHECK(children.join(20s));
+}
+
+namespace {
+
+// Duplicates the first large request it sends and delays the second (a delayed frame is kept
+// whole, not fragmented); counts them.
+struct large_request_plan : troupe::transport_hook {
+  std::atomic<int> large{0};
+  troupe::transport_decision on_send(troupe::envelope& m) override {
+    if (m.kind != troupe::message_kind::rpc_request || m.payload.size() < (std::size_t{4} << 20)) return {};
+    const int n = ++large;
+    return {n == 1 ? 2 : 1, n == 2 ? 20ms : 0ms};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("as bytes, large requests a fault plan duplicates or delays come back bit-exact, and the connection goes on", "[actors][rpc][bulk]") {
+  // Note [fragments]: a duplicated frame is two streams of fragments; a delayed one goes whole.
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off, true); });
+  {
+    auto opts = troupe::test::test_options(0, 2, 0);
+    opts.shared_memory_rpc = false;
+    auto plan = std::make_shared<large_request_plan>();
+    troupe::node n(opts, functions(), plan);
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready"}, 10s);
+    for (unsigned i = 0; i < 3; ++i) {
+      const auto t = troupe::test::byte_pattern((9 << 20) + 5 + i, 40 + i);
+      CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));
+    }
+    CHECK(plan->large == 3);
+    const auto tiny = troupe::test::byte_pattern(16, 3);
+    CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", tiny), tiny));
     n.store().set("done", "1");
     n.shutdown(troupe::shutdown_mode::graceful, 10s);
   }
