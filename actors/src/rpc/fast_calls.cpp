@@ -121,8 +121,12 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
   }
   if (req.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
     wake_if_first_deadline(st->deadline());
+    const std::size_t bytes = req.payload.size();
     if (send_large(c, frame_kind::request, std::move(req), d)) return;
-    finish(c.get(), id, errc::bad_argument, st->what() + ": cannot serialize the request", {}, {});
+    finish(c.get(), id, errc::bad_argument,
+           st->what() + ": its arguments (" + std::to_string(bytes) + " bytes encoded) are more than one message carries (" +
+               std::to_string(max_frame_body) + " bytes)",
+           {}, {});
     return;
   }
   std::vector<char> frame;
@@ -202,8 +206,12 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
   }
   if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
     const auto id = resp.id;
+    const std::size_t bytes = resp.payload.size();
     if (send_large(c, frame_kind::response, std::move(resp), d)) return;
-    resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception), "worker " + cfg_.me.name + ": the result is too large for a frame", {}, {}};
+    resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception),
+                        "worker " + cfg_.me.name + ": the result (" + std::to_string(bytes) + " bytes encoded) is more than one message carries (" +
+                            std::to_string(max_frame_body) + " bytes)",
+                        {}, {}};
   }
   std::vector<char> frame;
   if (!append_frame(frame, frame_kind::response, resp)) return;  // cannot happen: bytes and strings only
