@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -184,17 +185,33 @@ TEST_CASE("when only one of two processes can open the other's memory, each dire
   expect_paths(s, child_can ? 1 : 0, parent_can ? 1 : 0);
 }
 
-TEST_CASE("as bytes, large echoes and small calls from several threads at once come back bit-exact", "[actors][rpc][bulk]") {
-  // Frames written in pieces (rpc/split_frame.hpp) while other writers queue behind them, and
-  // large frames read in pieces on both sides.
+namespace {
+
+// Rank 0 with shared memory off (and `hook`, if any) against a child serving with it off too:
+// every tensor travels as bytes. Runs `body` on rank 0's node, then shuts both down.
+void with_bytes_peer(const std::function<void(troupe::node&)>& body, std::shared_ptr<troupe::transport_hook> hook = nullptr) {
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off, true); });
   {
     auto opts = troupe::test::test_options(0, 2, 0);
     opts.shared_memory_rpc = false;
-    troupe::node n(opts, functions());
+    troupe::node n(opts, functions(), std::move(hook));
     pipe.publish(n.port(), 1);
     n.store().wait({"ready"}, 10s);
+    body(n);
+    n.store().set("done", "1");
+    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  }
+  CHECK(children.join(20s));
+}
+
+}  // namespace
+
+TEST_CASE("as bytes, large echoes and small calls from several threads at once come back bit-exact", "[actors][rpc][bulk]") {
+  // Frames written in pieces (rpc/split_frame.hpp) and in fragments (Note [fragments]) while
+  // other writers queue behind them or pass between them, and large frames read in pieces on both
+  // sides.
+  with_bytes_peer([&](troupe::node& n) {
     std::vector<std::thread> threads;
     std::vector<int> good(4, 0), small(4, 0);
     for (int k = 0; k < 4; ++k)
@@ -217,23 +234,13 @@ TEST_CASE("as bytes, large echoes and small calls from several threads at once c
     // Far larger than a socket's buffer: sendmsg returns short many times, mid-buffer too.
     const auto huge = troupe::test::byte_pattern((24 << 20) + 3, 77);
     CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", huge), huge));
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  });
 }
 
 TEST_CASE("as bytes, 64 MB echoes reuse their buffers on both sides instead of faulting fresh pages in each time", "[actors][rpc][bulk]") {
   // Note [byte pool]: glibc maps every buffer of 64 MB or more afresh (on the callee's executor
   // threads; on any thread above its mmap threshold), 16k page faults per buffer per message.
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off, true); });
-  {
-    auto opts = troupe::test::test_options(0, 2, 0);
-    opts.shared_memory_rpc = false;
-    troupe::node n(opts, functions());
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready"}, 10s);
+  with_bytes_peer([&](troupe::node& n) {
     const auto t = troupe::test::byte_pattern((64 << 20) + 12, 91);
     for (int i = 0; i < 2; ++i) REQUIRE(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));
     const long callee_before = troupe::rpc_sync<long>(n, "worker1", "faults");
@@ -246,10 +253,7 @@ TEST_CASE("as bytes, 64 MB echoes reuse their buffers on both sides instead of f
     INFO("page faults over three 64 MB echoes: caller " << caller << ", callee " << callee);
     CHECK(caller < 4000);  // one buffer faulted in afresh would be 16k
     CHECK(callee < 4000);
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  });
 }
 
 namespace {
@@ -269,15 +273,8 @@ struct large_request_plan : troupe::transport_hook {
 
 TEST_CASE("as bytes, large requests a fault plan duplicates or delays come back bit-exact, and the connection goes on", "[actors][rpc][bulk]") {
   // Note [fragments]: a duplicated frame is two streams of fragments; a delayed one goes whole.
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off, true); });
-  {
-    auto opts = troupe::test::test_options(0, 2, 0);
-    opts.shared_memory_rpc = false;
-    auto plan = std::make_shared<large_request_plan>();
-    troupe::node n(opts, functions(), plan);
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready"}, 10s);
+  auto plan = std::make_shared<large_request_plan>();
+  with_bytes_peer([&](troupe::node& n) {
     for (unsigned i = 0; i < 3; ++i) {
       const auto t = troupe::test::byte_pattern((9 << 20) + 5 + i, 40 + i);
       CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));
@@ -285,8 +282,5 @@ TEST_CASE("as bytes, large requests a fault plan duplicates or delays come back 
     CHECK(plan->large == 3);
     const auto tiny = troupe::test::byte_pattern(16, 3);
     CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", tiny), tiny));
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
-  }
-  CHECK(children.join(20s));
+  }, plan);
 }
