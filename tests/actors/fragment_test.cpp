@@ -2,6 +2,7 @@
 // fragments that frames of other writers pass between, and come back together exactly; every
 // malformed fragment is refused.
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,7 +80,11 @@ bool read_frame(int fd, frame& f) {
 
 struct socket_pair {
   int fds[2] = {-1, -1};
-  socket_pair() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0); }
+  socket_pair() {
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    timeval bound{10, 0};  // every read is bounded: a frame that never comes fails the test
+    ::setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  }
   ~socket_pair() {
     if (fds[1] >= 0) ::close(fds[1]);
   }
