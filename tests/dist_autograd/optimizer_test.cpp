@@ -102,7 +102,6 @@ TEST_CASE("a distributed optimizer step through a parameter-server rref equals t
     }
     CHECK(dist.num_contexts() == 0);
   }
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }

@@ -60,6 +60,13 @@ inline void serve_until_done(node& n, const std::string& ready_key = "ready",
   n.shutdown(shutdown_mode::graceful, std::chrono::seconds(10));
 }
 
+/// Rank 0's side of serve_until_done: tells the serving children to stop, then shuts down
+/// gracefully (the children's outstanding calls finish first).
+inline void release_children(node& n) {
+  n.store().set("done", "1");
+  n.shutdown(shutdown_mode::graceful, std::chrono::seconds(10));
+}
+
 /// A uint8 tensor of `nbytes` whose bytes depend on `seed` and the position.
 inline tensor byte_pattern(std::int64_t nbytes, unsigned seed) {
   auto t = empty({nbytes}, tensor_options{dtype::uint8});

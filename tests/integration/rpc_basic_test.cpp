@@ -58,8 +58,7 @@ TEST_CASE("rpc_sync of an int to another process returns the remote result", "[a
   n.store().wait(ready_keys(2), 10s);
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 40, 2) == 42);
   CHECK(troupe::rpc_sync<std::string>(n, "worker1", "concat", std::string("ab"), "cd") == "abcd");
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 
@@ -90,8 +89,7 @@ TEST_CASE("each rpc error code reaches the caller with its worker and function",
   CHECK(std::chrono::steady_clock::now() - t0 < 900ms);
   CHECK(error_code_of([&] { troupe::rpc_sync<int>(n, "nobody", "add", troupe::rpc::deadline{200ms}, 1, 2); }) == errc::peer_lost);
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 1, 2) == 3);  // still serving
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 

@@ -77,8 +77,7 @@ TEST_CASE("many large echoes of different sizes, in a row and from several threa
     for (auto& th : threads) th.join();
     for (int k = 0; k < 4; ++k) CHECK(good[k] == 8);
     CHECK(segments_of(::getpid()) == 0);  // each receiver unlinked the names on first use
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+    troupe::test::release_children(n);
   }
   CHECK(children.join(20s));
   CHECK(segments_of(::getpid()) == 0);

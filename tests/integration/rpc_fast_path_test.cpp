@@ -45,8 +45,7 @@ TEST_CASE("the direct rpc port drops a connection that does not present a valid 
   CHECK(troupe::test::connection_dropped_after(port, frame(2u << 30, 2, 0)));          // an oversized frame
   CHECK(troupe::test::connection_dropped_after(port, frame(6, 2, 6)));                  // an auth frame that does not parse
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 2, 3, 5s) == 5);  // served as before
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 
@@ -70,7 +69,6 @@ TEST_CASE("a node without the direct channel calls and serves a node with it thr
     text = e.message();
   }
   CHECK_THAT(text, Catch::Contains("worker1") && Catch::Contains("nope"));
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }

@@ -107,7 +107,6 @@ TEST_CASE("a caller that waits reads its own response; calls nobody waits on sti
     });
   for (auto& t : threads) t.join();
   CHECK(good == 200);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(20s));
 }

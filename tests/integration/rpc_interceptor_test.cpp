@@ -119,8 +119,7 @@ void with_child(Body body) {
   pipe.publish(n.port(), 1);
   n.store().wait({"ready"}, 10s);
   body(n);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 

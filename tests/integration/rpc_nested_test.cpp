@@ -46,8 +46,7 @@ TEST_CASE("a user function can call a third worker and back its caller without d
   for (int i = 0; i < 3; ++i) fs.push_back(troupe::rpc_async<int>(n, "worker1", "relay", troupe::rpc::deadline{5s}, i));
   REQUIRE(troupe::rpc::wait_all(fs, 6s));
   for (int i = 0; i < 3; ++i) CHECK(fs[static_cast<std::size_t>(i)].get() == i + 100 + 2 * i);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 
@@ -98,8 +97,7 @@ TEST_CASE("many in-flight calls from several threads all complete with their own
   bool ran_at_once = false;
   pending.then_inline([&ran_at_once](troupe::rpc::future<std::int64_t> f) { ran_at_once = f.is_ready(); });
   CHECK(ran_at_once);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 

@@ -137,8 +137,7 @@ seen run(mode m, bool& child_may_open_parent, bool& parent_may_open_child, bool 
       const auto t = troupe::test::byte_pattern(big + i, 20 + i);
       s.echoes_exact = s.echoes_exact && troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t);
     }
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+    troupe::test::release_children(n);
   }
   CHECK(children.join(20s));
   return s;
@@ -199,8 +198,7 @@ void with_bytes_peer(const std::function<void(troupe::node&)>& body, std::shared
     pipe.publish(n.port(), 1);
     n.store().wait({"ready"}, 10s);
     body(n);
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+    troupe::test::release_children(n);
   }
   CHECK(children.join(20s));
 }

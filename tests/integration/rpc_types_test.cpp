@@ -102,7 +102,6 @@ TEST_CASE("rpc carries arithmetic types, strings, containers, tensors and user s
   CHECK(sback.values.size() == 2);
   CHECK(same_bits(sback.values[1], -0.0));
 
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }

@@ -111,8 +111,7 @@ void with_workers(int workers, const Body& body, std::shared_ptr<troupe::transpo
     for (int r = 1; r <= workers; ++r) ready.push_back("ready/" + std::to_string(r));
     n.store().wait(ready, 10s);
     body(n);
-    n.store().set("done", "1");
-    n.shutdown(troupe::shutdown_mode::graceful, 10s);
+    troupe::test::release_children(n);
   }
   CHECK(children.join(20s));
 }

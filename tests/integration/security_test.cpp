@@ -50,8 +50,7 @@ TEST_CASE("a node with a wrong job token is refused and the others keep being se
   // shutting down (on a loaded machine it may not even have connected yet).
   CHECK(children.wait_any(30s) == std::optional<int>(0));  // exits 0 only if it got unauthorized
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 4, 5) == 9);  // and the others are still served
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
 
@@ -72,7 +71,6 @@ TEST_CASE("garbage bytes on the port drop that connection and the node keeps ser
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 2, 3) == 5);
   CHECK(garbage_gets_dropped(n.port(), 5s));
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 4, 3) == 7);
-  n.store().set("done", "1");
-  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  troupe::test::release_children(n);
   CHECK(children.join(10s));
 }

@@ -360,14 +360,14 @@ bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t k
     if (c->closed()) return false;  // dropped for the inner frame, which said why
   } else if (!c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::request)) {
     rpc_request req;
-    if (cfg_.bulk) cfg_.bulk->buffers().reserve(req.payload, n);  // a large one: Note [byte pool]
+    if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(req.payload, n);  // Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, req) : parse_body(body, n, req)) {
       on_request(c, std::move(req), jobs);
       return true;
     }
   } else if (c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::response)) {
     rpc_response resp;
-    if (cfg_.bulk) cfg_.bulk->buffers().reserve(resp.payload, n);  // a large one: Note [byte pool]
+    if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(resp.payload, n);  // Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, resp) : parse_body(body, n, resp)) {
       on_response(c, std::move(resp));
       return true;
