@@ -11,11 +11,49 @@ thread_local executor* tls_quick_leader = nullptr;
 }  // namespace
 
 void long_work_ahead() {
-  if (auto* ex = std::exchange(tls_quick_leader, nullptr)) ex->cv_.notify_one();  // a follower takes the lead
+  if (auto* ex = std::exchange(tls_quick_leader, nullptr)) ex->hand_off_quick_phase();  // a follower takes the lead
 }
 
-executor::executor(int threads) {
+executor::executor(int threads, std::chrono::microseconds watchdog_tick) : watchdog_tick_(watchdog_tick) {
   for (int i = 0; i < (threads < 1 ? 1 : threads); ++i) threads_.emplace_back([this] { run(); });
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+void executor::hand_off_quick_phase() {
+  if (!phase_handed_.exchange(true)) cv_.notify_one();
+}
+
+void executor::begin_quick_phase() {
+  phase_handed_.store(false, std::memory_order_relaxed);
+  quick_phase_.fetch_add(1);  // odd: running (seq_cst, against the watchdog's park below)
+  if (watchdog_parked_.load()) {
+    std::lock_guard<std::mutex> lock(watchdog_mutex_);
+    watchdog_parked_.store(false);
+    watchdog_cv_.notify_one();
+  }
+}
+
+// Note [predicted quick]: a quick phase seen at two ticks in a row has run at least one tick.
+void executor::watch() {
+  std::uint64_t seen = quick_phase_.load();
+  int idle_ticks = 0;
+  std::unique_lock<std::mutex> lock(watchdog_mutex_);
+  while (!watchdog_stop_) {
+    if (idle_ticks >= watchdog_park_ticks) {
+      watchdog_parked_.store(true);
+      if (quick_phase_.load() == seen)  // else a phase began meanwhile: its leader may not have seen the flag
+        watchdog_cv_.wait(lock, [this] { return watchdog_stop_ || !watchdog_parked_.load(); });
+      watchdog_parked_.store(false);
+      idle_ticks = 0;
+      seen = quick_phase_.load();
+      continue;
+    }
+    watchdog_cv_.wait_for(lock, watchdog_tick_, [this] { return watchdog_stop_; });
+    const std::uint64_t now = quick_phase_.load();
+    if (now == seen && (now & 1) != 0) hand_off_quick_phase();
+    idle_ticks = now == seen && (now & 1) == 0 ? idle_ticks + 1 : 0;
+    seen = now;
+  }
 }
 
 executor::~executor() { stop(); }
@@ -53,6 +91,12 @@ void executor::stop() {
   for (auto& t : threads_)
     if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
   threads_.clear();
+  {
+    std::lock_guard<std::mutex> lock(watchdog_mutex_);
+    watchdog_stop_ = true;
+  }
+  watchdog_cv_.notify_all();
+  if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
 }
 
 // Leads once: waits on the source without the lock, runs the quick jobs and the first ordinary
@@ -72,8 +116,12 @@ void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   // jobs and leads again (an empty read wakes one, as before, so a posted job is not missed).
   const std::size_t wake = got.jobs.empty() ? (got.quick.empty() ? 1 : 0) : got.jobs.size();
   for (std::size_t i = 0; i < wake; ++i) cv_.notify_one();
-  if (wake == 0) tls_quick_leader = this;  // long_work_ahead() may still wake one
+  if (wake == 0) {  // long_work_ahead() or the watchdog may still wake one (Note [predicted quick])
+    tls_quick_leader = this;
+    begin_quick_phase();
+  }
   for (auto& job : got.quick) job();
+  if (wake == 0) quick_phase_.fetch_add(1, std::memory_order_release);  // even: over
   tls_quick_leader = nullptr;
   if (!got.jobs.empty()) got.jobs.front()();
   lock.lock();

@@ -15,8 +15,26 @@
 // long_work_ahead() first, which wakes a follower to take the lead, so the sockets are not left
 // unread meanwhile. Measured with rref_bench (a remote_call and its fetch read together): see
 // docs/rref.md.
+//
+// Note [predicted quick]
+// An ordinary function whose recent runs were all short (rpc/fast_calls.cpp: the last 16 took
+// under 50 us each) is run the same way, as a quick job: the follower's wake-up before it was
+// most of what a small round trip cost beyond raw TCP on a busy machine (a futex wake of a thread
+// on another vCPU costs the waker a VM exit). A prediction can fail (the function blocks this
+// time), so a quick phase is watched:
+//   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
+//     long_work_ahead() first, so a nested call hands the lead off before it blocks, at once;
+//   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen and
+//     wakes a follower to lead when it finds the same quick phase running at two ticks in a row:
+//     a user function that blocks on its own lock or sleeps delays the requests read after it by
+//     at most two ticks, and never deadlocks the node. The watchdog parks after watchdog_park_ticks
+//     ticks without a quick phase (an idle node wakes nobody) and the next quick phase unparks it.
+// A quick phase costs the leader two atomic increments and a load; it wakes nobody.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -51,7 +69,13 @@ void long_work_ahead();
 
 class executor {
  public:
-  explicit executor(int threads);
+  /// Note [predicted quick]: the watchdog's default period, and how many idle ticks before it parks.
+  static constexpr std::chrono::microseconds default_watchdog_tick{1000};
+  static constexpr int watchdog_park_ticks = 50;
+
+  /// `watchdog_tick`: Note [predicted quick] (tests lengthen it to tell the watchdog's hand-off
+  /// from long_work_ahead's).
+  explicit executor(int threads, std::chrono::microseconds watchdog_tick = default_watchdog_tick);
   ~executor();
   executor(const executor&) = delete;
   executor& operator=(const executor&) = delete;
@@ -68,6 +92,9 @@ class executor {
   friend void long_work_ahead();
   void run();
   void lead_once(std::unique_lock<std::mutex>& lock);
+  void watch();               // the watchdog thread (Note [predicted quick])
+  void begin_quick_phase();
+  void hand_off_quick_phase();  // a follower takes the lead (once per phase)
   std::mutex mutex_;
   std::condition_variable cv_;
   std::condition_variable led_cv_;  // leading_ became false (for set_source)
@@ -77,6 +104,17 @@ class executor {
   bool leading_ = false;
   int idle_ = 0;  // threads waiting on cv_
   std::vector<std::thread> threads_;
+
+  // Note [predicted quick]. quick_phase_ is odd while the leader runs quick jobs nobody was woken
+  // for; phase_handed_ says a follower was woken for the current phase already.
+  std::atomic<std::uint64_t> quick_phase_{0};
+  std::atomic<bool> phase_handed_{false};
+  std::atomic<bool> watchdog_parked_{false};
+  std::mutex watchdog_mutex_;
+  std::condition_variable watchdog_cv_;
+  bool watchdog_stop_ = false;  // under watchdog_mutex_
+  std::chrono::microseconds watchdog_tick_;
+  std::thread watchdog_;
 };
 
 }  // namespace troupe::detail

@@ -29,6 +29,7 @@ struct node::impl {
   std::shared_ptr<detail::auth_set> auth = std::make_shared<detail::auth_set>();
   std::shared_ptr<rpc::registry> functions;
   std::shared_ptr<detail::executor> exec;
+  std::shared_ptr<const rpc::detail::call_state::poster> poster;  // every call's continuations go to exec
   std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
   std::shared_ptr<rpc::detail::interceptor_slot> interceptor = std::make_shared<rpc::detail::interceptor_slot>();
   std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]; null when disabled
@@ -108,6 +109,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   if (!opts.shared_memory_rpc) bulk->disable_shared_memory();
   bulk->set_reachable(caf::to_string(sys->node()), true);  // calls to itself (off: ignored)
   exec = std::make_shared<detail::executor>(opts.executor_threads);
+  poster = std::make_shared<const rpc::detail::call_state::poster>([exec = exec](std::function<void()> f) { return exec->post(std::move(f)); });
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
   detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr};
   if (opts.rpc_fast_path) start_fast_path(hook, ac);
@@ -214,7 +216,7 @@ void node::impl::track(const std::shared_ptr<rpc::detail::call_state>& st) {
   if (calls.size() >= calls_prune_at) {
     std::erase_if(calls, [](const auto& w) {
       auto s = w.lock();
-      return !s || s->ready();
+      return !s || s->done();
     });
     calls_prune_at = std::max<std::size_t>(1024, calls.size() * 2);
   }
@@ -312,12 +314,9 @@ std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::cal
 std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function,
                                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
   auto& im = *impl_;
-  const auto what = "call to '" + function + "' on " + to + " from " + im.me.name;
-  auto exec = im.exec;
-  auto st = std::make_shared<rpc::detail::call_state>(what, std::chrono::steady_clock::now() + timeout,
-                                                       [exec](std::function<void()> f) { return exec->post(std::move(f)); });
+  auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster);
   if (im.down) {
-    st->complete(errc::invalid_state, what + ": the node is shut down", {});
+    st->complete(errc::invalid_state, st->what() + ": the node is shut down", {});
     return st;
   }
   impl::link peer;
@@ -325,7 +324,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     peer = im.resolve(to, timeout);
   } catch (const error& e) {
     const errc code = e.code() == errc::timeout ? errc::peer_lost : e.code();
-    st->complete(code, what + ": cannot reach worker " + to + ": " + e.message(), {});
+    st->complete(code, st->what() + ": cannot reach worker " + to + ": " + e.message(), {});
     return st;
   }
   std::vector<char> payload, meta;
@@ -338,15 +337,18 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     if (intercepted) meta = rpc::detail::guarded("take_meta", [&] { return intercepted->take_meta(); });
     st->set_scope(std::move(intercepted));
   } catch (const rpc::detail::interceptor_failure& e) {
-    st->complete(e.code(), what + ": " + e.message(), {});
+    st->complete(e.code(), st->what() + ": " + e.message(), {});
     return st;
   } catch (const std::exception& e) {
-    st->complete(errc::bad_argument, what + ": cannot encode the arguments: " + e.what(), {});
+    st->complete(errc::bad_argument, st->what() + ": cannot encode the arguments: " + e.what(), {});
+    return st;
+  }
+  if (peer.conn) {  // Note [rpc fast path]; its stop() fails the calls it holds
+    im.fast->call(peer.conn, st, function, std::move(payload), std::move(meta));
     return st;
   }
   im.track(st);
-  if (peer.conn) im.fast->call(peer.conn, st, function, std::move(payload), std::move(meta));  // Note [rpc fast path]
-  else caf::anon_send(im.agent, detail::local_call{st, std::move(peer.agent), to, function, std::move(payload), std::move(meta)});
+  caf::anon_send(im.agent, detail::local_call{st, std::move(peer.agent), to, function, std::move(payload), std::move(meta)});
   return st;
 }
 

@@ -18,6 +18,7 @@
 
 #include <caf/all.hpp>
 
+#include "executor.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -111,6 +112,7 @@ R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeou
     }
   };
   caf::anon_send(impl.proxy, std::move(job));
+  detail::long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
   if (result.wait_for(deadline + std::chrono::seconds(1)) != std::future_status::ready)
     throw error(errc::timeout, what + ": no answer from the store host (" + impl.host + ")");
   auto out = result.get();

@@ -24,6 +24,21 @@ struct held_replies {
 };
 thread_local held_replies tls_replies;
 
+// Note [predicted quick] (executor.hpp): a function is run as a quick job once its last
+// predict_after runs each took under short_run.
+constexpr auto short_run = std::chrono::microseconds(50);
+constexpr std::uint32_t predict_after = 16;
+
+bool predicted_short(const rpc::run_history& h) { return h.short_streak.load(std::memory_order_relaxed) >= predict_after; }
+
+void record_run(rpc::run_history& h, std::chrono::steady_clock::duration took) {
+  if (took < short_run) {
+    if (h.short_streak.load(std::memory_order_relaxed) < predict_after) h.short_streak.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    h.short_streak.store(0, std::memory_order_relaxed);
+  }
+}
+
 }  // namespace
 
 }  // namespace troupe::detail
@@ -166,33 +181,38 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
   // The jobs (more than one only for a duplicating fault plan) share the request: copying it
   // copied its payload, a whole extra pass over a large tensor sent as bytes. When they are done,
   // a large payload's buffer goes back to the node's pool (Note [byte pool]).
+  // Everything the job needs, in one allocation.
   struct served_request {
     rpc_request req;
-    std::weak_ptr<bulk_names> bulk;
+    std::shared_ptr<const rpc::function_entry> fn;
+    serve_target to;
+    std::shared_ptr<rpc::call_interceptor> ic;
     ~served_request() {
-      if (req.payload.capacity() >= byte_pool_min_bytes)
-        if (auto b = bulk.lock()) b->buffers().give(std::move(req.payload));
+      if (req.payload.capacity() >= byte_pool_min_bytes && to.bulk) to.bulk->buffers().give(std::move(req.payload));
     }
   };
-  auto held = std::make_shared<served_request>();
-  held->req = std::move(req_in);
-  held->bulk = cfg_.bulk;
-  const std::shared_ptr<const rpc_request> shared(held, &held->req);
-  const rpc_request& req = *shared;
-  auto fn = cfg_.functions->find(req.function);
+  auto fn = cfg_.functions->find(req_in.function);
   if (!fn) {
-    respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::unknown_function),
-                            "worker " + cfg_.me.name + " has no function '" + req.function + "'", {}, {}});
+    respond(c, rpc_response{req_in.id, static_cast<std::uint8_t>(errc::unknown_function),
+                            "worker " + cfg_.me.name + " has no function '" + req_in.function + "'", {}, {}});
     return;
   }
-  const serve_target to{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node};
+  const bool quick = fn->quick || predicted_short(*fn->history);  // Note [predicted quick]
+  // Built in place (its destructor leaves it without a move constructor: a temporary would be
+  // copied, payload and all).
+  auto held = std::make_shared<served_request>(std::move(req_in), std::move(fn),
+                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node},
+                                               cfg_.interceptor ? cfg_.interceptor->get() : nullptr);
   for (int i = 0; i < copies; ++i) {
-    auto job = [self = shared_from_this(), c, fn, shared, to, ic = cfg_.interceptor ? cfg_.interceptor->get() : nullptr] {
-      serve_job(*fn, *shared, self->cfg_.me.name, to, ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
+    auto job = [self = shared_from_this(), c, held] {
+      const auto began = clock::now();
+      const auto& fn = *held->fn;
+      serve_job(fn, held->req, self->cfg_.me.name, held->to, held->ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
+      record_run(*fn.history, clock::now() - began);
     };
-    if (jobs) (fn->quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
+    if (jobs) (quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
     else if (!cfg_.exec->post(std::move(job)))
-      respond(c, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
+      respond(c, rpc_response{held->req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
   }
 }
 

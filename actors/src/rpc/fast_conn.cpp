@@ -23,7 +23,12 @@ fast_conn::fast_conn(int fd, bool outgoing) : fd_(fd), outgoing_(outgoing) {
   // fragments of a large one is not queued behind megabytes there.
   const int low = unsent_low_water;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &low, sizeof low);
-  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  // Note [blocking first read]: a blocking socket whose blocking reads give up after
+  // first_read_slice; every other call on it passes MSG_DONTWAIT.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(first_read_slice).count();
+  const timeval slice{static_cast<time_t>(us / 1000000), static_cast<suseconds_t>(us % 1000000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof slice);
   if (outgoing_) reader_wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
@@ -38,7 +43,7 @@ void fast_conn::close() {
 
 bool fast_conn::send_all(const char* p, std::size_t n) {
   while (n > 0) {
-    const ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL);
+    const ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
       p += k;
       n -= static_cast<std::size_t>(k);
@@ -66,7 +71,7 @@ bool fast_conn::send_parts(const part* parts, std::size_t count) {
     msghdr mh{};
     mh.msg_iov = iov.data() + first;
     mh.msg_iovlen = iov.size() - first;
-    const ssize_t k = ::sendmsg(fd_, &mh, MSG_NOSIGNAL);
+    const ssize_t k = ::sendmsg(fd_, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
       auto left = static_cast<std::size_t>(k);
       while (first < iov.size() && left >= iov[first].iov_len) left -= iov[first++].iov_len;
@@ -176,8 +181,9 @@ bool fast_conn::write_fragmented(const part* parts, std::size_t count) {
   return true;
 }
 
-bool fast_conn::read_available() {
+bool fast_conn::read_available(bool block_first) {
   std::size_t got = 0;
+  int flags = block_first ? 0 : MSG_DONTWAIT;
   for (;;) {
     // Note [fragments]: while a large message streams in, what follows it (a small call between
     // two fragments) is parsed and served after at most this much, not after the whole message.
@@ -187,9 +193,11 @@ bool fast_conn::read_available() {
     // 64 KiB, or the room a large frame's reservation left (fast_path::on_readable).
     const std::size_t chunk = std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes);
     in.resize(at + chunk);
-    const ssize_t k = ::recv(fd_, in.data() + at, chunk, 0);
+    const ssize_t k = ::recv(fd_, in.data() + at, chunk, flags);
+    flags = MSG_DONTWAIT;
     in.resize(at + (k > 0 ? static_cast<std::size_t>(k) : 0));
     if (k > 0) got += static_cast<std::size_t>(k);
+    if (k > 0) bytes_read.fetch_add(static_cast<std::size_t>(k), std::memory_order_relaxed);
     // A short read drained the socket (poll is level-triggered: more that arrives later, or an
     // EOF behind these bytes, is seen on the next poll), so no recv that would only say EAGAIN.
     if (k > 0 && static_cast<std::size_t>(k) < chunk) return true;

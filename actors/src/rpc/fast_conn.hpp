@@ -17,6 +17,7 @@
 #include <caf/node_id.hpp>
 
 #include "rpc/fragment.hpp"
+#include "troupe/actors/rpc/future.hpp"
 
 namespace troupe::detail {
 
@@ -41,10 +42,23 @@ struct uninit_allocator : std::allocator<T> {
   }
 };
 
+/// Note [blocking first read]
+/// A thread that is about to wait for one connection only (a caller for its response, the
+/// executor's leader when it leads a single connection) waits in recv() itself instead of poll()
+/// and then recv(): one system call per message instead of two on the round trip's critical path
+/// (measured with raw sockets on the 2-core build VM: a poll before each recv costs ~0.5 us per
+/// side). The socket is therefore blocking, with SO_RCVTIMEO = first_read_slice, and every other
+/// send and recv on it passes MSG_DONTWAIT. Such a wait cannot also watch an eventfd, so whatever
+/// would have woken it (another thread completing the caller's call: a deadline, a delayed
+/// response, stop(); an interrupt of the leader) is seen when the slice ends, after which the
+/// thread falls back to poll() on the socket and its eventfd: at most first_read_slice late. A
+/// closed connection (peer lost, shutdown) ends the recv at once.
+inline constexpr std::chrono::microseconds first_read_slice{1000};
+
 /// A socket owned by the connection (closed with it). Move-only through shared_ptr.
 class fast_conn {
  public:
-  /// Takes `fd` (made non-blocking, TCP_NODELAY). `outgoing`: this node connected (it sends
+  /// Takes `fd` (made blocking with a receive timeout: Note [blocking first read]; TCP_NODELAY). `outgoing`: this node connected (it sends
   /// requests and reads responses); otherwise it accepted (reads requests, sends responses).
   fast_conn(int fd, bool outgoing);
   ~fast_conn();
@@ -77,8 +91,11 @@ class fast_conn {
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
   /// Reads what is available into `in` (until a recv returns less than it asked for); returns
-  /// false on EOF or error. Whoever holds the reading role.
-  bool read_available();
+  /// false on EOF or error. Whoever holds the reading role. `block_first`: the first recv waits
+  /// for data, up to first_read_slice (Note [blocking first read]).
+  bool read_available(bool block_first = false);
+  /// Bytes read so far (tells a blocking first read that timed out from one that read).
+  std::atomic<std::uint64_t> bytes_read{0};
 
   // Identity of the peer: set before the connection is shared (outgoing) or by the I/O thread on
   // the auth frame (accepted; `authed` then true). Read by executor threads after that.
@@ -97,6 +114,7 @@ class fast_conn {
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
+  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (fast_wait.cpp)
   // Under the fast path's pending lock: calls pending on this connection, those nobody waits on,
   // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
   mutable int pending_calls = 0;

@@ -112,21 +112,32 @@ void fast_path::wake() {
 }
 
 void fast_path::interrupt() {
+  lead_interrupted_.store(true);
   const std::uint64_t one = 1;
   [[maybe_unused]] auto r = ::write(lead_wake_fd_, &one, sizeof one);
 }
 
 void fast_path::lead(led_jobs& jobs) {
-  std::vector<std::shared_ptr<fast_conn>> polled;
-  {
+  if (conns_gen_.load(std::memory_order_acquire) != led_gen_) {  // the connections changed: list them again
     std::lock_guard<std::mutex> lock(conns_mutex_);
+    led_conns_.clear();
     for (auto& c : conns_)
-      if (c->led) polled.push_back(c);
+      if (c->led) led_conns_.push_back(c);
+    led_gen_ = conns_gen_.load(std::memory_order_relaxed);
+  }
+  const auto& polled = led_conns_;
+  // Note [blocking first read]: one connection and no interrupt pending: wait in its recv.
+  if (polled.size() == 1 && !lead_interrupted_.load()) {
+    const auto& c = polled.front();
+    const auto before = c->bytes_read.load(std::memory_order_relaxed);
+    on_readable(c, &jobs, true);
+    if (c->bytes_read.load(std::memory_order_relaxed) != before || c->closed()) return;
   }
   std::vector<pollfd> fds{pollfd{lead_wake_fd_, POLLIN, 0}};
   for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
   if (::poll(fds.data(), fds.size(), max_poll_ms) <= 0) return;
   if (fds[0].revents) {
+    lead_interrupted_.store(false);
     std::uint64_t n = 0;
     [[maybe_unused]] auto r = ::read(lead_wake_fd_, &n, sizeof n);
   }
@@ -147,6 +158,7 @@ std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf
   const int fd = connect_to(host, port, timeout);
   if (fd < 0) throw error(errc::peer_lost, cfg_.me.name + ": cannot open the direct rpc connection to " + peer + " at " + host + ":" + std::to_string(port));
   auto c = std::make_shared<fast_conn>(fd, true);
+  c->waiter = make_waiter(c);
   c->peer = peer;
   c->peer_node = node;
   std::vector<char> frame;
@@ -157,6 +169,7 @@ std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf
     std::lock_guard<std::mutex> lock(conns_mutex_);
     if (stopping_) throw error(errc::invalid_state, cfg_.me.name + " is shutting down");
     conns_.push_back(c);
+    conns_gen_.fetch_add(1, std::memory_order_release);
   }
   wake();  // the I/O thread polls the new connection from now on
   return c;
@@ -165,12 +178,14 @@ std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf
 void fast_path::stop() {
   if (stopping_.exchange(true)) return;
   cfg_.exec->set_source(nullptr);  // no executor thread leads on our sockets from now on
+  led_conns_.clear();
   wake();
   if (io_.joinable()) io_.join();
   std::vector<std::shared_ptr<fast_conn>> conns;
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     conns.swap(conns_);
+    conns_gen_.fetch_add(1, std::memory_order_release);
     tickets_.clear();
   }
   for (auto& c : conns) c->close();
@@ -209,6 +224,7 @@ void fast_path::drop(const std::shared_ptr<fast_conn>& c, const std::string& why
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     std::erase(conns_, c);
+    conns_gen_.fetch_add(1, std::memory_order_release);
   }
   if (c->outgoing()) fail_calls_on(c.get(), c->peer, why);
 }
@@ -254,6 +270,7 @@ void fast_path::accept_all() {
     if (fd < 0) return;
     std::lock_guard<std::mutex> lock(conns_mutex_);
     conns_.push_back(std::make_shared<fast_conn>(fd, false));
+    conns_gen_.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -290,8 +307,8 @@ void fast_path::run() {
   }
 }
 
-void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs) {
-  const bool open = c->read_available();
+void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs, bool block_first) {
+  const bool open = c->read_available(block_first);
   std::size_t at = 0;
   auto& in = c->in;
   while (in.size() - at >= frame_header_size) {
@@ -320,6 +337,7 @@ void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs)
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
       c->led = true;
+      conns_gen_.fetch_add(1, std::memory_order_release);
     }
     interrupt();
   }

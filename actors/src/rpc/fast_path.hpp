@@ -27,16 +27,19 @@
 // the job token.
 //
 // Leader/follower (executor.hpp): an idle executor thread polls the authenticated incoming
-// connections, runs the first request it read itself and queues the rest; it wakes a follower to
-// lead before running the user function (otherwise a long call would leave requests unread).
-// Requests for quick functions (function_options::quick: the reserved RRef control functions)
-// it runs itself first and wakes nobody for them.
+// connections (one alone: it waits in its recv, Note [blocking first read] in rpc/fast_conn.hpp),
+// runs the first request it read itself and queues the rest; it wakes a follower to lead before
+// running the user function (otherwise a long call would leave requests unread). Requests for
+// quick functions (function_options::quick: the reserved RRef control functions) and for
+// functions whose recent runs were all short (Note [predicted quick] in executor.hpp, with its
+// watchdog) it runs itself first and wakes nobody for them.
 // Concurrent writers on one connection combine their frames into one send (fast_conn::write).
 //
 // The caller reads its own response (fast_wait.cpp): call_state's helper runs on a thread that is
 // about to block on its call (get(), wait()); it takes the connection's reading role (one caller
-// at a time, CAS on caller_reading, then read_mutex) and polls the socket and its eventfd itself
-// until its call completed, completing every call it reads a response for. So a round trip is two
+// at a time, CAS on caller_reading, then read_mutex) and reads the socket itself (first in a
+// blocking recv, then, after a slice without data, polling the socket and its eventfd: Note
+// [blocking first read]) until its call completed, completing every call it reads a response for. So a round trip is two
 // wake-ups (callee leader, caller) as for raw TCP, not three. The I/O thread polls an outgoing
 // connection only for calls nobody waits on: unattended ones (a continuation was registered, or
 // is_ready() was asked),
@@ -174,7 +177,8 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void accept_all();
   // `jobs`: where served calls go (the leader's list), or null: posted to the executor.
   using job_list = led_jobs;
-  void on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs);
+  // `block_first`: wait in the first recv (Note [blocking first read] in rpc/fast_conn.hpp).
+  void on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs, bool block_first = false);
   bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
   bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
   bool on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs);
@@ -198,6 +202,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void sweep_deadlines();
   // Caller side of waiting (fast_wait.cpp).
   void install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id);
+  std::shared_ptr<rpc::detail::call_helper> make_waiter(const std::shared_ptr<fast_conn>& c);  // for fast_conn::waiter
   bool io_reads(const fast_conn& c);  // whether the I/O thread polls `c` now
   // The connection this thread reads as a waiting caller (finish() then needs no poke: the
   // reader checks its call after every read).
@@ -215,6 +220,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   int listen_fd_ = -1;
   int wake_fd_ = -1;
   int lead_wake_fd_ = -1;  // interrupts the leader
+  std::atomic<bool> lead_interrupted_{false};  // set with lead_wake_fd_: the leader polls, it does not block in a recv
   std::uint16_t port_ = 0;
   std::thread io_;
   frame_writer writer_;  // large frames, Note [fragments]
@@ -223,6 +229,11 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   std::mutex conns_mutex_;
   std::vector<std::shared_ptr<fast_conn>> conns_;
   std::map<std::string, ticket> tickets_;  // secret -> issued for
+  std::atomic<std::uint64_t> conns_gen_{0};  // bumped (under conns_mutex_) whenever conns_ or a led flag changes
+  // The led connections as the leader last listed them, and conns_gen_ then (lead() only: one
+  // leader at a time).
+  std::vector<std::shared_ptr<fast_conn>> led_conns_;
+  std::uint64_t led_gen_ = ~std::uint64_t{0};
 
   std::mutex pending_mutex_;
   std::uint64_t next_id_ = 1;

@@ -19,25 +19,37 @@ void drain(int eventfd) {
   [[maybe_unused]] auto r = ::read(eventfd, &n, sizeof n);
 }
 
+// One per outgoing connection: the calls on it are helped by reading it (or by the I/O thread).
+class conn_helper final : public rpc::detail::call_helper {
+ public:
+  conn_helper(std::weak_ptr<fast_path> path, std::weak_ptr<fast_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
+  void wait(std::uint64_t id, clock::time_point until) override {
+    auto s = path_.lock();
+    auto c = conn_.lock();
+    if (s && c) s->read_until_done(c, id, until);
+  }
+  void unattended(std::uint64_t id) override {
+    auto s = path_.lock();
+    auto c = conn_.lock();
+    if (s && c) s->unattend(c.get(), id);
+  }
+
+ private:
+  std::weak_ptr<fast_path> path_;
+  std::weak_ptr<fast_conn> conn_;
+};
+
 }  // namespace
 
 thread_local const fast_conn* fast_path::reading_here_ = nullptr;
 
+std::shared_ptr<rpc::detail::call_helper> fast_path::make_waiter(const std::shared_ptr<fast_conn>& c) {
+  return std::make_shared<conn_helper>(weak_from_this(), c);
+}
+
 // Caller holds pending_mutex_ (the call is not shared yet: nobody can wait on it before).
 void fast_path::install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
-  std::weak_ptr<fast_path> self = weak_from_this();
-  std::weak_ptr<fast_conn> conn = c;
-  st.set_helper(
-      [self, conn, id](clock::time_point until) {
-        auto s = self.lock();
-        auto c = conn.lock();
-        if (s && c) s->read_until_done(c, id, until);
-      },
-      [self, conn, id] {
-        auto s = self.lock();
-        auto c = conn.lock();
-        if (s && c) s->unattend(c.get(), id);
-      });
+  st.set_helper(c->waiter, id);
 }
 
 void fast_path::unattend(const fast_conn* c, std::uint64_t id) {
@@ -77,9 +89,16 @@ void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64
       std::lock_guard<std::mutex> lock(pending_mutex_);
       return pending_.count(id) > 0;
     };
+    bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
     while (pending() && !c->closed() && !stopping_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
       if (left <= 0) break;
+      if (block) {
+        const auto before = c->bytes_read.load(std::memory_order_relaxed);
+        on_readable(c, nullptr, true);
+        block = c->bytes_read.load(std::memory_order_relaxed) != before;
+        continue;
+      }
       pollfd fds[2] = {pollfd{c->fd(), POLLIN, 0}, pollfd{c->reader_wake, POLLIN, 0}};
       if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, max_poll_ms))) < 0 && errno != EINTR) break;
       if (fds[1].revents) drain(c->reader_wake);

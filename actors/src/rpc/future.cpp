@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "executor.hpp"
 #include "intercept.hpp"
 
 namespace troupe::rpc::detail {
@@ -37,13 +38,16 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
   cv_.notify_all();
   for (auto& c : inline_conts) c();
   for (auto& c : conts)
-    if (!post_ || !post_(c)) c();  // executor gone (shutdown): run here rather than lose it
+    if (!post_ || !(*post_)(c)) c();  // executor gone (shutdown): run here rather than lose it
   return true;
 }
 
 bool call_state::wait_for(std::chrono::milliseconds timeout) const {
   const auto end = clock::now() + timeout;
-  if (help_wait_ && !done()) help_wait_(end);
+  if (!done()) {
+    troupe::detail::long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
+    help_wait(end);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   return cv_.wait_until(lock, end, [this] { return done_; });
 }
@@ -55,15 +59,18 @@ bool call_state::done() const {
 
 bool call_state::ready() const {
   if (done()) return true;
-  if (help_unattended_) help_unattended_();  // someone polls without waiting: the I/O thread reads for it
+  if (helper_) helper_->unattended(helper_id_);  // someone polls without waiting: the I/O thread reads for it
   return done();
 }
 
 const std::vector<char>& call_state::value() const {
-  if (help_wait_ && !done()) help_wait_(deadline_ + deadline_grace);
+  if (!done()) {
+    troupe::detail::long_work_ahead();  // Note [predicted quick]
+    help_wait(deadline_ + deadline_grace);
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_until(lock, deadline_ + deadline_grace, [this] { return done_; }))
-    throw error(errc::timeout, what_ + ": no answer by the deadline");
+    throw error(errc::timeout, what() + ": no answer by the deadline");
   if (code_ != errc::ok) throw error(code_, message_);
   return payload_;
 }
@@ -74,22 +81,26 @@ bool call_state::queue_if_pending(std::vector<std::function<void()>>& list, std:
     if (done_) return false;
     list.push_back(std::move(fn));
   }
-  if (help_unattended_) help_unattended_();  // nobody may wait for it: its response must be read
+  if (helper_) helper_->unattended(helper_id_);  // nobody may wait for it: its response must be read
   return true;
 }
 
 void call_state::on_complete(std::function<void()> fn) {
   if (queue_if_pending(continuations_, fn)) return;
-  if (!post_ || !post_(fn)) fn();
+  if (!post_ || !(*post_)(fn)) fn();
 }
 
 void call_state::on_complete_inline(std::function<void()> fn) {
   if (!queue_if_pending(inline_continuations_, fn)) fn();  // already complete: run here
 }
 
-void call_state::set_helper(std::function<void(clock::time_point)> wait, std::function<void()> unattended) {
-  help_wait_ = std::move(wait);
-  help_unattended_ = std::move(unattended);
+void call_state::set_helper(std::shared_ptr<call_helper> helper, std::uint64_t id) {
+  helper_ = std::move(helper);
+  helper_id_ = id;
+}
+
+void call_state::help_wait(clock::time_point until) const {
+  if (helper_) helper_->wait(helper_id_, until);
 }
 
 void call_state::set_scope(std::shared_ptr<call_scope> scope) {

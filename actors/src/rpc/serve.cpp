@@ -75,13 +75,28 @@ class deferred_reply final : public rpc::reply_later {
   std::atomic<bool> answered_{false};
 };
 
-// The served call of this executor thread, while its function runs (for rpc::defer()).
-// It holds the handle until the function returned, so an exception that unwinds the function's
-// own handle still answers the call with that exception, not with "dropped".
+// The served call of this executor thread, while its function runs (for rpc::defer()): what
+// serve_job was given, and the context a deferred reply keeps, made only by defer() (most calls
+// answer at once and need no copy of it). It holds the handle until the function returned, so an
+// exception that unwinds the function's own handle still answers the call with that exception,
+// not with "dropped".
 struct deferral_point {
+  const rpc::function_entry* fn;
+  const rpc_request* req;
+  const std::string* me;
+  const serve_target* to;
+  const std::shared_ptr<rpc::call_scope>* scope;
+  const std::function<void(rpc_response)>* respond;
   std::shared_ptr<serve_context> ctx;
   std::shared_ptr<deferred_reply> handle;
   bool deferred = false;
+
+  const std::shared_ptr<serve_context>& context() {
+    if (!ctx)
+      ctx = std::make_shared<serve_context>(
+          serve_context{fn->name, rpc_request{req->id, req->function, req->caller, {}, {}}, *me, *to, *scope, *respond});
+    return ctx;
+  }
 };
 thread_local deferral_point* tls_point = nullptr;
 
@@ -114,18 +129,16 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
 
 // Runs the function with this thread's deferral point set; answers unless the function deferred
 // (Note [deferred reply]).
-void run_and_answer(const std::shared_ptr<serve_context>& ctx, const rpc::function_entry& fn, const rpc_request& req,
-                    rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
-  deferral_point point{ctx, {}, false};
+void run_and_answer(deferral_point& point, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
   deferral_point* previous = tls_point;
   tls_point = &point;
-  rpc_response resp = run_function(fn, req, ctx->me);
+  rpc_response resp = run_function(*point.fn, *point.req, *point.me);
   tls_point = previous;
   if (point.deferred) {
-    if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as `point` goes)
+    if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as the caller's `point` goes)
     point.handle->settle();      // the function threw after defer(): the exception answers
   }
-  ctx->respond(take_meta_into(std::move(resp), ctx->scope.get()));
+  (*point.respond)(take_meta_into(std::move(resp), point.scope->get()));
 }
 
 rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
@@ -139,19 +152,19 @@ void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std:
                rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
   bulk_scope bulk(to.same_host, to.bulk.get(), to.node);  // the result may go through shared memory
   rref_detail::caller_scope caller(req.caller);            // RRefs in the result know where they go
-  rpc_request head{req.id, req.function, req.caller, {}, {}};
-  auto ctx = std::make_shared<serve_context>(serve_context{fn.name, std::move(head), me, to, nullptr, std::move(respond)});
+  std::shared_ptr<rpc::call_scope> scope;
+  deferral_point point{&fn, &req, &me, &to, &scope, &respond, {}, {}, false};
   if (!ic) {
-    run_and_answer(ctx, fn, req, [](rpc_response r, rpc::call_scope*) { return r; });
+    run_and_answer(point, [](rpc_response r, rpc::call_scope*) { return r; });
     return;
   }
   try {
-    ctx->scope = rpc::detail::guarded("begin_serve", [&] { return ic->begin_serve(req.caller, req.function, req.meta); });
+    scope = rpc::detail::guarded("begin_serve", [&] { return ic->begin_serve(req.caller, req.function, req.meta); });
     std::optional<rpc::scope_guard> active;
-    rpc::detail::guarded("enter", [&] { active.emplace(ctx->scope.get()); });
-    run_and_answer(ctx, fn, req, &with_meta);
+    rpc::detail::guarded("enter", [&] { active.emplace(scope.get()); });
+    run_and_answer(point, &with_meta);
   } catch (const rpc::detail::interceptor_failure& e) {
-    ctx->respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
+    respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
                               "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}});
   }
 }
@@ -164,7 +177,7 @@ std::shared_ptr<reply_later> defer() {
   auto* point = troupe::detail::tls_point;
   if (!point) throw error(errc::invalid_state, "rpc::defer() called outside a served call");
   if (point->deferred) throw error(errc::invalid_state, "rpc::defer() called twice in one served call");
-  auto handle = std::make_shared<troupe::detail::deferred_reply>(point->ctx);
+  auto handle = std::make_shared<troupe::detail::deferred_reply>(point->context());
   point->deferred = true;
   point->handle = handle;
   return handle;

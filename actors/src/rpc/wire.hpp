@@ -1,7 +1,8 @@
 #pragma once
 // Frames of the direct RPC channel (Note [rpc fast path] in rpc/fast_path.hpp): a 5-byte header
-// (u32 body length, little endian; u8 kind) and the body, a typed struct written by CAF's binary
-// serializer (its inspect()); byte vectors are copied raw, no float is ever inspected.
+// (u32 body length, little endian; u8 kind) and the body, a typed struct in CAF's binary format
+// (its inspect(); requests and responses by the code of Note [frame codec], the same bytes);
+// byte vectors are copied raw, no float is ever inspected.
 
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,8 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/meta/type_name.hpp>
+
+#include "troupe/actors/messages.hpp"
 
 namespace troupe::detail {
 
@@ -58,6 +61,148 @@ template <class T>
 bool parse_body(const char* data, std::size_t n, T& msg) {
   caf::binary_deserializer src{nullptr, data, n};
   return !src(msg) && src.remaining() == 0;
+}
+
+// Note [frame codec]
+// rpc_request and rpc_response, the frames of every call, are written and read by the code below
+// rather than through CAF's serializer: the same bytes (u64 in network order, u8, a string or a
+// byte vector as CAF's varbyte length then its bytes; checked against CAF's serializer and
+// deserializer in codec_test), but without a virtual call and a caf::error per field. Measured
+// on the build VM: CAF wrote a small request in ~340 ns and read it in ~250 ns, four times per
+// round trip. Every other frame (fast_auth) and the split large-payload paths
+// (rpc/split_frame.hpp) still go through CAF, so the two must agree: they are tested to.
+namespace frame_codec {
+
+inline std::size_t varbyte_size(std::uint32_t x) {
+  std::size_t n = 1;
+  while (x > 0x7f) {
+    x >>= 7;
+    ++n;
+  }
+  return n;
+}
+inline char* put_varbyte(char* p, std::uint32_t x) {
+  while (x > 0x7f) {
+    *p++ = static_cast<char>((x & 0x7f) | 0x80);
+    x >>= 7;
+  }
+  *p++ = static_cast<char>(x);
+  return p;
+}
+inline char* put_u64(char* p, std::uint64_t x) {
+  for (int i = 7; i >= 0; --i) *p++ = static_cast<char>(x >> (8 * i));
+  return p;
+}
+template <class Bytes>
+std::size_t seq_size(const Bytes& b) {
+  return varbyte_size(static_cast<std::uint32_t>(b.size())) + b.size();
+}
+template <class Bytes>
+char* put_seq(char* p, const Bytes& b) {
+  p = put_varbyte(p, static_cast<std::uint32_t>(b.size()));
+  if (!b.empty()) std::memcpy(p, b.data(), b.size());
+  return p + b.size();
+}
+
+/// Reads the fields in order; any field past the end (or a length prefix longer than 5 bytes)
+/// makes ok false.
+struct reader {
+  const char* p;
+  const char* end;
+  bool ok = true;
+  std::uint64_t u64() {
+    if (end - p < 8) return fail();
+    std::uint64_t x = 0;
+    for (int i = 0; i < 8; ++i) x = x << 8 | static_cast<unsigned char>(*p++);
+    return x;
+  }
+  std::uint8_t u8() {
+    if (p == end) return static_cast<std::uint8_t>(fail());
+    return static_cast<unsigned char>(*p++);
+  }
+  std::size_t length() {
+    std::uint32_t x = 0;
+    for (int shift = 0; shift < 35; shift += 7) {
+      if (p == end) return fail();
+      const auto b = static_cast<unsigned char>(*p++);
+      x |= static_cast<std::uint32_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) {
+        if (static_cast<std::size_t>(end - p) < x) return fail();
+        return x;
+      }
+    }
+    return fail();
+  }
+  template <class Bytes>
+  void seq(Bytes& out) {
+    const std::size_t n = length();
+    if (!ok) return;
+    out.assign(p, p + n);
+    p += n;
+  }
+  std::uint64_t fail() {
+    ok = false;
+    p = end;
+    return 0;
+  }
+};
+
+}  // namespace frame_codec
+
+namespace frame_codec_detail {
+inline void put_header(char* at, std::size_t len, frame_kind kind) {
+  const unsigned char hdr[frame_header_size] = {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
+                                                static_cast<unsigned char>(len >> 16), static_cast<unsigned char>(len >> 24),
+                                                static_cast<unsigned char>(kind)};
+  std::memcpy(at, hdr, frame_header_size);
+}
+}  // namespace frame_codec_detail
+
+/// append_frame for a request (Note [frame codec]).
+inline bool append_frame(std::vector<char>& out, frame_kind kind, rpc_request& m) {
+  using namespace frame_codec;
+  const std::size_t body = 8 + seq_size(m.function) + seq_size(m.caller) + seq_size(m.payload) + seq_size(m.meta);
+  const std::size_t at = out.size();
+  out.resize(at + frame_header_size + body);
+  frame_codec_detail::put_header(out.data() + at, body, kind);
+  char* p = put_u64(out.data() + at + frame_header_size, m.id);
+  p = put_seq(put_seq(put_seq(put_seq(p, m.function), m.caller), m.payload), m.meta);
+  return true;
+}
+
+/// append_frame for a response (Note [frame codec]).
+inline bool append_frame(std::vector<char>& out, frame_kind kind, rpc_response& m) {
+  using namespace frame_codec;
+  const std::size_t body = 8 + 1 + seq_size(m.message) + seq_size(m.payload) + seq_size(m.meta);
+  const std::size_t at = out.size();
+  out.resize(at + frame_header_size + body);
+  frame_codec_detail::put_header(out.data() + at, body, kind);
+  char* p = put_u64(out.data() + at + frame_header_size, m.id);
+  *p++ = static_cast<char>(m.code);
+  put_seq(put_seq(put_seq(p, m.message), m.payload), m.meta);
+  return true;
+}
+
+/// parse_body for a request (Note [frame codec]).
+inline bool parse_body(const char* data, std::size_t n, rpc_request& m) {
+  frame_codec::reader r{data, data + n};
+  m.id = r.u64();
+  r.seq(m.function);
+  r.seq(m.caller);
+  r.seq(m.payload);
+  r.seq(m.meta);
+  return r.ok && r.p == r.end;
+}
+
+/// parse_body for a response (Note [frame codec]).
+inline bool parse_body(const char* data, std::size_t n, rpc_response& m) {
+  frame_codec::reader r{data, data + n};
+  m.id = r.u64();
+  m.code = r.u8();
+  r.seq(m.message);
+  r.seq(m.payload);
+  r.seq(m.meta);
+  return r.ok && r.p == r.end;
 }
 
 /// The body length of the frame starting at `p` (at least frame_header_size bytes).

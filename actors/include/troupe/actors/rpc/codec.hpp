@@ -307,9 +307,20 @@ std::vector<char> encode_result(const R& r) {
   return out;
 }
 
-/// Decodes one result value. Throws troupe::error(protocol_violation) on malformed bytes.
-template <class R>
-R decode_result(const std::vector<char>& bytes, const std::string& what) {
+namespace detail {
+inline std::string describe(const std::string& what) { return what; }
+inline std::string describe(const char* what) { return what; }
+template <class F>
+  requires std::is_invocable_r_v<std::string, const F&>
+std::string describe(const F& what) {
+  return what();
+}
+}  // namespace detail
+
+/// Decodes one result value. Throws troupe::error(protocol_violation) on malformed bytes, whose
+/// message starts with `what`: a string, or a callable that makes it (only then).
+template <class R, class What>
+R decode_result(const std::vector<char>& bytes, const What& what) {
   R r{};
   try {
     detail::reader in(bytes.data(), bytes.size());
@@ -317,7 +328,7 @@ R decode_result(const std::vector<char>& bytes, const std::string& what) {
   } catch (const troupe::error&) {
     throw;
   } catch (const std::exception& e) {
-    throw error(errc::protocol_violation, what + ": cannot decode the result as " + type_tag<R>() + ": " + e.what());
+    throw error(errc::protocol_violation, detail::describe(what) + ": cannot decode the result as " + type_tag<R>() + ": " + e.what());
   }
   return r;
 }

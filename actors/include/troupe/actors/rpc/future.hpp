@@ -21,13 +21,28 @@ namespace troupe::rpc {
 
 namespace detail {
 
+/// Lets the thread that waits for a call help complete it (Note [rpc fast path]: a waiting caller
+/// reads its own response). One per connection; told which call.
+class call_helper {
+ public:
+  using clock = std::chrono::steady_clock;
+  virtual ~call_helper() = default;
+  /// Runs on a waiting thread before it blocks; returns once call `id` completed or it cannot help.
+  virtual void wait(std::uint64_t id, clock::time_point until) = 0;
+  /// A continuation was registered on call `id`, not yet complete: nobody may wait for it.
+  virtual void unattended(std::uint64_t id) = 0;
+};
+
 /// Shared state of one call, completed exactly once by the agent (or the node on shutdown).
 class call_state {
  public:
   using clock = std::chrono::steady_clock;
-  /// `post` runs continuations off the completing thread (the node's executor).
-  call_state(std::string what, clock::time_point deadline, std::function<bool(std::function<void()>)> post)
-      : what_(std::move(what)), deadline_(deadline), post_(std::move(post)) {}
+  /// Runs a continuation off the completing thread (the node's executor); false: it cannot.
+  using poster = std::function<bool(std::function<void()>)>;
+  /// A call of `function` on worker `to` from worker `from` (what() names it so, for errors).
+  /// `post` (one per node, shared) runs continuations off the completing thread.
+  call_state(std::string function, std::string to, std::string from, clock::time_point deadline, std::shared_ptr<const poster> post)
+      : function_(std::move(function)), to_(std::move(to)), from_(std::move(from)), deadline_(deadline), post_(std::move(post)) {}
   /// Hands the response payload to the recycler, if one was set.
   ~call_state();
   call_state(const call_state&) = delete;
@@ -49,6 +64,8 @@ class call_state {
   bool wait_for(std::chrono::milliseconds timeout) const;
   /// Whether complete; on a pending call with a helper, tells it nobody waits (see set_helper).
   bool ready() const;
+  /// Whether complete, without telling the helper anything.
+  bool done() const;
   /// Blocks until complete (bounded by the deadline plus a grace period) and returns the bytes,
   /// or throws the call's troupe::error.
   const std::vector<char>& value() const;
@@ -57,26 +74,24 @@ class call_state {
   /// Adds a continuation run on the completing thread itself (at once on this thread if already
   /// complete). It must neither block nor throw (it may run on an I/O or CAF thread).
   void on_complete_inline(std::function<void()> fn);
-  /// Lets the thread that waits for this call help complete it (Note [rpc fast path]: a waiting
-  /// caller reads its own response). `wait(until)` runs on a waiting thread before it blocks and
-  /// returns once the call completed or it cannot help; `unattended()` runs when a continuation
-  /// is registered on a call not yet complete (nobody may wait: the I/O thread must read). Set
-  /// before the call is shared.
-  void set_helper(std::function<void(clock::time_point until)> wait, std::function<void()> unattended);
-  const std::string& what() const { return what_; }
+  /// Lets the thread that waits for this call help complete it (call_helper, which knows it as
+  /// `id`). Set before the call is shared.
+  void set_helper(std::shared_ptr<call_helper> helper, std::uint64_t id);
+  /// "call to 'f' on worker1 from worker0", for error messages (made when asked).
+  std::string what() const { return "call to '" + function_ + "' on " + to_ + " from " + from_; }
   clock::time_point deadline() const { return deadline_; }
   /// `recycle` gets the response payload's buffer when this state dies (Note [byte pool] in
   /// src/rpc/byte_pool.hpp). Set before complete().
   void set_recycler(std::function<void(std::vector<char>&&)> recycle);
 
  private:
-  bool done() const;  // ready() without telling the helper
   /// Appends `fn` to `list` (and tells the helper) unless complete; false: complete, `fn` untouched.
   bool queue_if_pending(std::vector<std::function<void()>>& list, std::function<void()>& fn);
 
-  std::string what_;
+  void help_wait(clock::time_point until) const;
+  std::string function_, to_, from_;
   clock::time_point deadline_;
-  std::function<bool(std::function<void()>)> post_;
+  std::shared_ptr<const poster> post_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -85,8 +100,8 @@ class call_state {
   std::vector<char> payload_;
   std::vector<std::function<void()>> continuations_;
   std::vector<std::function<void()>> inline_continuations_;
-  std::function<void(clock::time_point)> help_wait_;
-  std::function<void()> help_unattended_;
+  std::shared_ptr<call_helper> helper_;
+  std::uint64_t helper_id_ = 0;
   std::function<void(std::vector<char>&&)> recycle_;
   // Note [call interceptor]: the caller's scope and the response's meta; decoded at most once.
   bool intercepted_ = false;
@@ -122,7 +137,7 @@ class future {
     if (st_->intercepted()) {  // decoded once, under the call's scope (Note [call interceptor])
       auto v = st_->decode_once([this](const std::vector<char>& b) -> std::shared_ptr<void> {
         if constexpr (std::is_void_v<R>) return nullptr;
-        else return std::make_shared<R>(decode_result<R>(b, st_->what()));
+        else return std::make_shared<R>(decode_result<R>(b, [this] { return st_->what(); }));
       });
       if constexpr (!std::is_void_v<R>) {
         auto p = std::static_pointer_cast<R>(v);
@@ -135,7 +150,7 @@ class future {
     if constexpr (std::is_void_v<R>) {
       (void)bytes;
     } else {
-      return decode_result<R>(bytes, st_->what());
+      return decode_result<R>(bytes, [this] { return st_->what(); });
     }
   }
   /// Runs `fn(future<R>)` on the node's executor once the call completes (never on a CAF

@@ -11,6 +11,8 @@
 /// must be supported by the codec (codec.hpp). The callee checks the received arguments against
 /// the signature (bad_argument names index, expected and received type).
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -161,8 +163,16 @@ struct function_options {
   /// functions: an RRef fetch, fork request or delete). A leading executor thread runs such
   /// requests itself, before the others it read, instead of waking a thread for each
   /// (Note [rpc fast path]). A user function that may block or run long must not set it: requests
-  /// read after it would wait for it.
+  /// read after it would wait for it. (Functions whose recent runs were all short are run the
+  /// same way without it, with a watchdog for the run that turns out long: Note [predicted quick]
+  /// in the executor.)
   bool quick = false;
+};
+
+/// How a function's recent runs went, kept by the runtime (Note [predicted quick]).
+struct run_history {
+  /// Runs in a row that took under the executor's short-run bound (a long run resets it).
+  std::atomic<std::uint32_t> short_streak{0};
 };
 
 /// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
@@ -171,6 +181,7 @@ struct function_entry {
   std::string name;
   std::string signature;  ///< "int32(int32,string)", for messages
   bool quick = false;     ///< function_options::quick
+  std::shared_ptr<run_history> history = std::make_shared<run_history>();  ///< the runtime's record
   std::function<std::vector<char>(const std::vector<char>& args, const std::function<void()>& before_call)> invoke;
   /// Like invoke, but keeps the result as a live object instead of encoding it (remote(): the
   /// OwnerRRef stores it). Throws not_supported for a function that defers its answer.
