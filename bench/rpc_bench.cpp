@@ -49,7 +49,10 @@ int tcp_socket_nodelay(int fd) {
 }
 
 // Raw TCP 1-byte ping-pong on loopback with a forked echo process; returns the round trips in us.
-std::vector<double> tcp_pingpong(int iters) {
+// `copy_before`: each round trip comes right after a copy of that many bytes on this thread (the
+// limit for a small call made right after rpc_async copied a large tensor in: the caller has just
+// run for milliseconds and the echo process has slept as long).
+std::vector<double> tcp_pingpong(int iters, std::size_t copy_before = 0) {
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -68,8 +71,10 @@ std::vector<double> tcp_pingpong(int iters) {
   }
   const int fd = tcp_socket_nodelay(::accept(lfd, nullptr, nullptr));
   std::vector<double> out;
+  std::vector<char> from(copy_before, 1), to(copy_before, 0);
   char b = 1;
   for (int i = 0; i < iters + iters / 10; ++i) {
+    if (copy_before > 0) std::memcpy(to.data(), from.data(), copy_before);
     const auto t0 = tb::clock::now();
     if (::send(fd, &b, 1, 0) != 1 || ::recv(fd, &b, 1, MSG_WAITALL) != 1) break;
     if (i >= iters / 10) out.push_back(tb::seconds_since(t0) * 1e6);
@@ -177,7 +182,10 @@ void async_metrics(troupe::node& n, tb::report& rep, int calls) {
 // Two ways to have a 64 MB echo in flight: issued by rpc_async on this thread just before the
 // small call (its copy into the segment is done by then), and echoes back to back on another
 // thread while this one times small calls (the copy-in overlaps them).
-void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds, double idle_us) {
+void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds, double idle_us, bool quick) {
+  // The limit for the first figure: raw TCP right after the same 64 MB copy, no transfer.
+  const double tcp_after_copy = tb::summarize(tcp_pingpong(quick ? 10 : 50, 64u << 20)).median;
+  rep.add("limit_tcp_pingpong_after_64mb_copy_us", tcp_after_copy, "us");
   auto big = troupe::empty({16 << 20}, troupe::dtype::float32);  // 64 MB
   std::memset(big.data_ptr(), 1, big.nbytes());
   std::vector<double> lat;
@@ -191,6 +199,7 @@ void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds, doubl
   const double during = tb::summarize(lat).median;
   rep.add("small_rtt_during_64mb_us", during, "us", "\"rounds\": " + std::to_string(rounds));
   rep.add("small_rtt_during_64mb_ratio", during / idle_us, "ratio", "\"goal\": 2");
+  rep.add("small_rtt_during_64mb_ratio_to_tcp_after_copy", during / tcp_after_copy, "ratio");
   // What the small call pays for what came before it rather than for the transfer: the same
   // 64 MB copy on this thread (as rpc_async's copy-in) and the callee idle as long, but no echo.
   {
@@ -280,7 +289,7 @@ int main(int argc, char** argv) {
     n.store().wait({"ready/1", "ready/2"}, 30s);
     const double idle_us = small_rtt_metrics(n, rep, quick ? 2000 : 20000);
     rep.add("rpc_sync_small_rtt_ratio_to_tcp", idle_us / tcp.median, "ratio", "\"goal\": 1.5");
-    if (only == "during") during_transfer_metrics(n, rep, 200, idle_us);
+    if (only == "during") during_transfer_metrics(n, rep, 200, idle_us, quick);
     if (only == "async") async_metrics(n, rep, quick ? 20000 : 200000);
     if (!only.empty()) {
       n.store().set("done", "1");
@@ -294,7 +303,7 @@ int main(int argc, char** argv) {
     echo_metrics(n, rep, 1u << 20, quick ? 20 : 200, "1mb", server);
     echo_metrics(n, rep, 64u << 20, quick ? 3 : 10, "64mb", server);
     if (g_shm) shared_echo_metric(n, rep, quick ? 5 : 50);  // with --no-shm it arrives as a copy
-    during_transfer_metrics(n, rep, quick ? 3 : 50, idle_us);
+    during_transfer_metrics(n, rep, quick ? 3 : 50, idle_us, quick);
     peer_loss_metric(n, rep, children);
     n.store().set("done", "1");
     n.shutdown(troupe::shutdown_mode::immediate);
