@@ -18,10 +18,12 @@
 //
 // Note [predicted quick]
 // An ordinary function whose recent runs were all short (rpc/fast_calls.cpp: the last 16 took
-// under 50 us each) is run the same way, as a quick job: the follower's wake-up before it was
-// most of what a small round trip cost beyond raw TCP on a busy machine (a futex wake of a thread
-// on another vCPU costs the waker a VM exit). A prediction can fail (the function blocks this
-// time), so a quick phase is watched:
+// under 50 us each) is run the same way, as a quick job, as long as the quick jobs of one read are
+// expected to take under 50 us together (so requests of tens of microseconds that arrive together
+// still run in parallel on followers): the follower's wake-up before it was most of what a small
+// round trip cost beyond raw TCP on a busy machine (a futex wake of a thread on another vCPU
+// costs the waker a VM exit). A prediction can fail (the function blocks this time), so a quick
+// phase is watched:
 //   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
 //     long_work_ahead() first, so a nested call hands the lead off before it blocks, at once;
 //   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen and
@@ -47,6 +49,7 @@ namespace troupe::detail {
 struct led_jobs {
   std::vector<std::function<void()>> quick;  ///< run by the leader first, in order
   std::vector<std::function<void()>> jobs;   ///< the leader runs the first, followers the rest
+  std::uint64_t predicted_ns = 0;            ///< the source's own count: how long it expects `quick` to take
 };
 
 /// Input the executor's leader waits on (see the file comment).

@@ -77,3 +77,4 @@ TEST_CASE("a function predicted short that makes a nested call back through its 
   troupe::test::release_children(n);
   CHECK(children.join(20s));
 }
+

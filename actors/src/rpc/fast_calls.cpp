@@ -4,6 +4,7 @@
 
 #include "troupe/actors/rpc/reply_batch.hpp"
 #include "rpc/byte_pool.hpp"
+#include "rpc/run_prediction.hpp"
 #include "rpc/serve.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
@@ -23,21 +24,6 @@ struct held_replies {
   std::vector<std::pair<std::shared_ptr<fast_conn>, std::vector<char>>> per_conn;  // in first-use order
 };
 thread_local held_replies tls_replies;
-
-// Note [predicted quick] (executor.hpp): a function is run as a quick job once its last
-// predict_after runs each took under short_run.
-constexpr auto short_run = std::chrono::microseconds(50);
-constexpr std::uint32_t predict_after = 16;
-
-bool predicted_short(const rpc::run_history& h) { return h.short_streak.load(std::memory_order_relaxed) >= predict_after; }
-
-void record_run(rpc::run_history& h, std::chrono::steady_clock::duration took) {
-  if (took < short_run) {
-    if (h.short_streak.load(std::memory_order_relaxed) < predict_after) h.short_streak.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    h.short_streak.store(0, std::memory_order_relaxed);
-  }
-}
 
 }  // namespace
 
@@ -197,7 +183,7 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
                             "worker " + cfg_.me.name + " has no function '" + req_in.function + "'", {}, {}});
     return;
   }
-  const bool quick = fn->quick || predicted_short(*fn->history);  // Note [predicted quick]
+  const bool quick = fn->quick || (jobs && predicted_short(*fn->history, *jobs));  // Note [predicted quick]
   // Built in place (its destructor leaves it without a move constructor: a temporary would be
   // copied, payload and all).
   auto held = std::make_shared<served_request>(std::move(req_in), std::move(fn),

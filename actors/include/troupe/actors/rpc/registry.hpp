@@ -173,6 +173,8 @@ struct function_options {
 struct run_history {
   /// Runs in a row that took under the executor's short-run bound (a long run resets it).
   std::atomic<std::uint32_t> short_streak{0};
+  /// A recent run's duration, high side (ns): rises at once to a longer run, decays by 1/8 a run.
+  std::atomic<std::uint32_t> recent_ns{0};
 };
 
 /// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
