@@ -260,8 +260,9 @@ int main(int argc, char** argv) {
   // message pays ~16k page faults for fresh pages (measured: page faults were the top cost of
   // the 64 MB echo). Applies to the forked children as well. Pass --no-mallopt to compare.
   bool tune = true;
-  // --only small|during|async: the small round trips only, or those plus the during-transfer
-  // phase (200 rounds) or the async phase, for profiling (perf, strace) without the others.
+  // --only small|during|async|echo: the small round trips only, or those plus the during-transfer
+  // phase (200 rounds), the async phase or the 1 MB and 64 MB echoes (1000 and 20 rounds), for
+  // profiling (perf, strace) and A/B runs without the others.
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;
@@ -269,8 +270,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-shm") == 0) g_shm = false;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }
-  if (!only.empty() && only != "small" && only != "during" && only != "async") {
-    std::fprintf(stderr, "rpc_bench: --only takes small, during or async, not '%s'\n", only.c_str());
+  if (!only.empty() && only != "small" && only != "during" && only != "async" && only != "echo") {
+    std::fprintf(stderr, "rpc_bench: --only takes small, during, async or echo, not '%s'\n", only.c_str());
     return 2;
   }
   if (tune) {
@@ -291,6 +292,10 @@ int main(int argc, char** argv) {
     rep.add("rpc_sync_small_rtt_ratio_to_tcp", idle_us / tcp.median, "ratio", "\"goal\": 1.5");
     if (only == "during") during_transfer_metrics(n, rep, 200, idle_us, quick);
     if (only == "async") async_metrics(n, rep, quick ? 20000 : 200000);
+    if (only == "echo") {
+      echo_metrics(n, rep, 1u << 20, quick ? 20 : 1000, "1mb", children.pids().at(0));
+      echo_metrics(n, rep, 64u << 20, quick ? 3 : 20, "64mb", children.pids().at(0));
+    }
     if (!only.empty()) {
       n.store().set("done", "1");
       n.shutdown(troupe::shutdown_mode::immediate);
