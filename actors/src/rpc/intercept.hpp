@@ -2,6 +2,7 @@
 // Runtime side of Note [call interceptor] (troupe/actors/rpc/interceptor.hpp): the interceptor of
 // a node, and how an exception thrown by the interceptor is told apart from the call's own errors.
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,8 +44,10 @@ class interceptor_slot {
   void set(std::shared_ptr<call_interceptor> ic) {
     std::lock_guard<std::mutex> lock(mutex_);
     ic_ = std::move(ic);
+    installed_.store(ic_ != nullptr, std::memory_order_release);
   }
   std::shared_ptr<call_interceptor> get() const {
+    if (!installed_.load(std::memory_order_acquire)) return nullptr;  // every call asks: no lock when none is set
     std::lock_guard<std::mutex> lock(mutex_);
     return ic_;
   }
@@ -52,6 +55,7 @@ class interceptor_slot {
  private:
   mutable std::mutex mutex_;
   std::shared_ptr<call_interceptor> ic_;
+  std::atomic<bool> installed_{false};
 };
 
 }  // namespace troupe::rpc::detail
