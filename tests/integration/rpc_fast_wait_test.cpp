@@ -83,6 +83,21 @@ TEST_CASE("a caller that waits reads its own response; calls nobody waits on sti
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
   CHECK(polled.get() == 2);
 
+  // Note [blocking first read]: a caller waiting in its first recv still sees its deadline pass
+  // promptly (the I/O thread's sweep completes the call; the wait notices within its 1 ms slice).
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      troupe::rpc_sync<int>(n, "worker1", "slow_add", i, 1, 10ms);
+      FAIL("a 50 ms call with a 10 ms deadline answered");
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == troupe::errc::timeout);
+    }
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(waited >= 10ms);
+    CHECK(waited < 150ms);  // 10 ms and a slice; the bound is for a loaded CI machine
+  }
+
   // A waiter that comes after the deadline passed still gets the answer that came in time.
   auto late = troupe::rpc_async<int>(n, "worker1", "add", 3, 4, 300ms);
   std::this_thread::sleep_for(500ms);  // the scenario: the caller is busy past the deadline
