@@ -25,6 +25,13 @@ struct held_replies {
 };
 thread_local held_replies tls_replies;
 
+// This thread's buffer for the small frame it is about to send (fast_path::send_frame), emptied.
+std::vector<char>& scratch_frame() {
+  thread_local std::vector<char> frame;
+  frame.clear();
+  return frame;
+}
+
 }  // namespace
 
 }  // namespace troupe::detail
@@ -59,6 +66,16 @@ void fast_path::send_copies(const std::shared_ptr<fast_conn>& c, std::vector<cha
   };
   if (d.delay.count() > 0) later(d.delay, std::move(send));
   else send();
+}
+
+// One small frame, built in this thread's scratch buffer: written from it at once in the usual
+// case (no allocation per call), copied only when it must be kept (held replies, a delay, copies).
+void fast_path::send_frame(const std::shared_ptr<fast_conn>& c, const std::vector<char>& frame, const transport_decision& d) {
+  if (d.copies == 1 && d.delay.count() <= 0 && !(tls_replies.depth > 0 && !c->outgoing())) {
+    c->write(frame.data(), frame.size());  // closed: the I/O thread fails the calls
+    return;
+  }
+  send_copies(c, frame, d);
 }
 
 void fast_path::send_split(const std::shared_ptr<fast_conn>& c, const split_frame& f, const transport_decision& d) {
@@ -130,13 +147,13 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
            {}, {});
     return;
   }
-  std::vector<char> frame;
+  auto& frame = scratch_frame();
   if (!append_frame(frame, frame_kind::request, req)) {
     finish(c.get(), id, errc::bad_argument, st->what() + ": cannot serialize the request", {}, {});
     return;
   }
   wake_if_first_deadline(st->deadline());
-  send_copies(c, std::move(frame), d);
+  send_frame(c, frame, d);
 }
 
 void fast_path::wake_if_first_deadline(clock::time_point deadline) {
@@ -219,9 +236,9 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
                             std::to_string(max_frame_body) + " bytes)",
                         {}, {}};
   }
-  std::vector<char> frame;
+  auto& frame = scratch_frame();
   if (!append_frame(frame, frame_kind::response, resp)) return;  // cannot happen: bytes and strings only
-  send_copies(c, std::move(frame), d);
+  send_frame(c, frame, d);
 }
 
 void fast_path::on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp) {

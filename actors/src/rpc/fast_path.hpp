@@ -145,11 +145,11 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   /// Closes everything, fails pending calls (invalid_state), joins the I/O thread. Idempotent.
   void stop();
 
-  /// The calling thread waits for call `id` on `c` by reading `c` itself (Note [rpc fast path]:
+  /// The calling thread waits for call `st` on `c` by reading `c` itself (Note [rpc fast path]:
   /// the caller reads its own response) until the call completed, `until`, or the connection
   /// closed; returns at once when another thread reads `c` (the caller then blocks on the call as
   /// before). Completes other calls it reads responses for.
-  void read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64_t id, clock::time_point until);
+  void read_until_done(const std::shared_ptr<fast_conn>& c, const rpc::detail::call_state& st, clock::time_point until);
   /// Nobody waits for call `id` on `c` (a continuation, a poll of is_ready()): from now on the I/O
   /// thread reads its response.
   void unattend(const fast_conn* c, std::uint64_t id);
@@ -190,6 +190,7 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why);
   void drop(const std::shared_ptr<fast_conn>& c, const std::string& why);
   void send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d);
+  void send_frame(const std::shared_ptr<fast_conn>& c, const std::vector<char>& frame, const transport_decision& d);
   /// send_copies of a frame with a large payload (rpc/split_frame.hpp), without copying it.
   void send_split(const std::shared_ptr<fast_conn>& c, const split_frame& f, const transport_decision& d);
   /// Sends `msg` (an rpc_request or rpc_response with a large payload) as a split frame: one

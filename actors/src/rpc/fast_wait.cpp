@@ -23,10 +23,10 @@ void drain(int eventfd) {
 class conn_helper final : public rpc::detail::call_helper {
  public:
   conn_helper(std::weak_ptr<fast_path> path, std::weak_ptr<fast_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
-  void wait(std::uint64_t id, clock::time_point until) override {
+  void wait(const rpc::detail::call_state& st, std::uint64_t, clock::time_point until) override {
     auto s = path_.lock();
     auto c = conn_.lock();
-    if (s && c) s->read_until_done(c, id, until);
+    if (s && c) s->read_until_done(c, st, until);
   }
   void unattended(std::uint64_t id) override {
     auto s = path_.lock();
@@ -79,18 +79,14 @@ bool fast_path::read_for_io(const std::shared_ptr<fast_conn>& c) {
   return true;
 }
 
-void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, std::uint64_t id, clock::time_point until) {
+void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, const rpc::detail::call_state& st, clock::time_point until) {
   bool idle = false;
   if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
   {
     std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
     const fast_conn* outer = std::exchange(reading_here_, c.get());
-    auto pending = [&] {
-      std::lock_guard<std::mutex> lock(pending_mutex_);
-      return pending_.count(id) > 0;
-    };
     bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
-    while (pending() && !c->closed() && !stopping_) {
+    while (!st.done() && !c->closed() && !stopping_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
       if (left <= 0) break;
       if (block) {

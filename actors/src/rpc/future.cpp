@@ -28,6 +28,7 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return false;
     done_ = true;
+    completed_.store(true, std::memory_order_release);
     code_ = code;
     message_ = std::move(message);
     payload_ = std::move(payload);
@@ -52,10 +53,7 @@ bool call_state::wait_for(std::chrono::milliseconds timeout) const {
   return cv_.wait_until(lock, end, [this] { return done_; });
 }
 
-bool call_state::done() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return done_;
-}
+bool call_state::done() const { return completed_.load(std::memory_order_acquire); }
 
 bool call_state::ready() const {
   if (done()) return true;
@@ -100,7 +98,7 @@ void call_state::set_helper(std::shared_ptr<call_helper> helper, std::uint64_t i
 }
 
 void call_state::help_wait(clock::time_point until) const {
-  if (helper_) helper_->wait(helper_id_, until);
+  if (helper_) helper_->wait(*this, helper_id_, until);
 }
 
 void call_state::set_scope(std::shared_ptr<call_scope> scope) {

@@ -4,6 +4,7 @@
 /// wait_all. A call always completes (result, error, its deadline, or its peer's death), so
 /// get() never hangs; it blocks the calling user thread, never an actor.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -27,8 +28,9 @@ class call_helper {
  public:
   using clock = std::chrono::steady_clock;
   virtual ~call_helper() = default;
-  /// Runs on a waiting thread before it blocks; returns once call `id` completed or it cannot help.
-  virtual void wait(std::uint64_t id, clock::time_point until) = 0;
+  /// Runs on a waiting thread before it blocks; returns once call `id` (`st`) completed or it
+  /// cannot help.
+  virtual void wait(const class call_state& st, std::uint64_t id, clock::time_point until) = 0;
   /// A continuation was registered on call `id`, not yet complete: nobody may wait for it.
   virtual void unattended(std::uint64_t id) = 0;
 };
@@ -95,6 +97,7 @@ class call_state {
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
+  std::atomic<bool> completed_{false};  // done_, readable without the lock
   errc code_ = errc::ok;
   std::string message_;
   std::vector<char> payload_;
