@@ -28,13 +28,13 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return false;
     done_ = true;
-    completed_.store(true, std::memory_order_release);
     code_ = code;
     message_ = std::move(message);
     payload_ = std::move(payload);
     meta_ = std::move(meta);
     conts.swap(continuations_);
     inline_conts.swap(inline_continuations_);
+    completed_.store(true, std::memory_order_release);  // last: done() then sees the whole answer
   }
   cv_.notify_all();
   for (auto& c : inline_conts) c();
