@@ -23,7 +23,7 @@ void drain(int eventfd) {
 class conn_helper final : public rpc::detail::call_helper {
  public:
   conn_helper(std::weak_ptr<fast_path> path, std::weak_ptr<fast_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
-  void wait(const rpc::detail::call_state& st, std::uint64_t, clock::time_point until) override {
+  void wait(const rpc::detail::call_state& st, clock::time_point until) override {
     auto s = path_.lock();
     auto c = conn_.lock();
     if (s && c) s->read_until_done(c, st, until);

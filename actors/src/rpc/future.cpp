@@ -98,7 +98,7 @@ void call_state::set_helper(std::shared_ptr<call_helper> helper, std::uint64_t i
 }
 
 void call_state::help_wait(clock::time_point until) const {
-  if (helper_) helper_->wait(*this, helper_id_, until);
+  if (helper_) helper_->wait(*this, until);
 }
 
 void call_state::set_scope(std::shared_ptr<call_scope> scope) {

@@ -38,6 +38,14 @@ inline constexpr std::uint32_t max_frame_body = std::uint32_t{1} << 30;
 /// Largest auth frame body (a name and a 64-digit secret fit easily).
 inline constexpr std::uint32_t max_auth_body = 4096;
 
+/// Writes the 5-byte header of a frame whose body is `len` bytes at `at`.
+inline void put_frame_header(char* at, std::size_t len, frame_kind kind) {
+  const unsigned char hdr[frame_header_size] = {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
+                                                static_cast<unsigned char>(len >> 16), static_cast<unsigned char>(len >> 24),
+                                                static_cast<unsigned char>(kind)};
+  std::memcpy(at, hdr, frame_header_size);
+}
+
 /// Appends one frame holding `msg` to `out`. Returns false if CAF cannot serialize it.
 template <class T>
 bool append_frame(std::vector<char>& out, frame_kind kind, T& msg) {
@@ -48,11 +56,7 @@ bool append_frame(std::vector<char>& out, frame_kind kind, T& msg) {
     out.resize(at);
     return false;
   }
-  const auto len = static_cast<std::uint32_t>(out.size() - at - frame_header_size);
-  const unsigned char hdr[frame_header_size] = {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
-                                                static_cast<unsigned char>(len >> 16), static_cast<unsigned char>(len >> 24),
-                                                static_cast<unsigned char>(kind)};
-  std::memcpy(out.data() + at, hdr, frame_header_size);
+  put_frame_header(out.data() + at, out.size() - at - frame_header_size, kind);
   return true;
 }
 
@@ -149,14 +153,6 @@ struct reader {
 
 }  // namespace frame_codec
 
-namespace frame_codec_detail {
-inline void put_header(char* at, std::size_t len, frame_kind kind) {
-  const unsigned char hdr[frame_header_size] = {static_cast<unsigned char>(len), static_cast<unsigned char>(len >> 8),
-                                                static_cast<unsigned char>(len >> 16), static_cast<unsigned char>(len >> 24),
-                                                static_cast<unsigned char>(kind)};
-  std::memcpy(at, hdr, frame_header_size);
-}
-}  // namespace frame_codec_detail
 
 /// append_frame for a request (Note [frame codec]).
 inline bool append_frame(std::vector<char>& out, frame_kind kind, rpc_request& m) {
@@ -164,7 +160,7 @@ inline bool append_frame(std::vector<char>& out, frame_kind kind, rpc_request& m
   const std::size_t body = 8 + seq_size(m.function) + seq_size(m.caller) + seq_size(m.payload) + seq_size(m.meta);
   const std::size_t at = out.size();
   out.resize(at + frame_header_size + body);
-  frame_codec_detail::put_header(out.data() + at, body, kind);
+  put_frame_header(out.data() + at, body, kind);
   char* p = put_u64(out.data() + at + frame_header_size, m.id);
   p = put_seq(put_seq(put_seq(put_seq(p, m.function), m.caller), m.payload), m.meta);
   return true;
@@ -176,7 +172,7 @@ inline bool append_frame(std::vector<char>& out, frame_kind kind, rpc_response& 
   const std::size_t body = 8 + 1 + seq_size(m.message) + seq_size(m.payload) + seq_size(m.meta);
   const std::size_t at = out.size();
   out.resize(at + frame_header_size + body);
-  frame_codec_detail::put_header(out.data() + at, body, kind);
+  put_frame_header(out.data() + at, body, kind);
   char* p = put_u64(out.data() + at + frame_header_size, m.id);
   *p++ = static_cast<char>(m.code);
   put_seq(put_seq(put_seq(p, m.message), m.payload), m.meta);

@@ -23,14 +23,13 @@ namespace troupe::rpc {
 namespace detail {
 
 /// Lets the thread that waits for a call help complete it (Note [rpc fast path]: a waiting caller
-/// reads its own response). One per connection; told which call.
+/// reads its own response). One per connection, told which call (`unattended` by id).
 class call_helper {
  public:
   using clock = std::chrono::steady_clock;
   virtual ~call_helper() = default;
-  /// Runs on a waiting thread before it blocks; returns once call `id` (`st`) completed or it
-  /// cannot help.
-  virtual void wait(const class call_state& st, std::uint64_t id, clock::time_point until) = 0;
+  /// Runs on a waiting thread before it blocks; returns once `st` completed or it cannot help.
+  virtual void wait(const class call_state& st, clock::time_point until) = 0;
   /// A continuation was registered on call `id`, not yet complete: nobody may wait for it.
   virtual void unattended(std::uint64_t id) = 0;
 };
