@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 namespace troupe::detail {
@@ -207,9 +208,12 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
                                                serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node},
                                                cfg_.interceptor ? cfg_.interceptor->get() : nullptr);
   for (int i = 0; i < copies; ++i) {
-    auto job = [self = shared_from_this(), c, held] {
+    auto job = [self = shared_from_this(), c, held, adopt = copies == 1] {
       const auto began = clock::now();
       const auto& fn = *held->fn;
+      // Note [adopted payload]: large inline tensors view the request's payload (held by them).
+      std::optional<rpc::detail::payload_keeper> keep;
+      if (adopt) keep.emplace(held->req.payload, held);
       serve_job(fn, held->req, self->cfg_.me.name, held->to, held->ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
       record_run(*fn.history, clock::now() - began);
     };

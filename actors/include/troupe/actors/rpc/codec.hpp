@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <streambuf>
 #include <string>
@@ -199,10 +200,44 @@ using oarchive = boost::archive::binary_oarchive;
 using iarchive = boost::archive::binary_iarchive;
 inline constexpr unsigned archive_flags = boost::archive::no_header | boost::archive::no_codecvt;
 
-/// Writes a tensor inline (kind 0): dtype, rank, sizes, raw bytes of its contiguous CPU copy.
+/// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
+/// of the buffer, raw bytes of its contiguous CPU copy.
 void write_tensor(writer& w, const tensor& t);
-/// Reads a tensor written by write_tensor into a new contiguous CPU tensor.
+/// Reads a tensor written by write_tensor into a new contiguous CPU tensor, or one that views the
+/// payload itself (Note [adopted payload]).
 tensor read_tensor(reader& r);
+
+/// Note [adopted payload]
+/// A large tensor sent as inline bytes (between hosts, or without shared memory) used to be copied
+/// out of the received payload into a fresh tensor: one full copy per direction on top of the
+/// kernel's. While a payload_keeper is alive on a thread, an inline tensor of at least
+/// adopt_min_bytes read from the keeper's buffer, at a 16-byte aligned address (the writer pads its
+/// data to a 64-byte offset of the buffer), becomes a tensor VIEWING that buffer, whose storage
+/// keeps the buffer's owner alive. Used where the payload is owned by one reader and never changes
+/// again: the served request (a direct-channel request served once; fault-plan copies decode their
+/// own tensors) and a call's response (call_state, decoded by future::get without an interceptor:
+/// with one, the decoded result is stored in the call state, which the tensor would then keep alive
+/// through itself). Anything else (nested payloads, the CAF path, small tensors) is copied as before.
+/// The buffer lives as long as the longest-lived tensor viewing it.
+inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
+
+class payload_keeper {
+ public:
+  /// `bytes` is owned by (and outlives nothing but) `owner`, and no one writes to it any more.
+  payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner);
+  ~payload_keeper();
+  payload_keeper(const payload_keeper&) = delete;
+  payload_keeper& operator=(const payload_keeper&) = delete;
+  /// The innermost keeper of this thread whose buffer holds [p, p + n), or null.
+  static const payload_keeper* holding(const char* p, std::size_t n);
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+
+ private:
+  const char* begin_;
+  const char* end_;
+  std::shared_ptr<const void> owner_;
+  const payload_keeper* outer_;
+};
 
 template <class T> void write_value(writer& w, const T& x);
 template <class T> void read_value(reader& r, T& x);

@@ -152,6 +152,7 @@ class future {
     if constexpr (std::is_void_v<R>) {
       (void)bytes;
     } else {
+      detail::payload_keeper keep(bytes, st_);  // Note [adopted payload] (codec.hpp)
       return decode_result<R>(bytes, [this] { return st_->what(); });
     }
   }

@@ -1,0 +1,181 @@
+// Note [adopted payload] (troupe/actors/rpc/codec.hpp): a large tensor received as inline bytes
+// views the payload it came in instead of being copied out of it, and keeps that payload alive.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/tensors/factories.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+troupe::tensor pattern(std::int64_t n, float base) {
+  auto t = troupe::empty({n}, troupe::dtype::float32);
+  auto* p = static_cast<float*>(t.data_ptr());
+  for (std::int64_t i = 0; i < n; ++i) p[i] = base + static_cast<float>(i % 1000);
+  return t;
+}
+
+bool has_pattern(const troupe::tensor& t, float base) {
+  const auto* p = static_cast<const float*>(t.data_ptr());
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    if (p[i] != base + static_cast<float>(i % 1000)) return false;
+  return true;
+}
+
+bool inside(const troupe::tensor& t, const std::vector<char>& bytes) {
+  const auto* p = static_cast<const char*>(t.data_ptr());
+  return p >= bytes.data() && p + t.nbytes() <= bytes.data() + bytes.size();
+}
+
+using troupe::rpc::detail::payload_keeper;
+
+troupe::tensor decode_one(const std::vector<char>& bytes) {
+  return std::get<0>(troupe::rpc::decode_args<troupe::tensor>(bytes, "f"));
+}
+
+}  // namespace
+
+TEST_CASE("a large inline tensor read under a payload keeper views the payload and keeps it alive", "[actors][codec]") {
+  auto owner = std::make_shared<std::vector<char>>(troupe::rpc::encode_args(pattern(1 << 18, 5.0f)));  // 1 MiB
+  std::weak_ptr<std::vector<char>> alive = owner;
+  troupe::tensor back;
+  {
+    payload_keeper keep(*owner, owner);
+    back = decode_one(*owner);
+  }
+  CHECK(inside(back, *owner));
+  CHECK(reinterpret_cast<std::uintptr_t>(back.data_ptr()) % 16 == 0);
+  CHECK((reinterpret_cast<const char*>(back.data_ptr()) - owner->data()) % 64 == 0);  // the writer's padding
+  owner.reset();
+  REQUIRE_FALSE(alive.expired());  // the tensor holds the payload
+  CHECK(has_pattern(back, 5.0f));
+  back = troupe::tensor();
+  CHECK(alive.expired());
+}
+
+TEST_CASE("without a keeper of its buffer, or when small, an inline tensor is copied", "[actors][codec]") {
+  const auto big = troupe::rpc::encode_args(pattern(1 << 18, 1.0f));
+  const auto small = troupe::rpc::encode_args(pattern(1000, 2.0f));  // 4 KB: under adopt_min_bytes
+  auto other = std::make_shared<std::vector<char>>(troupe::rpc::encode_args(pattern(1 << 18, 3.0f)));
+  auto no_keeper = decode_one(big);
+  CHECK_FALSE(inside(no_keeper, big));
+  CHECK(has_pattern(no_keeper, 1.0f));
+  payload_keeper keep(*other, other);  // a keeper of another buffer
+  auto elsewhere = decode_one(big);
+  CHECK_FALSE(inside(elsewhere, big));
+  auto small_owner = std::make_shared<std::vector<char>>(small);
+  payload_keeper keep_small(*small_owner, small_owner);  // innermost; the outer one is still searched
+  auto tiny = decode_one(*small_owner);
+  CHECK_FALSE(inside(tiny, *small_owner));
+  CHECK(has_pattern(tiny, 2.0f));
+  auto outer = decode_one(*other);
+  CHECK(inside(outer, *other));
+  CHECK(has_pattern(outer, 3.0f));
+}
+
+TEST_CASE("an inline tensor with padding of 64 bytes or more is refused", "[actors][codec]") {
+  auto bytes = troupe::rpc::encode_args(pattern(4, 0.0f));
+  // u32 count, string tag "tensor" (u64 length + 6), kind, defined, dtype, u32 rank, one i64 size,
+  // u64 byte count: the padding count follows.
+  const std::size_t pad_at = 4 + 8 + 6 + 1 + 1 + 1 + 4 + 8 + 8;
+  REQUIRE(bytes.size() > pad_at);
+  const auto pad = static_cast<unsigned char>(bytes[pad_at]);
+  REQUIRE(pad < 64);
+  REQUIRE(bytes.size() == pad_at + 1 + pad + 16);  // the count, the zeros, four floats
+  bytes[pad_at] = static_cast<char>(64);
+  CHECK_THROWS_AS(decode_one(bytes), troupe::error);
+}
+
+namespace {
+
+troupe::node_options bytes_only(int rank, std::uint16_t master_port) {
+  troupe::node_options o;
+  o.job_token = "t";
+  o.default_timeout = 10s;
+  o.rank = rank;
+  o.world_size = 2;
+  o.master_port = master_port;
+  o.shared_memory_rpc = false;  // tensors as inline bytes on the direct connection
+  return o;
+}
+
+// Serves the requests of `function` `copies` times (on the receiving node: the same request runs
+// twice, as a fault plan's duplicate does).
+struct duplicate_on_receive : troupe::transport_hook {
+  std::string function;
+  troupe::transport_decision on_send(troupe::envelope&) override { return {}; }
+  troupe::transport_decision on_receive(troupe::envelope& m) override {
+    if (m.kind == troupe::message_kind::rpc_request && m.function == function) return {2, 0ms};
+    return {};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tensors received as bytes keep value semantics and outlive their call", "[actors][rpc]") {
+  auto hook = std::make_shared<duplicate_on_receive>();
+  hook->function = "record";
+  troupe::node n0(bytes_only(0, 0), {}, hook);
+  troupe::node n1(bytes_only(1, n0.port()));
+  // The callee changes its argument in place: the caller's tensor must not change, and each run of
+  // a duplicated request must see the bytes that were sent.
+  n0.functions().add("double_in_place", [](troupe::tensor t) {
+    auto* p = static_cast<float*>(t.data_ptr());
+    for (std::int64_t i = 0; i < t.numel(); ++i) p[i] *= 2;
+    return t;
+  });
+  std::mutex m;
+  std::vector<float> seen;
+  n0.functions().add("record", [&](troupe::tensor t) {
+    auto* p = static_cast<float*>(t.data_ptr());
+    {
+      std::lock_guard<std::mutex> lock(m);
+      seen.push_back(p[0]);
+    }
+    p[0] += 100;
+    return 0;
+  });
+  std::vector<troupe::tensor> results;
+  for (int k = 0; k < 4; ++k) {  // 6 MB: sent in fragments (Note [fragments]) and 1 MB: not
+    const std::int64_t n = k % 2 == 0 ? (3 << 19) : (1 << 18);
+    auto sent = pattern(n, static_cast<float>(10 * k));
+    results.push_back(troupe::rpc_sync<troupe::tensor>(n1, "worker0", "double_in_place", sent));
+    CHECK(has_pattern(sent, static_cast<float>(10 * k)));
+  }
+  // Each result is still intact after the calls that followed it (their payload buffers came
+  // from the same pool): it holds its own.
+  for (int k = 0; k < 4; ++k) {
+    const auto* p = static_cast<const float*>(results[static_cast<std::size_t>(k)].data_ptr());
+    bool ok = true;
+    for (std::int64_t i = 0; i < results[static_cast<std::size_t>(k)].numel(); ++i)
+      ok = ok && p[i] == 2 * (static_cast<float>(10 * k) + static_cast<float>(i % 1000));
+    CHECK(ok);
+  }
+  CHECK(troupe::rpc_sync<int>(n1, "worker0", "record", pattern(1 << 18, 7.0f)) == 0);
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      if (seen.size() >= 2 || std::chrono::steady_clock::now() > until) break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  {
+    std::lock_guard<std::mutex> lock(m);
+    REQUIRE(seen.size() == 2);
+    CHECK(seen[0] == 7.0f);
+    CHECK(seen[1] == 7.0f);
+  }
+  n1.shutdown(troupe::shutdown_mode::immediate);
+  n0.shutdown(troupe::shutdown_mode::immediate);
+}
