@@ -214,6 +214,10 @@ void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds, doubl
     const double copy_only = tb::summarize(after).median;
     rep.add("small_rtt_after_64mb_copy_us", copy_only, "us", "\"rounds\": " + std::to_string(rounds));
     rep.add("small_rtt_after_64mb_copy_ratio", copy_only / idle_us, "ratio");
+    // The transfer's own share: the small call with the 64 MB echo in flight against the same
+    // call after the same copy with nothing in flight (what the goal's "idle" is, for a call made
+    // right after a large copy on its thread).
+    rep.add("small_rtt_during_64mb_ratio_to_same_copy_without_transfer", during / copy_only, "ratio");
   }
   std::atomic<bool> stop{false};
   std::atomic<int> echoes{0};

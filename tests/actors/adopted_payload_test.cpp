@@ -1,6 +1,10 @@
 // Note [adopted payload] (troupe/actors/rpc/codec.hpp): a large tensor received as inline bytes
 // views the payload it came in instead of being copied out of it, and keeps that payload alive.
+#include <dirent.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <string>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -120,9 +124,27 @@ struct duplicate_on_receive : troupe::transport_hook {
   }
 };
 
+int open_sockets() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (auto* e = ::readdir(d)) {
+      char target[256] = {};
+      const std::string link = std::string("/proc/self/fd/") + e->d_name;
+      const auto k = ::readlink(link.c_str(), target, sizeof target - 1);
+      if (k > 0 && std::string(target, static_cast<std::size_t>(k)).rfind("socket:", 0) == 0) ++n;
+    }
+    ::closedir(d);
+  }
+  return n;
+}
+
 }  // namespace
 
-TEST_CASE("tensors received as bytes keep value semantics and outlive their call", "[actors][rpc]") {
+TEST_CASE("tensors received as bytes keep value semantics and outlive their call and their nodes", "[actors][rpc]") {
+  const int sockets_before = open_sockets();
+  std::vector<troupe::tensor> results;
+  std::vector<troupe::tensor> kept_by_callee;
+  {
   auto hook = std::make_shared<duplicate_on_receive>();
   hook->function = "record";
   troupe::node n0(bytes_only(0, 0), {}, hook);
@@ -145,7 +167,10 @@ TEST_CASE("tensors received as bytes keep value semantics and outlive their call
     p[0] += 100;
     return 0;
   });
-  std::vector<troupe::tensor> results;
+  n0.functions().add("keep", [&](troupe::tensor t) {
+    kept_by_callee.push_back(t);  // a callee holding on to its argument
+    return 0;
+  });
   for (int k = 0; k < 4; ++k) {  // 6 MB: sent in fragments (Note [fragments]) and 1 MB: not
     const std::int64_t n = k % 2 == 0 ? (3 << 19) : (1 << 18);
     auto sent = pattern(n, static_cast<float>(10 * k));
@@ -176,6 +201,17 @@ TEST_CASE("tensors received as bytes keep value semantics and outlive their call
     CHECK(seen[0] == 7.0f);
     CHECK(seen[1] == 7.0f);
   }
+  CHECK(troupe::rpc_sync<int>(n1, "worker0", "keep", pattern(1 << 18, 9.0f)) == 0);
   n1.shutdown(troupe::shutdown_mode::immediate);
   n0.shutdown(troupe::shutdown_mode::immediate);
+  }
+  // The nodes are gone; the tensors they received hold their bytes only (no socket, no node part).
+  CHECK(open_sockets() == sockets_before);
+  REQUIRE(results.size() == 4);
+  for (int k = 0; k < 4; ++k) {
+    const auto* p = static_cast<const float*>(results[static_cast<std::size_t>(k)].data_ptr());
+    CHECK(p[1] == 2 * (static_cast<float>(10 * k) + 1.0f));
+  }
+  REQUIRE(kept_by_callee.size() == 1);
+  CHECK(has_pattern(kept_by_callee[0], 9.0f));
 }

@@ -91,7 +91,7 @@ payload_keeper::~payload_keeper() { tls_keeper = outer_; }
 
 const payload_keeper* payload_keeper::holding(const char* p, std::size_t n) {
   for (const payload_keeper* k = tls_keeper; k; k = k->outer_)
-    if (k->begin_ && p >= k->begin_ && p <= k->end_ && n <= static_cast<std::size_t>(k->end_ - p)) return k;
+    if (k->owner_ && k->begin_ && p >= k->begin_ && p <= k->end_ && n <= static_cast<std::size_t>(k->end_ - p)) return k;
   return nullptr;
 }
 

@@ -14,7 +14,7 @@ constexpr auto deadline_grace = std::chrono::seconds(2);
 }  // namespace
 
 call_state::~call_state() {
-  if (recycle_ && !payload_.empty()) recycle_(std::move(payload_));
+  if (recycle_ && !payload_.empty()) recycle_(std::move(payload_));  // a shared payload: by its deleter
 }
 
 void call_state::set_recycler(std::function<void(std::vector<char>&&)> recycle) {
@@ -30,7 +30,14 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
     done_ = true;
     code_ = code;
     message_ = std::move(message);
-    payload_ = std::move(payload);
+    if (payload.size() >= adopt_min_bytes) {  // Note [adopted payload]: recycled when the last viewer is gone
+      shared_payload_ = std::shared_ptr<std::vector<char>>(new std::vector<char>(std::move(payload)), [recycle = recycle_](std::vector<char>* v) {
+        if (recycle && !v->empty()) recycle(std::move(*v));
+        delete v;
+      });
+    } else {
+      payload_ = std::move(payload);
+    }
     meta_ = std::move(meta);
     conts.swap(continuations_);
     inline_conts.swap(inline_continuations_);
@@ -70,7 +77,7 @@ const std::vector<char>& call_state::value() const {
   if (!cv_.wait_until(lock, deadline_ + deadline_grace, [this] { return done_; }))
     throw error(errc::timeout, what() + ": no answer by the deadline");
   if (code_ != errc::ok) throw error(code_, message_);
-  return payload_;
+  return shared_payload_ ? *shared_payload_ : payload_;
 }
 
 bool call_state::queue_if_pending(std::vector<std::function<void()>>& list, std::function<void()>& fn) {
@@ -114,7 +121,7 @@ std::shared_ptr<void> call_state::decode_once(const std::function<std::shared_pt
       std::optional<scope_guard> active;
       guarded("enter", [&] { active.emplace(scope_.get()); });
       guarded("on_meta", [&] { scope_->on_meta(meta_); });
-      decoded_value_ = decode(payload_);
+      decoded_value_ = decode(shared_payload_ ? *shared_payload_ : payload_);
     } catch (...) {
       decode_error_ = std::current_exception();
     }

@@ -213,17 +213,24 @@ tensor read_tensor(reader& r);
 /// kernel's. While a payload_keeper is alive on a thread, an inline tensor of at least
 /// adopt_min_bytes read from the keeper's buffer, at a 16-byte aligned address (the writer pads its
 /// data to a 64-byte offset of the buffer), becomes a tensor VIEWING that buffer, whose storage
-/// keeps the buffer's owner alive. Used where the payload is owned by one reader and never changes
-/// again: the served request (a direct-channel request served once; fault-plan copies decode their
-/// own tensors) and a call's response (call_state, decoded by future::get without an interceptor:
-/// with one, the decoded result is stored in the call state, which the tensor would then keep alive
-/// through itself). Anything else (nested payloads, the CAF path, small tensors) is copied as before.
-/// The buffer lives as long as the longest-lived tensor viewing it.
+/// keeps the keeper's owner alive. The owner holds the payload's bytes and nothing else (no
+/// request, call state, connection or node part, so a kept tensor pins no node resource and makes
+/// no cycle through a function or a continuation), and gives the buffer back to the byte pool when
+/// the last tensor viewing it goes, if the node still exists (Note [byte pool]):
+///   * the served request (direct channel, served once; a fault plan's copies of one request decode
+///     their own): the job keeps an empty holder; if a tensor viewed the payload, the payload (the
+///     same heap block) moves into the holder when the function returns;
+///   * a call's response of adopt_min_bytes or more, which call_state keeps in a shared holder from
+///     the start, decoded by future::get without an interceptor (with one, the decoded result is
+///     stored in the call state: copied as before).
+/// Anything else (nested payloads, the CAF path, small tensors) is copied as before. A callee or a
+/// caller keeping such a tensor keeps its payload's buffer, which the pool replaces when needed.
 inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
 
 class payload_keeper {
  public:
-  /// `bytes` is owned by (and outlives nothing but) `owner`, and no one writes to it any more.
+  /// Tensors read from `bytes` may view it and hold `owner`, which keeps the bytes alive (after
+  /// the keeper is gone) and no one writes to them any more. A null owner adopts nothing.
   payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner);
   ~payload_keeper();
   payload_keeper(const payload_keeper&) = delete;

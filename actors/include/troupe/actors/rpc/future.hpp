@@ -70,6 +70,9 @@ class call_state {
   /// Blocks until complete (bounded by the deadline plus a grace period) and returns the bytes,
   /// or throws the call's troupe::error.
   const std::vector<char>& value() const;
+  /// The owner of value()'s bytes when they are large enough for tensors to view them (Note
+  /// [adopted payload] in codec.hpp), else null. Call only after value() succeeded.
+  std::shared_ptr<const void> payload_owner() const { return shared_payload_; }
   /// Adds a continuation, run on the executor once complete (at once if already complete).
   void on_complete(std::function<void()> fn);
   /// Adds a continuation run on the completing thread itself (at once on this thread if already
@@ -100,6 +103,9 @@ class call_state {
   errc code_ = errc::ok;
   std::string message_;
   std::vector<char> payload_;
+  // A payload of adopt_min_bytes or more, held apart so that tensors viewing it keep only it
+  // alive (Note [adopted payload] in codec.hpp); value() is then this one.
+  std::shared_ptr<std::vector<char>> shared_payload_;
   std::vector<std::function<void()>> continuations_;
   std::vector<std::function<void()>> inline_continuations_;
   std::shared_ptr<call_helper> helper_;
@@ -152,7 +158,7 @@ class future {
     if constexpr (std::is_void_v<R>) {
       (void)bytes;
     } else {
-      detail::payload_keeper keep(bytes, st_);  // Note [adopted payload] (codec.hpp)
+      detail::payload_keeper keep(bytes, st_->payload_owner());  // Note [adopted payload] (codec.hpp)
       return decode_result<R>(bytes, [this] { return st_->what(); });
     }
   }
