@@ -215,3 +215,25 @@ TEST_CASE("tensors received as bytes keep value semantics and outlive their call
   REQUIRE(kept_by_callee.size() == 1);
   CHECK(has_pattern(kept_by_callee[0], 9.0f));
 }
+
+TEST_CASE("large responses over the CAF path keep their values after later calls and after their nodes are gone", "[actors][rpc]") {
+  std::vector<troupe::tensor> results;
+  {
+    auto o0 = bytes_only(0, 0);
+    o0.rpc_fast_path = false;
+    troupe::node n0(o0);
+    auto o1 = bytes_only(1, n0.port());
+    o1.rpc_fast_path = false;  // every call through the agents (Note [rpc fast path])
+    troupe::node n1(o1);
+    n0.functions().add("echo", [](troupe::tensor t) { return t; });
+    for (int k = 0; k < 3; ++k) {
+      auto sent = pattern(1 << 18, static_cast<float>(k));
+      results.push_back(troupe::rpc_sync<troupe::tensor>(n1, "worker0", "echo", sent));
+      CHECK(has_pattern(sent, static_cast<float>(k)));
+    }
+    n1.shutdown(troupe::shutdown_mode::immediate);
+    n0.shutdown(troupe::shutdown_mode::immediate);
+  }
+  for (int k = 0; k < 3; ++k) CHECK(has_pattern(results[static_cast<std::size_t>(k)], static_cast<float>(k)));
+}
+
