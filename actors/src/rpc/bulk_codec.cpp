@@ -16,6 +16,7 @@ namespace troupe::rpc::detail {
 namespace d = troupe::detail;
 
 void write_tensor_header(writer& w, const tensor& h);  // codec.cpp
+tensor contiguous_view(std::shared_ptr<storage> s, const shape_t& sizes, troupe::dtype dt, std::int64_t offset = 0);  // codec.cpp
 
 namespace {
 
@@ -150,13 +151,9 @@ tensor read_tensor_bulk(reader& r, const shape_t& sizes, troupe::dtype dt, std::
                   delete v;
                 },
                 ctx);
-  auto impl = std::make_shared<tensor_impl>();
-  impl->storage = std::make_shared<storage>(std::move(view), nbytes, storage_kind::shared_memory);
-  impl->storage->set_shared_handle(d::seg_handle_tag + name);
-  impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
-  impl->dtype = dt;
-  return tensor(std::move(impl));
+  auto st = std::make_shared<storage>(std::move(view), nbytes, storage_kind::shared_memory);
+  st->set_shared_handle(d::seg_handle_tag + name);
+  return contiguous_view(std::move(st), sizes, dt);
 }
 
 namespace {
@@ -203,13 +200,7 @@ tensor read_tensor_shared(reader& r, const shape_t& sizes, troupe::dtype dt, std
   // One we sent (names are unique per process), back from any peer: the very same storage.
   if (auto own = d::table().own_shared(name)) {
     if (own->nbytes() < seg_bytes) throw error(errc::protocol_violation, "shared tensor " + name + " is smaller than its handle says");
-    auto impl = std::make_shared<tensor_impl>();
-    impl->storage = std::move(own);
-    impl->sizes = sizes;
-    impl->strides = contiguous_strides(sizes);
-    impl->offset = static_cast<std::int64_t>(offset / es);
-    impl->dtype = dt;
-    t = tensor(std::move(impl));
+    t = contiguous_view(std::move(own), sizes, dt, static_cast<std::int64_t>(offset / es));
   } else if (fs) {
     t = tensor_from_shared_handle(h, dt, sizes, contiguous_strides(sizes), static_cast<std::int64_t>(offset / es));
   } else {

@@ -23,6 +23,19 @@ bool write_tensor_bulk(writer& w, const tensor& h);
 void write_tensor_header(writer& w, const tensor& h);
 tensor read_tensor_bulk(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
 tensor read_tensor_shared(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes);
+/// A contiguous tensor of `sizes` over `s`, starting `offset` elements in (received tensors that
+/// view memory they did not allocate: segments, shared handles, adopted payloads).
+tensor contiguous_view(std::shared_ptr<storage> s, const shape_t& sizes, troupe::dtype dt, std::int64_t offset = 0);
+
+tensor contiguous_view(std::shared_ptr<storage> s, const shape_t& sizes, troupe::dtype dt, std::int64_t offset) {
+  auto impl = std::make_shared<tensor_impl>();
+  impl->storage = std::move(s);
+  impl->sizes = sizes;
+  impl->strides = contiguous_strides(sizes);
+  impl->offset = offset;
+  impl->dtype = dt;
+  return tensor(std::move(impl));
+}
 
 void reserve_from_pool(std::vector<char>& out, std::size_t need) {
   if (auto* pool = troupe::detail::active_byte_pool()) pool->reserve(out, need);
@@ -73,12 +86,7 @@ thread_local const payload_keeper* tls_keeper = nullptr;
 tensor adopt_bytes(const payload_keeper& k, const char* p, std::size_t n, const shape_t& sizes, troupe::dtype dt) {
   auto* keep = new std::shared_ptr<const void>(k.owner());
   data_ptr view(const_cast<char*>(p), cpu_device, [](void* c, void*) noexcept { delete static_cast<std::shared_ptr<const void>*>(c); }, keep);
-  auto impl = std::make_shared<tensor_impl>();
-  impl->storage = std::make_shared<storage>(std::move(view), n);
-  impl->sizes = sizes;
-  impl->strides = contiguous_strides(sizes);
-  impl->dtype = dt;
-  return tensor(std::move(impl));
+  return contiguous_view(std::make_shared<storage>(std::move(view), n), sizes, dt);
 }
 }  // namespace
 
