@@ -87,6 +87,45 @@ TEST_CASE("without a keeper of its buffer, or when small, an inline tensor is co
   CHECK(has_pattern(outer, 3.0f));
 }
 
+namespace {
+// `bytes` in a buffer of exactly `capacity` bytes.
+std::shared_ptr<std::vector<char>> with_capacity(const std::vector<char>& bytes, std::size_t capacity) {
+  auto v = std::make_shared<std::vector<char>>();
+  v->reserve(capacity);
+  v->assign(bytes.begin(), bytes.end());
+  return v;
+}
+}  // namespace
+
+TEST_CASE("a tensor filling less than half of its payload's buffer is copied, so a kept tensor pins at most twice its bytes", "[actors][codec]") {
+  const auto one = troupe::rpc::encode_args(pattern(1 << 18, 4.0f));  // 1 MiB of data
+  const std::size_t data = std::size_t{1} << 20;
+  auto fits = with_capacity(one, 2 * data);
+  REQUIRE(fits->capacity() == 2 * data);
+  auto larger = with_capacity(one, 2 * data + 1);
+  REQUIRE(larger->capacity() == 2 * data + 1);
+  {
+    payload_keeper keep(*fits, fits);
+    auto t = decode_one(*fits);
+    CHECK(inside(t, *fits));  // exactly half: viewed
+    CHECK(has_pattern(t, 4.0f));
+  }
+  {
+    payload_keeper keep(*larger, larger);
+    auto t = decode_one(*larger);
+    CHECK_FALSE(inside(t, *larger));  // less than half (a pooled buffer four times too large, say)
+    CHECK(has_pattern(t, 4.0f));
+  }
+  // Two tensors of one payload: neither fills half of it, both are copied.
+  auto two = std::make_shared<std::vector<char>>(troupe::rpc::encode_args(pattern(1 << 18, 6.0f), pattern(1 << 18, 7.0f)));
+  payload_keeper keep(*two, two);
+  auto [a, b] = troupe::rpc::decode_args<troupe::tensor, troupe::tensor>(*two, "f");
+  CHECK_FALSE(inside(a, *two));
+  CHECK_FALSE(inside(b, *two));
+  CHECK(has_pattern(a, 6.0f));
+  CHECK(has_pattern(b, 7.0f));
+}
+
 TEST_CASE("an inline tensor with padding of 64 bytes or more is refused", "[actors][codec]") {
   auto bytes = troupe::rpc::encode_args(pattern(4, 0.0f));
   // u32 count, string tag "tensor" (u64 length + 6), kind, defined, dtype, u32 rank, one i64 size,

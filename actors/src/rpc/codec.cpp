@@ -91,7 +91,7 @@ tensor adopt_bytes(const payload_keeper& k, const char* p, std::size_t n, const 
 }  // namespace
 
 payload_keeper::payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner)
-    : begin_(bytes.data()), end_(bytes.data() + bytes.size()), owner_(std::move(owner)), outer_(tls_keeper) {
+    : begin_(bytes.data()), end_(bytes.data() + bytes.size()), capacity_(bytes.capacity()), owner_(std::move(owner)), outer_(tls_keeper) {
   tls_keeper = this;
 }
 
@@ -131,7 +131,7 @@ tensor read_tensor_bytes(reader& r) {
   r.skip(pad);
   if (nbytes > r.left()) throw error(errc::protocol_violation, "an rpc tensor of " + std::to_string(nbytes) + " bytes is cut short");
   if (nbytes >= adopt_min_bytes && reinterpret_cast<std::uintptr_t>(r.pos()) % 16 == 0)  // Note [adopted payload]
-    if (const auto* k = payload_keeper::holding(r.pos(), nbytes)) {
+    if (const auto* k = payload_keeper::holding(r.pos(), nbytes); k && nbytes * 2 >= k->capacity()) {
       tensor t = adopt_bytes(*k, r.pos(), nbytes, sizes, type);
       r.skip(nbytes);
       return t;

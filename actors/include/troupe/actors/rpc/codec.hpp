@@ -223,8 +223,11 @@ tensor read_tensor(reader& r);
 ///   * a call's response of adopt_min_bytes or more, which call_state keeps in a shared holder from
 ///     the start, decoded by future::get without an interceptor (with one, the decoded result is
 ///     stored in the call state: copied as before).
-/// Anything else (nested payloads, the CAF path, small tensors) is copied as before. A callee or a
-/// caller keeping such a tensor keeps its payload's buffer, which the pool replaces when needed.
+/// A tensor keeping a payload keeps the payload's whole buffer, so a tensor is adopted only when it
+/// fills at least half of the buffer's capacity: a received tensor a callee or a caller stores
+/// never pins more than twice its own bytes (a pooled buffer may be up to four times larger than
+/// the message, Note [byte pool]; a payload may carry several tensors). Anything else (smaller
+/// parts of a payload, nested payloads, the CAF path, tensors under adopt_min_bytes) is copied.
 inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
 
 class payload_keeper {
@@ -238,10 +241,13 @@ class payload_keeper {
   /// The innermost keeper of this thread whose buffer holds [p, p + n), or null.
   static const payload_keeper* holding(const char* p, std::size_t n);
   const std::shared_ptr<const void>& owner() const { return owner_; }
+  /// The capacity of the buffer a viewing tensor keeps alive.
+  std::size_t capacity() const { return capacity_; }
 
  private:
   const char* begin_;
   const char* end_;
+  std::size_t capacity_;
   std::shared_ptr<const void> owner_;
   const payload_keeper* outer_;
 };
