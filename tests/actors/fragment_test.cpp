@@ -377,3 +377,107 @@ TEST_CASE("a first fragment too short for the head puts the whole body together,
   CHECK(good.payload == msg.payload);
   CHECK(good.meta == msg.meta);
 }
+
+namespace {
+
+// Note [direct fragment data]: a later fragment given to start_direct with its first `have` body
+// bytes, the rest of its data then written to direct_target() in two reads, as a reader does.
+result direct(fragment_streams& s, const std::vector<char>& body, std::size_t have, std::vector<char>& whole, std::uint8_t want = request) {
+  const result r = s.start_direct(body.data(), have, body.size(), want);
+  if (r != result::partial) return r;
+  std::size_t at = have;
+  while (s.direct_left() > 0) {
+    const std::size_t k = std::max<std::size_t>(1, s.direct_left() / 2);
+    std::memcpy(s.direct_target(), body.data() + at, k);
+    s.direct_advance(k);
+    at += k;
+  }
+  REQUIRE(at == body.size());
+  REQUIRE(s.direct_done());
+  fragment_streams::assembled a;
+  const result done = s.finish_direct(a);
+  if (done == result::complete) whole = joined(a);
+  CHECK_FALSE(s.direct_done());
+  return done;
+}
+
+}  // namespace
+
+TEST_CASE("later fragments read straight into their stream come back together as the same body, whatever part of them came first", "[actors][rpc]") {
+  const auto b = bytes(1000, 3);
+  const std::uint64_t total = b.size();
+  const std::vector<char> first(b.begin(), b.begin() + 100), middle(b.begin() + 100, b.begin() + 700), last(b.begin() + 700, b.end());
+  for (std::size_t extra : {std::size_t{0}, std::size_t{1}, std::size_t{299}, std::size_t{599}}) {
+    INFO("data bytes read with the head " << extra);
+    fragment_streams s;
+    std::vector<char> whole;
+    REQUIRE(add(s, frag(5, fragment_first, request, total, first), whole) == result::partial);
+    const auto mid = frag(5, 0, request, total, middle);
+    CHECK(direct(s, mid, fragment_head_size + extra, whole) == result::partial);
+    const auto end = frag(5, fragment_last, request, total, last);
+    CHECK(direct(s, end, fragment_head_size + std::min<std::size_t>(extra, last.size() - 1), whole) == result::complete);
+    CHECK(whole == b);
+    CHECK(s.open() == 0);
+  }
+}
+
+TEST_CASE("a stream put together in a pooled buffer that held other bytes before has exactly its own bytes", "[actors][rpc]") {
+  byte_pool pool;
+  std::vector<char> old(byte_pool_min_bytes * 2, 'x');  // given back with its size: contents stale
+  pool.give(std::move(old));
+  const auto b = bytes(byte_pool_min_bytes + 3 * fragment_bytes + 7, 9);
+  const std::uint64_t total = b.size();
+  fragment_streams s;
+  fragment_streams::assembled a;
+  const std::vector<char> head(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(fragment_bytes));
+  REQUIRE(s.add(frag(2, fragment_first, request, total, head).data(), fragment_head_size + head.size(), request, &pool, a) == result::partial);
+  CHECK(pool.kept_buffers() == 0);  // the stream took it
+  std::vector<char> whole;
+  for (std::size_t at = fragment_bytes; at < b.size(); at += fragment_bytes) {
+    const std::size_t n = std::min(fragment_bytes, b.size() - at);
+    const std::vector<char> data(b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at + n));
+    const bool is_last = at + n == b.size();
+    CHECK(direct(s, frag(2, is_last ? fragment_last : 0, request, total, data), fragment_head_size + 3, whole) ==
+          (is_last ? result::complete : result::partial));
+  }
+  CHECK(whole == b);
+}
+
+TEST_CASE("a fragment read straight into its stream is checked as add checks it", "[actors][rpc]") {
+  const auto d = bytes(10, 1);
+  std::vector<char> whole;
+  auto opened = [&](fragment_streams& s) { REQUIRE(add(s, frag(4, fragment_first, request, 30, d), whole) == result::partial); };
+  SECTION("a first fragment is left to be read whole") {
+    fragment_streams s;
+    const auto f = frag(4, fragment_first, request, 30, d);
+    CHECK(s.start_direct(f.data(), fragment_head_size, f.size(), request) == result::wait_whole);
+    CHECK(s.direct_left() == 0);
+  }
+  SECTION("a stream never opened") {
+    fragment_streams s;
+    CHECK(direct(s, frag(4, 0, request, 30, d), fragment_head_size, whole) == result::malformed);
+  }
+  SECTION("another total than its first fragment's") {
+    fragment_streams s;
+    opened(s);
+    CHECK(direct(s, frag(4, 0, request, 31, d), fragment_head_size, whole) == result::malformed);
+  }
+  SECTION("more bytes than announced") {
+    fragment_streams s;
+    opened(s);
+    CHECK(direct(s, frag(4, 0, request, 30, bytes(21, 2)), fragment_head_size, whole) == result::malformed);
+    CHECK(s.open() == 0);
+    CHECK(s.direct_left() == 0);
+  }
+  SECTION("a last fragment that leaves the body short") {
+    fragment_streams s;
+    opened(s);
+    CHECK(direct(s, frag(4, fragment_last, request, 30, d), fragment_head_size, whole) == result::malformed);
+    CHECK(s.open() == 0);
+  }
+  SECTION("an inner kind the reader does not take") {
+    fragment_streams s;
+    opened(s);
+    CHECK(direct(s, frag(4, 0, response, 30, d), fragment_head_size, whole) == result::malformed);
+  }
+}

@@ -38,8 +38,10 @@ int segments_of(pid_t pid) {
   return n;
 }
 
-void serve(std::uint16_t port) {
-  troupe::node n(troupe::test::test_options(1, 2, port), bulk_functions());
+void serve(std::uint16_t port, bool shm = true) {
+  auto o = troupe::test::test_options(1, 2, port);
+  o.shared_memory_rpc = shm;
+  troupe::node n(o, bulk_functions());
   troupe::test::serve_until_done(n);
 }
 
@@ -102,4 +104,40 @@ TEST_CASE("a SIGKILLed peer leaves no shared-memory segment once the survivor te
   }
   CHECK(segments_of(::getpid()) == 0);
   CHECK(segments_of(child) == 0);
+}
+
+// Note [fragments], Note [direct fragment data]: without shared memory a tensor travels as bytes,
+// frames of 4 MB or more in 256 KiB fragments, later fragments read straight into their stream's
+// (pooled, reused) buffer; several streams interleave on one connection with small calls between.
+TEST_CASE("large tensors sent as bytes from several threads at once, with small calls between, come back bit-exact", "[actors][rpc][bulk]") {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), false); });
+  {
+    auto o = troupe::test::test_options(0, 2, 0);
+    o.shared_memory_rpc = false;
+    troupe::node n(o);
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready"}, 10s);
+    // Below and above the fragment threshold, and not multiples of a fragment.
+    const std::vector<std::int64_t> sizes = {(4 << 20) - 200, (4 << 20) + 1, (6 << 20) + 5, (9 << 20) + 3};
+    std::vector<std::thread> threads;
+    std::vector<int> good(3, 0);
+    for (int k = 0; k < 3; ++k)
+      threads.emplace_back([&, k] {
+        for (int i = 0; i < 6; ++i) {
+          const auto t = troupe::test::byte_pattern(sizes[static_cast<std::size_t>(k + i) % sizes.size()], 500u + static_cast<unsigned>(k * 10 + i));
+          if (troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t), t)) ++good[k];
+        }
+      });
+    int small_good = 0;
+    for (int i = 0; i < 200; ++i) {
+      const auto t = troupe::test::byte_pattern(100, static_cast<unsigned>(i));
+      if (troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t), t)) ++small_good;
+    }
+    for (auto& th : threads) th.join();
+    for (int k = 0; k < 3; ++k) CHECK(good[k] == 6);
+    CHECK(small_good == 200);
+    troupe::test::release_children(n);
+  }
+  CHECK(children.join(20s));
 }

@@ -6,8 +6,7 @@
 
 namespace troupe::detail {
 
-bool byte_pool::reserve(std::vector<char>& v, std::size_t need) {
-  if (need < byte_pool_min_bytes || v.capacity() >= need) return false;
+std::vector<char> byte_pool::fitting(std::size_t need) {
   std::vector<char> got;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -20,7 +19,28 @@ bool byte_pool::reserve(std::vector<char>& v, std::size_t need) {
   }
   // None fits: a fresh one, rounded up so that a message of about the same size fits it later
   // (a frame body is a few bytes longer than the payload it carries).
-  if (got.capacity() < need) got.reserve((need + byte_pool_round - 1) / byte_pool_round * byte_pool_round);
+  if (got.capacity() < need) {
+    got.clear();
+    got.reserve((need + byte_pool_round - 1) / byte_pool_round * byte_pool_round);
+  }
+  return got;
+}
+
+void byte_pool::take(std::vector<char>& v, std::size_t n) {
+  if (n < byte_pool_min_bytes) {
+    if (v.size() > n) v.resize(n);
+    v.reserve(n);
+    return;
+  }
+  std::vector<char> got = fitting(n);
+  if (got.size() > n) got.resize(n);  // shrinking writes nothing
+  v.swap(got);
+  give(std::move(got));
+}
+
+bool byte_pool::reserve(std::vector<char>& v, std::size_t need) {
+  if (need < byte_pool_min_bytes || v.capacity() >= need) return false;
+  std::vector<char> got = fitting(need);
   got.assign(v.begin(), v.end());  // within capacity: no allocation
   v.swap(got);
   give(std::move(got));  // v's old buffer, if it was worth keeping
@@ -31,7 +51,6 @@ void byte_pool::give(std::vector<char>&& v) {
   std::vector<char> mine = std::move(v);
   v.clear();
   if (mine.capacity() < byte_pool_min_bytes) return;
-  mine.clear();
   std::vector<std::vector<char>> dropped;  // freed outside the lock
   std::lock_guard<std::mutex> lock(mutex_);
   const auto at = std::lower_bound(kept_.begin(), kept_.end(), mine.capacity(),

@@ -43,7 +43,14 @@ class byte_pool {
   /// that fits, else a fresh one rounded up to byte_pool_round. Returns whether it changed `v`'s
   /// buffer. Needs below byte_pool_min_bytes are left alone.
   bool reserve(std::vector<char>& v, std::size_t need);
-  /// Keeps `v`'s buffer for reuse (or frees it); `v` is left empty.
+  /// Makes `v` a buffer with room for `n` bytes whose contents do not matter (Note [direct
+  /// fragment data]): a pooled one that fits when there is one, else a fresh one rounded up to
+  /// byte_pool_round (below byte_pool_min_bytes a plain one). Its size is at most `n`: what it
+  /// had when it was given back, so that growing it again to sizes it had before writes nothing
+  /// (std::vector zero-fills only beyond its size; a fresh buffer has size 0, and nothing of it is
+  /// touched here). `v`'s old buffer goes to the pool.
+  void take(std::vector<char>& v, std::size_t n);
+  /// Keeps `v`'s buffer (with its size) for reuse, or frees it; `v` is left empty.
   void give(std::vector<char>&& v);
   /// Frees every kept buffer.
   void clear();
@@ -51,6 +58,8 @@ class byte_pool {
   std::size_t kept_buffers() const;
 
  private:
+  /// A kept buffer of capacity at least `need` (within the factor of four), else a fresh one.
+  std::vector<char> fitting(std::size_t need);
   mutable std::mutex mutex_;
   std::vector<std::vector<char>> kept_;  // by capacity, ascending
   std::size_t bytes_ = 0;

@@ -184,23 +184,46 @@ bool fast_conn::write_fragmented(const part* parts, std::size_t count) {
 bool fast_conn::read_available(bool block_first) {
   std::size_t got = 0;
   int flags = block_first ? 0 : MSG_DONTWAIT;
+  more_to_read = false;
   for (;;) {
     // Note [fragments]: while a large message streams in, what follows it (a small call between
     // two fragments) is parsed and served after at most this much, not after the whole message.
     // Poll is level-triggered: the rest is read on the next round.
-    if (got >= max_read_bytes) return true;
+    if (got >= max_read_bytes) {
+      more_to_read = true;
+      return true;
+    }
     const std::size_t at = in.size();
+    // Note [direct fragment data]: the rest of a fragment straight into its stream's buffer, and
+    // only a little after it into `in` (the next fragment's head, or small frames).
+    const std::size_t direct = streams.direct_left();
     // 64 KiB, or the room a large frame's reservation left (fast_path::on_readable).
-    const std::size_t chunk = std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes);
+    const std::size_t chunk = direct > 0 ? direct_tail_bytes : std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes);
     in.resize(at + chunk);
-    const ssize_t k = ::recv(fd_, in.data() + at, chunk, flags);
+    ssize_t k = 0;
+    if (direct > 0) {
+      iovec iov[2] = {{streams.direct_target(), direct}, {in.data() + at, chunk}};
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = 2;
+      k = ::recvmsg(fd_, &mh, flags);
+    } else {
+      k = ::recv(fd_, in.data() + at, chunk, flags);
+    }
     flags = MSG_DONTWAIT;
-    in.resize(at + (k > 0 ? static_cast<std::size_t>(k) : 0));
-    if (k > 0) got += static_cast<std::size_t>(k);
-    if (k > 0) bytes_read.fetch_add(static_cast<std::size_t>(k), std::memory_order_relaxed);
+    const std::size_t n = k > 0 ? static_cast<std::size_t>(k) : 0;
+    const std::size_t to_direct = std::min(n, direct);
+    if (to_direct > 0) streams.direct_advance(to_direct);
+    in.resize(at + (n - to_direct));
+    got += n;
+    if (n > 0) bytes_read.fetch_add(n, std::memory_order_relaxed);
     // A short read drained the socket (poll is level-triggered: more that arrives later, or an
     // EOF behind these bytes, is seen on the next poll), so no recv that would only say EAGAIN.
-    if (k > 0 && static_cast<std::size_t>(k) < chunk) return true;
+    if (k > 0 && n < direct + chunk) return true;
+    if (k > 0 && direct > 0) {  // the fragment is in: its stream and the next head are parsed first
+      more_to_read = true;
+      return true;
+    }
     if (k > 0) continue;
     if (k == 0) return false;
     if (errno == EINTR) continue;

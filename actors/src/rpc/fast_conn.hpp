@@ -94,6 +94,9 @@ class fast_conn {
   /// false on EOF or error. Whoever holds the reading role. `block_first`: the first recv waits
   /// for data, up to first_read_slice (Note [blocking first read]).
   bool read_available(bool block_first = false);
+  /// The last read_available stopped with bytes possibly left in the socket (its budget used, or a
+  /// fragment read straight into its stream: Note [direct fragment data]).
+  bool more_to_read = false;
   /// Bytes read so far (tells a blocking first read that timed out from one that read).
   std::atomic<std::uint64_t> bytes_read{0};
 

@@ -308,7 +308,36 @@ void fast_path::run() {
 }
 
 void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs, bool block_first) {
-  const bool open = c->read_available(block_first);
+  const std::uint64_t before = c->bytes_read.load(std::memory_order_relaxed);
+  bool open = c->read_available(block_first);
+  for (;;) {
+    // Note [direct fragment data]: a fragment read straight into its stream comes before the
+    // bytes read after it.
+    if (c->streams.direct_done()) {
+      fragment_streams::assembled a;
+      if (c->streams.finish_direct(a) == fragment_streams::result::complete && !on_assembled(c, std::move(a), jobs)) {
+        if (!c->closed()) drop_malformed(c);
+        return;
+      }
+    }
+    if (!parse_frames(c, jobs)) return;
+    // Read on while a fragment's data goes straight into its stream and the budget of one round
+    // (max_read_bytes, Note [fragments]) is not used up.
+    if (!open || !c->more_to_read || c->bytes_read.load(std::memory_order_relaxed) - before >= max_read_bytes) break;
+    open = c->read_available(false);
+  }
+  if (!open) return drop(c, "connection closed");
+  if (c->authed && !c->outgoing() && !c->led) {  // hand the connection (and its buffer) to the leader
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex_);
+      c->led = true;
+      conns_gen_.fetch_add(1, std::memory_order_release);
+    }
+    interrupt();
+  }
+}
+
+bool fast_path::parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs) {
   std::size_t at = 0;
   auto& in = c->in;
   while (in.size() - at >= frame_header_size) {
@@ -319,28 +348,40 @@ void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs,
     if (len > (unauthenticated ? max_auth_body : max_frame_body) ||
         (unauthenticated && in[at + 4] != static_cast<char>(frame_kind::auth))) {
       std::fprintf(stderr, "[troupe] %s: dropped a direct rpc connection: bad frame header\n", cfg_.me.name.c_str());
-      return drop(c, "protocol violation: bad frame header");
+      drop(c, "protocol violation: bad frame header");
+      return false;
     }
-    if (in.size() - at < frame_header_size + len) {
+    const auto kind = static_cast<std::uint8_t>(in[at + 4]);
+    const std::size_t have = in.size() - at - frame_header_size;
+    if (have < len) {
+      // Note [direct fragment data]: a later fragment's data straight into its stream.
+      if (kind == static_cast<std::uint8_t>(frame_kind::fragment) && have >= fragment_head_size && c->streams.direct_left() == 0) {
+        const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
+        const auto r = c->streams.start_direct(in.data() + at + frame_header_size, have, len, want);
+        if (r == fragment_streams::result::malformed) {
+          drop_malformed(c);
+          return false;
+        }
+        if (r == fragment_streams::result::partial) {
+          at = in.size();
+          break;
+        }
+      }
       // A large frame arriving in pieces: room for all of it now, not one doubling after another
       // (each a copy of what came so far); read_available then fills it in large reads.
       if (in.capacity() < at + frame_header_size + len) in.reserve(at + frame_header_size + len);
       break;
     }
-    const auto kind = static_cast<std::uint8_t>(in[at + 4]);
-    if (!handle_frame(c, kind, in.data() + at + frame_header_size, len, jobs)) return;
+    if (!handle_frame(c, kind, in.data() + at + frame_header_size, len, jobs)) return false;
     at += frame_header_size + len;
   }
   in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(at));
-  if (!open) return drop(c, "connection closed");
-  if (c->authed && !c->outgoing() && !c->led) {  // hand the connection (and its buffer) to the leader
-    {
-      std::lock_guard<std::mutex> lock(conns_mutex_);
-      c->led = true;
-      conns_gen_.fetch_add(1, std::memory_order_release);
-    }
-    interrupt();
-  }
+  return true;
+}
+
+void fast_path::drop_malformed(const std::shared_ptr<fast_conn>& c) {
+  std::fprintf(stderr, "[troupe] %s: dropped the direct rpc connection of %s: malformed frame\n", cfg_.me.name.c_str(), c->peer.c_str());
+  drop(c, "protocol violation: malformed frame");
 }
 
 bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
@@ -391,8 +432,7 @@ bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t k
       return true;
     }
   }
-  std::fprintf(stderr, "[troupe] %s: dropped the direct rpc connection of %s: malformed frame\n", cfg_.me.name.c_str(), c->peer.c_str());
-  drop(c, "protocol violation: malformed frame");
+  drop_malformed(c);
   return false;
 }
 
@@ -408,18 +448,21 @@ bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* bod
   switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, a)) {
     case fragment_streams::result::partial:
       return true;
-    case fragment_streams::result::malformed:
-      return false;
     case fragment_streams::result::complete:
-      break;
+      return on_assembled(c, std::move(a), jobs);
+    default:
+      return false;
   }
+}
+
+bool fast_path::on_assembled(const std::shared_ptr<fast_conn>& c, fragment_streams::assembled&& a, job_list* jobs) {
   if (a.head.empty()) {  // the whole body in one buffer
     const bool ok = handle_frame(c, a.inner, a.rest.data(), a.rest.size(), jobs);
     if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(a.rest));
     return ok;
   }
   // The buffer the fragments were put together in becomes the payload (no copy).
-  if (want == static_cast<std::uint8_t>(frame_kind::request)) {
+  if (a.inner == static_cast<std::uint8_t>(frame_kind::request)) {
     rpc_request req;
     if (!parse_split_parts(a.head, std::move(a.rest), req)) return false;
     on_request(c, std::move(req), jobs);

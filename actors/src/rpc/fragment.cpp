@@ -1,4 +1,5 @@
-// Note [fragments] (rpc/fragment.hpp): putting fragments back together.
+// Note [fragments] and Note [direct fragment data] (rpc/fragment.hpp): putting fragments back
+// together.
 #include "rpc/fragment.hpp"
 
 #include <new>
@@ -16,45 +17,99 @@ fragment_streams::result fragment_streams::add(const char* body, std::size_t n, 
   auto it = open_.find(h.stream);
   if (h.flags & fragment_first) {
     if (it != open_.end() || open_.size() >= max_open_streams || announced_ + h.total > max_open_bytes) return result::malformed;
-    it = open_.emplace(h.stream, stream{h.total, {}, {}}).first;
+    it = open_.emplace(h.stream, stream{h.total, h.inner, {}, {}, 0}).first;
     announced_ += h.total;
     auto& s = it->second;
     // The head apart when this fragment holds all of it (else the whole body in `rest`).
     std::size_t head = 0, payload = 0;
     const bool split = want == static_cast<std::uint8_t>(frame_kind::request) ? split_head_size<rpc_request>(data, left, head, payload)
                                                                                : split_head_size<rpc_response>(data, left, head, payload);
-    if (split && head <= h.total) {
+    if (split && head <= h.total && head <= left) {
       s.head.assign(data, data + head);
       data += head;
       left -= head;
     }
     const std::size_t room = h.total - s.head.size();
     try {
-      if (pool) pool->reserve(s.rest, room);  // Note [byte pool]
-      if (s.rest.capacity() < room) s.rest.reserve(room);  // one allocation, no doublings
+      if (pool) pool->take(s.rest, room);  // Note [byte pool], Note [direct fragment data]
+      else s.rest.reserve(room);
     } catch (const std::bad_alloc&) {
       drop(it);
       return result::malformed;
     }
-  } else if (it == open_.end() || it->second.total != h.total) {
+    if (left > room || ((h.flags & fragment_last) && left != room)) {
+      drop(it);
+      return result::malformed;
+    }
+  } else if (it == open_.end() || !later_fits(it, h, left)) {
     return result::malformed;
   }
   auto& s = it->second;
-  const std::uint64_t after = s.head.size() + s.rest.size() + left;
-  if (after > s.total || (h.flags & fragment_last && after != s.total)) {
-    drop(it);
-    return result::malformed;
-  }
-  s.rest.insert(s.rest.end(), data, data + left);
+  if (left > 0) std::memcpy(room_for(s, left), data, left);
+  s.filled += left;
   if (!(h.flags & fragment_last)) return result::partial;
-  out.inner = h.inner;
-  out.head = std::move(s.head);
-  out.rest = std::move(s.rest);
+  return complete(it, out);
+}
+
+bool fragment_streams::later_fits(iterator it, const fragment_head& h, std::size_t data) {
+  auto& s = it->second;
+  if (s.total != h.total) return false;
+  const std::uint64_t after = s.head.size() + s.filled + data;
+  if (after > s.total || ((h.flags & fragment_last) && after != s.total)) {
+    drop(it);
+    return false;
+  }
+  return true;
+}
+
+fragment_streams::result fragment_streams::start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want) {
+  fragment_head h;
+  if (!read_fragment_head(body, have, h) || h.inner != want || h.total > max_frame_body) return result::malformed;
+  if (h.flags & fragment_first) return result::wait_whole;
+  auto it = open_.find(h.stream);
+  if (it == open_.end() || have >= n || !later_fits(it, h, n - fragment_head_size)) return result::malformed;
+  auto& s = it->second;
+  const std::size_t here = have - fragment_head_size;
+  room_for(s, n - fragment_head_size);  // the whole fragment's data: the rest is read to it
+  if (here > 0) std::memcpy(s.rest.data() + s.filled, body + fragment_head_size, here);
+  s.filled += here;
+  direct_ = &s;
+  direct_stream_ = h.stream;
+  direct_last_ = (h.flags & fragment_last) != 0;
+  direct_left_ = n - have;
+  return result::partial;
+}
+
+fragment_streams::result fragment_streams::finish_direct(assembled& out) {
+  const auto it = open_.find(direct_stream_);
+  const bool last = direct_last_;
+  direct_ = nullptr;
+  direct_left_ = 0;
+  if (!last) return result::partial;
+  return complete(it, out);
+}
+
+char* fragment_streams::room_for(stream& s, std::size_t n) {
+  // Within the capacity reserved at the first fragment (the checks keep filled + n within the
+  // stream's total): no reallocation; zero-fills only what the buffer never held before.
+  if (s.rest.size() < s.filled + n) s.rest.resize(s.filled + n);
+  return s.rest.data() + s.filled;
+}
+
+fragment_streams::result fragment_streams::complete(iterator it, assembled& out) {
+  out.inner = it->second.inner;
+  out.head = std::move(it->second.head);
+  out.rest = std::move(it->second.rest);
+  out.rest.resize(it->second.filled);  // == its room (the last fragment's check): a no-op
   drop(it);
   return result::complete;
 }
 
-void fragment_streams::drop(std::map<std::uint32_t, stream>::iterator it) {
+void fragment_streams::drop(iterator it) {
+  if (direct_ == &it->second) {
+    direct_ = nullptr;
+    direct_left_ = 0;
+  }
   announced_ -= it->second.total;
   open_.erase(it);
 }

@@ -85,10 +85,26 @@ inline bool read_fragment_head(const char* body, std::size_t n, fragment_head& h
 
 class byte_pool;
 
+/// Note [direct fragment data]
+/// A fragment's data used to be read into the connection's read buffer and copied from there into
+/// its stream's buffer: a second user-space pass over every byte of a large message sent as bytes.
+/// Now, once the head of a fragment of a stream already open has been read and its data is not all
+/// there yet, the reader takes what is there and reads the rest of the data straight into the
+/// stream's buffer (recvmsg: the rest of the fragment, then a few KiB into the read buffer for
+/// what follows it, the next fragment's head or a small frame). A stream's buffer has room for its
+/// whole body from its first fragment (a pooled buffer, byte_pool::take) and a count of the bytes
+/// filled; it is grown to cover each fragment before the fragment is written to it, which
+/// zero-fills only what a fresh buffer never held (256 KiB, just before the data lands there) and
+/// nothing in the steady state; an announced total commits no memory before its data comes. A
+/// first fragment (it carries the message's head, which is kept apart) is read whole as before.
+/// The same checks as add() apply, when the head is read.
+inline constexpr std::size_t direct_tail_bytes = std::size_t{4} << 10;
+
 /// The streams one connection's reader is putting together (whoever holds the reading role).
 class fragment_streams {
  public:
-  enum class result { partial, complete, malformed };
+  /// wait_whole (start_direct only): a first fragment, read whole and given to add().
+  enum class result { partial, complete, malformed, wait_whole };
   /// A complete inner frame: its kind and its body, in two parts when the first fragment held the
   /// whole head of the request or response (split_head_size): `head`, then `rest` (the payload
   /// and what follows it, put together in one buffer that becomes the payload without a copy,
@@ -104,15 +120,49 @@ class fragment_streams {
   result add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out);
   std::size_t open() const { return open_.size(); }
 
+  // Note [direct fragment data]. A fragment whose body is `n` bytes, of which the first `have`
+  // (at least fragment_head_size, less than `n`) are at `body`: for a later fragment of an open
+  // stream, takes those and returns partial, the rest of the data then being read to
+  // direct_target(); wait_whole for a first fragment; malformed as add() would say.
+  result start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want);
+  /// How many bytes of the started fragment are still to be read to direct_target() (0: none).
+  std::size_t direct_left() const { return direct_left_; }
+  char* direct_target() { return direct_->rest.data() + direct_->filled; }
+  /// `k` (at most direct_left()) bytes were read to direct_target().
+  void direct_advance(std::size_t k) {
+    direct_->filled += k;
+    direct_left_ -= k;
+  }
+  /// Whether a started fragment has all its data (finish_direct is then due).
+  bool direct_done() const { return direct_ != nullptr && direct_left_ == 0; }
+  /// Ends the fragment once direct_done(): complete with `out` when it was its stream's last,
+  /// else partial.
+  result finish_direct(assembled& out);
+
  private:
   struct stream {
     std::uint64_t total = 0;
+    std::uint8_t inner = 0;
     std::vector<char> head;
-    std::vector<char> rest;
+    std::vector<char> rest;   ///< room for the whole body from the first fragment on
+    std::size_t filled = 0;   ///< bytes of `rest` received (its size may be larger: room_for)
   };
-  void drop(std::map<std::uint32_t, stream>::iterator it);
+  using iterator = std::map<std::uint32_t, stream>::iterator;
+  /// The checks of a later fragment of `data` bytes (the stream must be open, the same total, not
+  /// beyond it, the last one exactly at it); drops the stream when they fail.
+  bool later_fits(iterator it, const fragment_head& h, std::size_t data);
+  result complete(iterator it, assembled& out);
+  /// Makes `s.rest` hold at least `filled + n` bytes; where the next `n` go.
+  static char* room_for(stream& s, std::size_t n);
+  void drop(iterator it);
   std::map<std::uint32_t, stream> open_;
   std::uint64_t announced_ = 0;  // the totals of the open streams
+  // The fragment being read straight into its stream: the stream (map nodes do not move), its
+  // number, whether it is the stream's last fragment, and the bytes still to come.
+  stream* direct_ = nullptr;
+  std::uint32_t direct_stream_ = 0;
+  bool direct_last_ = false;
+  std::size_t direct_left_ = 0;
 };
 
 }  // namespace troupe::detail
