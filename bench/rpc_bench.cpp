@@ -85,6 +85,60 @@ std::vector<double> tcp_pingpong(int iters, std::size_t copy_before = 0) {
   return out;
 }
 
+// Raw TCP echo of `bytes` on loopback (the limit for a tensor echo as bytes, --no-shm): a forked
+// process sends back everything it reads; this one sends from one thread while it reads the echo
+// on another. Returns the round trips in ms.
+std::vector<double> tcp_echo_ms(std::size_t bytes, int iters) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0) return {};
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int c = tcp_socket_nodelay(::socket(AF_INET, SOCK_STREAM, 0));
+    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(1);
+    std::vector<char> buf(1 << 20);
+    for (;;) {
+      const ssize_t k = ::recv(c, buf.data(), buf.size(), 0);
+      if (k <= 0) break;
+      for (ssize_t off = 0; off < k;) {
+        const ssize_t w = ::send(c, buf.data() + off, static_cast<std::size_t>(k - off), 0);
+        if (w <= 0) ::_exit(0);
+        off += w;
+      }
+    }
+    ::_exit(0);
+  }
+  const int fd = tcp_socket_nodelay(::accept(lfd, nullptr, nullptr));
+  std::vector<char> out(bytes, 5), in(bytes);
+  std::vector<double> ms;
+  for (int i = 0; i < iters + 1; ++i) {
+    const auto t0 = tb::clock::now();
+    std::thread sender([&] {
+      for (std::size_t off = 0; off < bytes;) {
+        const ssize_t w = ::send(fd, out.data() + off, bytes - off, 0);
+        if (w <= 0) return;
+        off += static_cast<std::size_t>(w);
+      }
+    });
+    std::size_t got = 0;
+    while (got < bytes) {
+      const ssize_t k = ::recv(fd, in.data() + got, bytes - got, 0);
+      if (k <= 0) break;
+      got += static_cast<std::size_t>(k);
+    }
+    sender.join();
+    if (i > 0) ms.push_back(tb::seconds_since(t0) * 1e3);  // the first one warms the buffers
+  }
+  ::close(fd);
+  ::close(lfd);
+  ::waitpid(pid, nullptr, 0);
+  return ms;
+}
+
 double memcpy_gbps(std::size_t bytes, int iters) {
   std::vector<char> a(bytes, 1), b(bytes, 0);
   auto runs = tb::time_runs(2, iters, [&] { std::memcpy(b.data(), a.data(), bytes); });
@@ -134,6 +188,8 @@ void echo_metrics(troupe::node& n, tb::report& rep, std::size_t bytes, int iters
   rep.add("tensor_echo_" + name + "_gbps", static_cast<double>(bytes) / s.median / 1e9, "GB/s", p);
   rep.add("tensor_echo_" + name + "_rtt_ms", s.median * 1e3, "ms", p);
   rep.add("page_faults_per_" + name + "_echo", faults, "count", p);
+  // As bytes the limit is the kernel's: the same echo over a raw TCP socket pair.
+  if (!g_shm) rep.add("limit_tcp_echo_" + name + "_ms", tb::summarize(tcp_echo_ms(bytes, std::max(3, iters / 4))).median, "ms", p);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Note [fragments] (actors/src/rpc/fragment.hpp): large frames of the direct channel go out in
 // fragments that frames of other writers pass between, and come back together exactly; every
 // malformed fragment is refused.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -480,4 +482,64 @@ TEST_CASE("a fragment read straight into its stream is checked as add checks it"
     opened(s);
     CHECK(direct(s, frag(4, 0, response, 30, d), fragment_head_size, whole) == result::malformed);
   }
+}
+
+namespace {
+// A connected TCP pair on loopback: [0] the connecting end, [1] the accepted one.
+struct tcp_pair {
+  int fds[2] = {-1, -1};
+  tcp_pair() {
+    const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(l, 1) == 0);
+    REQUIRE(::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    fds[0] = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(::connect(fds[0], reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    fds[1] = ::accept(l, nullptr, nullptr);
+    ::close(l);
+    REQUIRE(fds[1] >= 0);
+    timeval bound{10, 0};
+    ::setsockopt(fds[1], SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+  }
+  ~tcp_pair() {
+    if (fds[1] >= 0) ::close(fds[1]);
+  }
+};
+int unsent_mark(int fd) {
+  int v = -1;
+  socklen_t n = sizeof v;
+  ::getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &n);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("the socket keeps few unsent bytes while fragments go out, and none is imposed on whole frames", "[actors][rpc]") {
+  tcp_pair tp;
+  fast_conn c(tp.fds[0], true);
+  CHECK(unsent_mark(c.fd()) == 0);  // the system's default: no mark
+  const auto whole_frame = make_frame(fragment_bytes, 4);  // under fragment_min_bytes: written whole
+  const auto wp = whole_frame.parts();
+  REQUIRE(c.write_parts(wp.data(), wp.size()));
+  frame fr;
+  REQUIRE(read_frame(tp.fds[1], fr));
+  CHECK(unsent_mark(c.fd()) == 0);
+  // 64 MB cannot all sit in the socket buffers: the writer is still at work after the first fragment.
+  const auto big = make_frame(256 * fragment_bytes, 5);
+  std::thread large([&] {
+    const auto parts = big.parts();
+    CHECK(c.write_fragmented(parts.data(), parts.size()));
+  });
+  REQUIRE(read_frame(tp.fds[1], fr));
+  CHECK(unsent_mark(c.fd()) == unsent_low_water);
+  fragment_streams streams;
+  std::vector<char> whole;
+  for (result r = add(streams, fr.body, whole, response); r == result::partial; r = add(streams, fr.body, whole, response))
+    REQUIRE(read_frame(tp.fds[1], fr));
+  large.join();
+  CHECK(whole == big.body());
+  CHECK(unsent_mark(c.fd()) == 0);
 }

@@ -125,6 +125,19 @@ class fast_conn {
   mutable bool handed_over = false;
 
  private:
+  /// While one exists, the socket keeps its unsent bytes under unsent_low_water (fast_conn.cpp).
+  class fragmenting {
+   public:
+    explicit fragmenting(fast_conn& c);
+    ~fragmenting();
+    fragmenting(const fragmenting&) = delete;
+    fragmenting& operator=(const fragmenting&) = delete;
+
+   private:
+    fast_conn& c_;
+  };
+  std::mutex lowat_mutex_;
+  int fragment_writers_ = 0;  ///< under lowat_mutex_
   bool send_all(const char* p, std::size_t n);
   bool send_parts(const part* parts, std::size_t count);
   int fd_;

@@ -16,9 +16,9 @@
 // streams interleave. The reader appends each fragment to its stream's body (a pooled buffer,
 // Note [byte pool]; the fields before the payload kept apart, so that the buffer becomes the
 // payload without another copy) and handles the complete body as the inner frame: the transport
-// hook, the interceptor and the codec see one whole message, as before. The socket's unsent bytes are kept
-// under `unsent_low_water` (TCP_NOTSENT_LOWAT), so a small frame does not queue behind megabytes
-// inside the kernel either.
+// hook, the interceptor and the codec see one whole message, as before. While fragments go out,
+// the socket's unsent bytes are kept under `unsent_low_water` (TCP_NOTSENT_LOWAT), so a small frame
+// does not queue behind megabytes inside the kernel either (only then: fast_conn::fragmenting).
 //
 // The reader checks everything: a fragment before authentication, of an unknown inner kind (only
 // request on an accepted connection, response on an outgoing one), a first fragment for a stream
