@@ -425,9 +425,9 @@ TEST_CASE("later fragments read straight into their stream come back together as
 
 TEST_CASE("a stream put together in a pooled buffer that held other bytes before has exactly its own bytes", "[actors][rpc]") {
   byte_pool pool;
-  std::vector<char> old(byte_pool_min_bytes * 2, 'x');  // given back with its size: contents stale
+  const auto b = bytes((std::size_t{4} << 20) + 3 * fragment_bytes + 7, 9);
+  std::vector<char> old(b.size() * 2, 'x');  // given back with its size: contents stale
   pool.give(std::move(old));
-  const auto b = bytes(byte_pool_min_bytes + 3 * fragment_bytes + 7, 9);
   const std::uint64_t total = b.size();
   fragment_streams s;
   fragment_streams::assembled a;
@@ -542,4 +542,57 @@ TEST_CASE("the socket keeps few unsent bytes while fragments go out, and none is
   large.join();
   CHECK(whole == big.body());
   CHECK(unsent_mark(c.fd()) == 0);
+}
+
+TEST_CASE("a large response read straight into its payload buffer comes back as the same message, wherever the first read ended", "[actors][rpc]") {
+  troupe::rpc_response msg{9, 0, "fine", bytes(300000, 4), bytes(21, 5)};
+  std::vector<char> frame;
+  REQUIRE(append_frame(frame, frame_kind::response, msg));
+  const std::vector<char> body(frame.begin() + frame_header_size, frame.end());
+  std::size_t head = 0, payload = 0;
+  REQUIRE(split_head_size<troupe::rpc_response>(body.data(), body.size(), head, payload));
+  for (std::size_t have : {head, head + 1, head + 70000, body.size() - 1}) {
+    INFO("bytes read with the head " << have);
+    byte_pool pool;
+    std::vector<char> stale(2 * body.size(), 'x');  // a pooled buffer that held other bytes
+    const char* room = stale.data();
+    pool.give(std::move(stale));
+    fragment_streams s;
+    REQUIRE(s.start_frame(body.data(), have, body.size(), response, &pool) == result::partial);
+    std::size_t at = have;
+    while (s.direct_left() > 0) {
+      const std::size_t k = std::max<std::size_t>(1, s.direct_left() / 3);
+      std::memcpy(s.direct_target(), body.data() + at, k);
+      s.direct_advance(k);
+      at += k;
+    }
+    REQUIRE(s.direct_done());
+    fragment_streams::assembled a;
+    REQUIRE(s.finish_direct(a) == result::complete);
+    CHECK_FALSE(s.direct_done());
+    CHECK(a.inner == response);
+    CHECK(joined(a) == body);
+    troupe::rpc_response got;
+    REQUIRE(parse_split_parts(a.head, std::move(a.rest), got));
+    CHECK(got.payload.data() == room);  // read into the pooled buffer, not copied after
+    CHECK(got.id == msg.id);
+    CHECK(got.message == msg.message);
+    CHECK(got.payload == msg.payload);
+    CHECK(got.meta == msg.meta);
+  }
+}
+
+TEST_CASE("a large frame whose head is not all read yet, or is not a message's, is left to be read whole", "[actors][rpc]") {
+  troupe::rpc_request msg{3, "f", "worker0", bytes(100000, 2), {}};
+  std::vector<char> frame;
+  REQUIRE(append_frame(frame, frame_kind::request, msg));
+  const std::vector<char> body(frame.begin() + frame_header_size, frame.end());
+  fragment_streams s;
+  CHECK(s.start_frame(body.data(), 3, body.size(), request, nullptr) == result::wait_whole);  // mid-head
+  std::size_t head = 0, payload = 0;
+  REQUIRE(split_head_size<troupe::rpc_request>(body.data(), body.size(), head, payload));
+  // A frame that announces fewer bytes than its payload's length prefix says.
+  CHECK(s.start_frame(body.data(), head + 10, head + payload - 1, request, nullptr) == result::wait_whole);
+  CHECK(s.direct_left() == 0);
+  CHECK_FALSE(s.direct_done());
 }

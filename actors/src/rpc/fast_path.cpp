@@ -354,10 +354,15 @@ bool fast_path::parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs
     const auto kind = static_cast<std::uint8_t>(in[at + 4]);
     const std::size_t have = in.size() - at - frame_header_size;
     if (have < len) {
-      // Note [direct fragment data]: a later fragment's data straight into its stream.
-      if (kind == static_cast<std::uint8_t>(frame_kind::fragment) && have >= fragment_head_size && c->streams.direct_left() == 0) {
-        const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
-        const auto r = c->streams.start_direct(in.data() + at + frame_header_size, have, len, want);
+      // Note [direct fragment data]: a later fragment's data straight into its stream, a large
+      // request's or response's payload straight into its buffer.
+      const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
+      const bool fragment = kind == static_cast<std::uint8_t>(frame_kind::fragment) && have >= fragment_head_size;
+      const bool large = kind == want && len >= split_payload_bytes;
+      if ((fragment || large) && c->streams.direct_left() == 0) {
+        const char* body = in.data() + at + frame_header_size;
+        const auto r = fragment ? c->streams.start_direct(body, have, len, want)
+                                : c->streams.start_frame(body, have, len, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr);
         if (r == fragment_streams::result::malformed) {
           drop_malformed(c);
           return false;

@@ -80,7 +80,38 @@ fragment_streams::result fragment_streams::start_direct(const char* body, std::s
   return result::partial;
 }
 
+fragment_streams::result fragment_streams::start_frame(const char* body, std::size_t have, std::size_t n, std::uint8_t kind,
+                                                        byte_pool* pool) {
+  std::size_t head = 0, payload = 0;
+  const bool split = kind == static_cast<std::uint8_t>(frame_kind::request) ? split_head_size<rpc_request>(body, have, head, payload)
+                                                                             : split_head_size<rpc_response>(body, have, head, payload);
+  if (!split || head > have || have >= n || payload > n - head) return result::wait_whole;
+  whole_ = stream{n, kind, {body, body + head}, {}, 0};
+  const std::size_t room = n - head;
+  try {
+    if (pool) pool->take(whole_.rest, room);
+    else whole_.rest.reserve(room);
+    room_for(whole_, room);
+  } catch (const std::bad_alloc&) {
+    whole_ = stream{};
+    return result::malformed;
+  }
+  const std::size_t here = have - head;
+  if (here > 0) std::memcpy(whole_.rest.data(), body + head, here);
+  whole_.filled = here;
+  direct_ = &whole_;
+  direct_last_ = true;
+  direct_left_ = n - have;
+  return result::partial;
+}
+
 fragment_streams::result fragment_streams::finish_direct(assembled& out) {
+  if (direct_ == &whole_) {
+    direct_ = nullptr;
+    hand_over(whole_, out);
+    whole_ = stream{};
+    return result::complete;
+  }
   const auto it = open_.find(direct_stream_);
   const bool last = direct_last_;
   direct_ = nullptr;
@@ -96,11 +127,15 @@ char* fragment_streams::room_for(stream& s, std::size_t n) {
   return s.rest.data() + s.filled;
 }
 
+void fragment_streams::hand_over(stream& s, assembled& out) {
+  out.inner = s.inner;
+  out.head = std::move(s.head);
+  out.rest = std::move(s.rest);
+  out.rest.resize(s.filled);  // == its room (the last fragment's check): a no-op
+}
+
 fragment_streams::result fragment_streams::complete(iterator it, assembled& out) {
-  out.inner = it->second.inner;
-  out.head = std::move(it->second.head);
-  out.rest = std::move(it->second.rest);
-  out.rest.resize(it->second.filled);  // == its room (the last fragment's check): a no-op
+  hand_over(it->second, out);
   drop(it);
   return result::complete;
 }

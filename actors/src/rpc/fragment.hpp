@@ -97,7 +97,9 @@ class byte_pool;
 /// zero-fills only what a fresh buffer never held (256 KiB, just before the data lands there) and
 /// nothing in the steady state; an announced total commits no memory before its data comes. A
 /// first fragment (it carries the message's head, which is kept apart) is read whole as before.
-/// The same checks as add() apply, when the head is read.
+/// The same checks as add() apply, when the head is read. A whole request or response frame of
+/// split_payload_bytes or more (too small to be fragmented) is read the same way once its head is
+/// in: its payload (and the fields after it) straight into a pooled buffer (start_frame).
 inline constexpr std::size_t direct_tail_bytes = std::size_t{4} << 10;
 
 /// The streams one connection's reader is putting together (whoever holds the reading role).
@@ -125,6 +127,13 @@ class fragment_streams {
   // stream, takes those and returns partial, the rest of the data then being read to
   // direct_target(); wait_whole for a first fragment; malformed as add() would say.
   result start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want);
+  /// The same for a whole request or response frame (`kind`) of `n` body bytes, of which the first
+  /// `have` are at `body`: when they hold the message's head (split_head_size), keeps it apart,
+  /// takes the rest that is here into a buffer from `pool` (may be null) and returns partial, the
+  /// rest then being read to direct_target() and finish_direct() giving the message. wait_whole
+  /// when the head is not all here or the body is not of that form (read whole and parsed as
+  /// before, which judges it).
+  result start_frame(const char* body, std::size_t have, std::size_t n, std::uint8_t kind, byte_pool* pool);
   /// How many bytes of the started fragment are still to be read to direct_target() (0: none).
   std::size_t direct_left() const { return direct_left_; }
   char* direct_target() { return direct_->rest.data() + direct_->filled; }
@@ -152,6 +161,7 @@ class fragment_streams {
   /// beyond it, the last one exactly at it); drops the stream when they fail.
   bool later_fits(iterator it, const fragment_head& h, std::size_t data);
   result complete(iterator it, assembled& out);
+  static void hand_over(stream& s, assembled& out);
   /// Makes `s.rest` hold at least `filled + n` bytes; where the next `n` go.
   static char* room_for(stream& s, std::size_t n);
   void drop(iterator it);
@@ -160,6 +170,7 @@ class fragment_streams {
   // The fragment being read straight into its stream: the stream (map nodes do not move), its
   // number, whether it is the stream's last fragment, and the bytes still to come.
   stream* direct_ = nullptr;
+  stream whole_;  ///< a whole frame read straight into its buffer (start_frame)
   std::uint32_t direct_stream_ = 0;
   bool direct_last_ = false;
   std::size_t direct_left_ = 0;
