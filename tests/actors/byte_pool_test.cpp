@@ -86,3 +86,15 @@ TEST_CASE("the pool never keeps more than its byte bound", "[actors][rpc]") {
   CHECK(pool.kept_bytes() <= troupe::detail::byte_pool_max_bytes);
   CHECK(pool.kept_buffers() == 3);
 }
+
+TEST_CASE("a fresh buffer below a MiB is rounded up to the pool's smallest size, never to twice the need", "[actors][rpc]") {
+  troupe::detail::byte_pool pool;
+  for (std::size_t need : {troupe::detail::byte_pool_min_bytes, std::size_t{100} << 10, mib - 1, mib + 1, 5 * mib + 3}) {
+    INFO("need " << need);
+    std::vector<char> v;
+    pool.take(v, need);
+    CHECK(v.capacity() >= need);
+    CHECK(v.capacity() < 2 * need);
+    CHECK(v.size() <= need);
+  }
+}

@@ -18,10 +18,13 @@ std::vector<char> byte_pool::fitting(std::size_t need) {
     }
   }
   // None fits: a fresh one, rounded up so that a message of about the same size fits it later
-  // (a frame body is a few bytes longer than the payload it carries).
+  // (a frame body is a few bytes longer than the payload it carries): to a MiB, or below a MiB to
+  // byte_pool_min_bytes, so that it is never twice the need (a tensor viewing its payload must
+  // fill half of the buffer: Note [adopted payload]).
   if (got.capacity() < need) {
+    const std::size_t round = need >= byte_pool_round ? byte_pool_round : byte_pool_min_bytes;
     got.clear();
-    got.reserve((need + byte_pool_round - 1) / byte_pool_round * byte_pool_round);
+    got.reserve((need + round - 1) / round * round);
   }
   return got;
 }
