@@ -214,7 +214,7 @@ bool fast_conn::read_available(bool block_first) {
     // Note [direct fragment data]: the rest of a fragment straight into its stream's buffer, and
     // only a little after it into `in` (the next fragment's head, or small frames).
     const std::size_t direct = streams.direct_left();
-    // 64 KiB, or the room a large frame's reservation left (fast_path::on_readable).
+    // 64 KiB, or the room a large frame's reservation left (fast_path::parse_frames).
     const std::size_t chunk = direct > 0 ? direct_tail_bytes : std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes);
     in.resize(at + chunk);
     ssize_t k = 0;

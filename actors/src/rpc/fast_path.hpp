@@ -182,11 +182,14 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   bool handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
   bool on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
   bool on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs);
-  /// A message put together from fragments: handled as its inner frame. False as on_fragment.
+  /// A message put together from fragments, or read straight into its buffer (Note [direct
+  /// fragment data]): handled as its inner frame. False as on_fragment.
   bool on_assembled(const std::shared_ptr<fast_conn>& c, fragment_streams::assembled&& a, job_list* jobs);
-  /// Parses the whole frames at the start of `c->in` (and starts reading a fragment's data straight
-  /// into its stream: Note [direct fragment data]); erases what it used. False: `c` was dropped.
+  /// Parses the whole frames at the start of `c->in` and starts reading the data of an incomplete
+  /// later fragment, or the payload of an incomplete large request or response, straight into its
+  /// buffer (Note [direct fragment data]); erases what it used. False: `c` was dropped.
   bool parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs);
+  /// Drops `c` for a malformed frame (and says so on stderr).
   void drop_malformed(const std::shared_ptr<fast_conn>& c);
   void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs);
   void serve(const std::shared_ptr<fast_conn>& c, rpc_request req, int copies, job_list* jobs);
