@@ -255,24 +255,67 @@ TEST_CASE("tensors received as bytes keep value semantics and outlive their call
   CHECK(has_pattern(kept_by_callee[0], 9.0f));
 }
 
-TEST_CASE("large responses over the CAF path keep their values after later calls and after their nodes are gone", "[actors][rpc]") {
+TEST_CASE("large requests and responses over the CAF path keep value semantics, after later calls and after their nodes are gone", "[actors][rpc]") {
   std::vector<troupe::tensor> results;
+  std::vector<troupe::tensor> kept_by_callee;
+  std::mutex m;
+  std::vector<float> seen;
   {
+    auto hook = std::make_shared<duplicate_on_receive>();
+    hook->function = "record";
     auto o0 = bytes_only(0, 0);
     o0.rpc_fast_path = false;
-    troupe::node n0(o0);
+    troupe::node n0(o0, {}, hook);
     auto o1 = bytes_only(1, n0.port());
     o1.rpc_fast_path = false;  // every call through the agents (Note [rpc fast path])
     troupe::node n1(o1);
     n0.functions().add("echo", [](troupe::tensor t) { return t; });
+    n0.functions().add("double_in_place", [](troupe::tensor t) {
+      auto* p = static_cast<float*>(t.data_ptr());
+      for (std::int64_t i = 0; i < t.numel(); ++i) p[i] *= 2;
+      return t;
+    });
+    n0.functions().add("keep", [&](troupe::tensor t) {
+      std::lock_guard<std::mutex> lock(m);
+      kept_by_callee.push_back(t);
+      return 0;
+    });
+    n0.functions().add("record", [&](troupe::tensor t) {
+      auto* p = static_cast<float*>(t.data_ptr());
+      {
+        std::lock_guard<std::mutex> lock(m);
+        seen.push_back(p[0]);
+      }
+      p[0] += 100;
+      return 0;
+    });
     for (int k = 0; k < 3; ++k) {
       auto sent = pattern(1 << 18, static_cast<float>(k));
       results.push_back(troupe::rpc_sync<troupe::tensor>(n1, "worker0", "echo", sent));
       CHECK(has_pattern(sent, static_cast<float>(k)));
     }
+    auto doubled_arg = pattern(1 << 18, 20.0f);
+    const auto doubled = troupe::rpc_sync<troupe::tensor>(n1, "worker0", "double_in_place", doubled_arg);
+    CHECK(has_pattern(doubled_arg, 20.0f));  // the callee changed its own copy only
+    CHECK(static_cast<const float*>(doubled.data_ptr())[3] == 2 * 23.0f);
+    for (int k = 0; k < 2; ++k) CHECK(troupe::rpc_sync<int>(n1, "worker0", "keep", pattern(1 << 18, 30.0f + static_cast<float>(k))) == 0);
+    CHECK(troupe::rpc_sync<int>(n1, "worker0", "record", pattern(1 << 18, 7.0f)) == 0);
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        if (seen.size() >= 2 || std::chrono::steady_clock::now() > until) break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
     n1.shutdown(troupe::shutdown_mode::immediate);
     n0.shutdown(troupe::shutdown_mode::immediate);
   }
   for (int k = 0; k < 3; ++k) CHECK(has_pattern(results[static_cast<std::size_t>(k)], static_cast<float>(k)));
+  REQUIRE(kept_by_callee.size() == 2);  // each holds its own bytes, after later calls and the nodes
+  CHECK(has_pattern(kept_by_callee[0], 30.0f));
+  CHECK(has_pattern(kept_by_callee[1], 31.0f));
+  REQUIRE(seen.size() == 2);  // both runs of a duplicated request see the bytes that were sent
+  CHECK(seen[0] == 7.0f);
+  CHECK(seen[1] == 7.0f);
 }
-

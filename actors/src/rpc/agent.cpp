@@ -145,15 +145,18 @@ void serve_request(agent_actor* self, rpc_request& req) {
     return;
   }
   auto me = caf::actor_cast<caf::actor>(self);
+  // Shared by the jobs (not copied into each, payload and all, on this actor's thread); served
+  // once, its large inline tensors may view its payload (Note [adopted payload]).
+  auto held = std::make_shared<rpc_request>(std::move(req));
   for (int i = 0; i < d.copies; ++i) {
-    auto job = [fn, req, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk, local = same_host(reply_to.node(), self->node()),
-                ic = s.cfg.interceptor ? s.cfg.interceptor->get() : nullptr] {
-      serve_job(*fn, req, name, {local, bulk, reply_to.node()}, ic.get(), [me, reply_to, caller = req.caller](rpc_response r) {
+    auto job = [fn, held, adopt = d.copies == 1, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk,
+                local = same_host(reply_to.node(), self->node()), ic = s.cfg.interceptor ? s.cfg.interceptor->get() : nullptr] {
+      serve_adopting(*fn, *held, adopt, name, {local, bulk, reply_to.node()}, ic.get(), [me, reply_to, caller = held->caller](rpc_response r) {
         caf::anon_send(me, outgoing_response{reply_to, caller, std::move(r)});
       });
     };
     if (!s.cfg.exec->post(std::move(job)))
-      self->send(reply_to, rpc_response{req.id, static_cast<std::uint8_t>(errc::invalid_state),
+      self->send(reply_to, rpc_response{held->id, static_cast<std::uint8_t>(errc::invalid_state),
                                         "worker " + s.cfg.me.name + " is shutting down", {}, {}});
   }
 }

@@ -211,24 +211,9 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
     auto job = [self = shared_from_this(), c, held, adopt = copies == 1] {
       const auto began = clock::now();
       const auto& fn = *held->fn;
-      // Note [adopted payload]: large inline tensors view the request's payload; if any does, the
-      // payload (the same heap block) moves into the holder they keep alive, and nothing else of
-      // the request stays with them.
-      std::shared_ptr<std::vector<char>> holder;
-      {
-        std::optional<rpc::detail::payload_keeper> keep;
-        if (adopt && held->req.payload.size() >= rpc::detail::adopt_min_bytes) {
-          // Back to the pool when the last viewer is gone (Note [byte pool]), if the node still is.
-          holder = std::shared_ptr<std::vector<char>>(new std::vector<char>(), [bulk = std::weak_ptr<bulk_names>(held->to.bulk)](std::vector<char>* v) {
-            if (v->capacity() >= byte_pool_min_bytes)
-              if (auto b = bulk.lock()) b->buffers().give(std::move(*v));
-            delete v;
-          });
-          keep.emplace(held->req.payload, holder);
-        }
-        serve_job(fn, held->req, self->cfg_.me.name, held->to, held->ic.get(), [self, c](rpc_response r) { self->respond(c, std::move(r)); });
-      }
-      if (holder && holder.use_count() > 1) *holder = std::move(held->req.payload);
+      // Note [adopted payload]: large inline tensors view the request's payload.
+      serve_adopting(fn, held->req, adopt, self->cfg_.me.name, held->to, held->ic.get(),
+                     [self, c](rpc_response r) { self->respond(c, std::move(r)); });
       record_run(*fn.history, clock::now() - began);
     };
     if (jobs) (quick ? jobs->quick : jobs->jobs).push_back(std::move(job));

@@ -16,6 +16,9 @@
 // handle's later answers are ignored. The caller's deadline still bounds its wait.
 #include "rpc/serve.hpp"
 
+#include "rpc/byte_pool.hpp"
+#include "troupe/actors/rpc/codec.hpp"
+
 #include <atomic>
 #include <optional>
 
@@ -167,6 +170,24 @@ void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std:
     respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
                               "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}});
   }
+}
+
+void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt, const std::string& me, const serve_target& to,
+                    rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
+  std::shared_ptr<std::vector<char>> holder;
+  {
+    std::optional<rpc::detail::payload_keeper> keep;
+    if (adopt && req.payload.size() >= rpc::detail::adopt_min_bytes) {
+      holder = std::shared_ptr<std::vector<char>>(new std::vector<char>(), [bulk = std::weak_ptr<bulk_names>(to.bulk)](std::vector<char>* v) {
+        if (v->capacity() >= byte_pool_min_bytes)
+          if (auto b = bulk.lock()) b->buffers().give(std::move(*v));
+        delete v;
+      });
+      keep.emplace(req.payload, holder);
+    }
+    serve_job(fn, req, me, to, ic, std::move(respond));
+  }
+  if (holder && holder.use_count() > 1) *holder = std::move(req.payload);
 }
 
 }  // namespace troupe::detail

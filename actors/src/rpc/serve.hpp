@@ -30,4 +30,12 @@ struct serve_target {
 void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
                rpc::call_interceptor* ic, std::function<void(rpc_response)> respond);
 
+/// serve_job for a request served once (no fault plan's copies of it), whose large inline tensors
+/// may view its payload (Note [adopted payload]): if one does, the payload (the same heap block)
+/// moves out of `req` into the holder those tensors keep alive, which gives it back to `to`'s byte
+/// pool when the last of them goes (if the node still exists). Nothing else of the request stays
+/// with them. `adopt` false: serve_job as is.
+void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt, const std::string& me, const serve_target& to,
+                    rpc::call_interceptor* ic, std::function<void(rpc_response)> respond);
+
 }  // namespace troupe::detail
