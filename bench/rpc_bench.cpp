@@ -48,40 +48,60 @@ int tcp_socket_nodelay(int fd) {
   return fd;
 }
 
+// A forked process connected to this one over loopback TCP, running `serve` on its end (it exits
+// when that returns); `fd` is this process's end (-1 if the setup failed). The destructor closes
+// it (which ends a serve loop on EOF) and reaps the child.
+struct forked_peer {
+  int fd = -1;
+  int lfd = -1;
+  pid_t pid = -1;
+  template <class Serve>
+  explicit forked_peer(Serve serve) {
+    lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0) return;
+    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+    pid = ::fork();
+    if (pid == 0) {
+      const int c = tcp_socket_nodelay(::socket(AF_INET, SOCK_STREAM, 0));
+      if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(1);
+      serve(c);
+      ::_exit(0);
+    }
+    fd = tcp_socket_nodelay(::accept(lfd, nullptr, nullptr));
+  }
+  ~forked_peer() {
+    if (fd >= 0) ::close(fd);
+    if (lfd >= 0) ::close(lfd);
+    if (pid > 0) ::waitpid(pid, nullptr, 0);
+  }
+  forked_peer(const forked_peer&) = delete;
+  forked_peer& operator=(const forked_peer&) = delete;
+};
+
 // Raw TCP 1-byte ping-pong on loopback with a forked echo process; returns the round trips in us.
 // `copy_before`: each round trip comes right after a copy of that many bytes on this thread (the
 // limit for a small call made right after rpc_async copied a large tensor in: the caller has just
 // run for milliseconds and the echo process has slept as long).
 std::vector<double> tcp_pingpong(int iters, std::size_t copy_before = 0) {
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0) return {};
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int c = tcp_socket_nodelay(::socket(AF_INET, SOCK_STREAM, 0));
-    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(1);
+  forked_peer peer([](int c) {
     char b = 0;
     while (::recv(c, &b, 1, 0) == 1)
       if (::send(c, &b, 1, 0) != 1) break;
-    ::_exit(0);
-  }
-  const int fd = tcp_socket_nodelay(::accept(lfd, nullptr, nullptr));
+  });
+  if (peer.fd < 0) return {};
   std::vector<double> out;
   std::vector<char> from(copy_before, 1), to(copy_before, 0);
   char b = 1;
   for (int i = 0; i < iters + iters / 10; ++i) {
     if (copy_before > 0) std::memcpy(to.data(), from.data(), copy_before);
     const auto t0 = tb::clock::now();
-    if (::send(fd, &b, 1, 0) != 1 || ::recv(fd, &b, 1, MSG_WAITALL) != 1) break;
+    if (::send(peer.fd, &b, 1, 0) != 1 || ::recv(peer.fd, &b, 1, MSG_WAITALL) != 1) break;
     if (i >= iters / 10) out.push_back(tb::seconds_since(t0) * 1e6);
   }
-  ::close(fd);
-  ::close(lfd);
-  ::waitpid(pid, nullptr, 0);
   return out;
 }
 
@@ -89,30 +109,20 @@ std::vector<double> tcp_pingpong(int iters, std::size_t copy_before = 0) {
 // process sends back everything it reads; this one sends from one thread while it reads the echo
 // on another. Returns the round trips in ms.
 std::vector<double> tcp_echo_ms(std::size_t bytes, int iters) {
-  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0) return {};
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int c = tcp_socket_nodelay(::socket(AF_INET, SOCK_STREAM, 0));
-    if (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(1);
+  forked_peer peer([](int c) {
     std::vector<char> buf(1 << 20);
     for (;;) {
       const ssize_t k = ::recv(c, buf.data(), buf.size(), 0);
-      if (k <= 0) break;
+      if (k <= 0) return;
       for (ssize_t off = 0; off < k;) {
         const ssize_t w = ::send(c, buf.data() + off, static_cast<std::size_t>(k - off), 0);
-        if (w <= 0) ::_exit(0);
+        if (w <= 0) return;
         off += w;
       }
     }
-    ::_exit(0);
-  }
-  const int fd = tcp_socket_nodelay(::accept(lfd, nullptr, nullptr));
+  });
+  if (peer.fd < 0) return {};
+  const int fd = peer.fd;
   std::vector<char> out(bytes, 5), in(bytes);
   std::vector<double> ms;
   for (int i = 0; i < iters + 1; ++i) {
@@ -133,9 +143,6 @@ std::vector<double> tcp_echo_ms(std::size_t bytes, int iters) {
     sender.join();
     if (i > 0) ms.push_back(tb::seconds_since(t0) * 1e3);  // the first one warms the buffers
   }
-  ::close(fd);
-  ::close(lfd);
-  ::waitpid(pid, nullptr, 0);
   return ms;
 }
 

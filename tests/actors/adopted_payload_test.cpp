@@ -163,6 +163,35 @@ struct duplicate_on_receive : troupe::transport_hook {
   }
 };
 
+// "record": notes the first float of each tensor it is called with, then changes that float in
+// place; each run of a duplicated request must still see the bytes that were sent.
+struct first_values {
+  std::mutex m;
+  std::vector<float> seen;
+  void serve_on(troupe::node& n) {
+    n.functions().add("record", [this](troupe::tensor t) {
+      auto* p = static_cast<float*>(t.data_ptr());
+      {
+        std::lock_guard<std::mutex> lock(m);
+        seen.push_back(p[0]);
+      }
+      p[0] += 100;
+      return 0;
+    });
+  }
+  /// What was seen once `n` runs happened, or after 5 s.
+  std::vector<float> after(std::size_t n) {
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        if (seen.size() >= n || std::chrono::steady_clock::now() > until) return seen;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+};
+
 int open_sockets() {
   int n = 0;
   if (DIR* d = ::opendir("/proc/self/fd")) {
@@ -195,17 +224,8 @@ TEST_CASE("tensors received as bytes keep value semantics and outlive their call
     for (std::int64_t i = 0; i < t.numel(); ++i) p[i] *= 2;
     return t;
   });
-  std::mutex m;
-  std::vector<float> seen;
-  n0.functions().add("record", [&](troupe::tensor t) {
-    auto* p = static_cast<float*>(t.data_ptr());
-    {
-      std::lock_guard<std::mutex> lock(m);
-      seen.push_back(p[0]);
-    }
-    p[0] += 100;
-    return 0;
-  });
+  first_values recorded;
+  recorded.serve_on(n0);
   n0.functions().add("keep", [&](troupe::tensor t) {
     kept_by_callee.push_back(t);  // a callee holding on to its argument
     return 0;
@@ -226,20 +246,10 @@ TEST_CASE("tensors received as bytes keep value semantics and outlive their call
     CHECK(ok);
   }
   CHECK(troupe::rpc_sync<int>(n1, "worker0", "record", pattern(1 << 18, 7.0f)) == 0);
-  const auto until = std::chrono::steady_clock::now() + 5s;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(m);
-      if (seen.size() >= 2 || std::chrono::steady_clock::now() > until) break;
-    }
-    std::this_thread::sleep_for(1ms);
-  }
-  {
-    std::lock_guard<std::mutex> lock(m);
-    REQUIRE(seen.size() == 2);
-    CHECK(seen[0] == 7.0f);
-    CHECK(seen[1] == 7.0f);
-  }
+  const auto seen = recorded.after(2);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0] == 7.0f);
+  CHECK(seen[1] == 7.0f);
   CHECK(troupe::rpc_sync<int>(n1, "worker0", "keep", pattern(1 << 18, 9.0f)) == 0);
   n1.shutdown(troupe::shutdown_mode::immediate);
   n0.shutdown(troupe::shutdown_mode::immediate);
@@ -259,7 +269,7 @@ TEST_CASE("large requests and responses over the CAF path keep value semantics, 
   std::vector<troupe::tensor> results;
   std::vector<troupe::tensor> kept_by_callee;
   std::mutex m;
-  std::vector<float> seen;
+  first_values recorded;
   {
     auto hook = std::make_shared<duplicate_on_receive>();
     hook->function = "record";
@@ -280,15 +290,7 @@ TEST_CASE("large requests and responses over the CAF path keep value semantics, 
       kept_by_callee.push_back(t);
       return 0;
     });
-    n0.functions().add("record", [&](troupe::tensor t) {
-      auto* p = static_cast<float*>(t.data_ptr());
-      {
-        std::lock_guard<std::mutex> lock(m);
-        seen.push_back(p[0]);
-      }
-      p[0] += 100;
-      return 0;
-    });
+    recorded.serve_on(n0);
     for (int k = 0; k < 3; ++k) {
       auto sent = pattern(1 << 18, static_cast<float>(k));
       results.push_back(troupe::rpc_sync<troupe::tensor>(n1, "worker0", "echo", sent));
@@ -300,14 +302,7 @@ TEST_CASE("large requests and responses over the CAF path keep value semantics, 
     CHECK(static_cast<const float*>(doubled.data_ptr())[3] == 2 * 23.0f);
     for (int k = 0; k < 2; ++k) CHECK(troupe::rpc_sync<int>(n1, "worker0", "keep", pattern(1 << 18, 30.0f + static_cast<float>(k))) == 0);
     CHECK(troupe::rpc_sync<int>(n1, "worker0", "record", pattern(1 << 18, 7.0f)) == 0);
-    const auto until = std::chrono::steady_clock::now() + 5s;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(m);
-        if (seen.size() >= 2 || std::chrono::steady_clock::now() > until) break;
-      }
-      std::this_thread::sleep_for(1ms);
-    }
+    recorded.after(2);
     n1.shutdown(troupe::shutdown_mode::immediate);
     n0.shutdown(troupe::shutdown_mode::immediate);
   }
@@ -315,6 +310,7 @@ TEST_CASE("large requests and responses over the CAF path keep value semantics, 
   REQUIRE(kept_by_callee.size() == 2);  // each holds its own bytes, after later calls and the nodes
   CHECK(has_pattern(kept_by_callee[0], 30.0f));
   CHECK(has_pattern(kept_by_callee[1], 31.0f));
+  const auto seen = recorded.after(2);
   REQUIRE(seen.size() == 2);  // both runs of a duplicated request see the bytes that were sent
   CHECK(seen[0] == 7.0f);
   CHECK(seen[1] == 7.0f);

@@ -382,19 +382,24 @@ TEST_CASE("a first fragment too short for the head puts the whole body together,
 
 namespace {
 
-// Note [direct fragment data]: a later fragment given to start_direct with its first `have` body
-// bytes, the rest of its data then written to direct_target() in two reads, as a reader does.
-result direct(fragment_streams& s, const std::vector<char>& body, std::size_t have, std::vector<char>& whole, std::uint8_t want = request) {
-  const result r = s.start_direct(body.data(), have, body.size(), want);
-  if (r != result::partial) return r;
+// Note [direct fragment data]: the rest of `body` from `have` on written to direct_target() in
+// reads of 1/`part` of what is left, as a reader does.
+void read_rest(fragment_streams& s, const std::vector<char>& body, std::size_t have, std::size_t part) {
   std::size_t at = have;
   while (s.direct_left() > 0) {
-    const std::size_t k = std::max<std::size_t>(1, s.direct_left() / 2);
+    const std::size_t k = std::max<std::size_t>(1, s.direct_left() / part);
     std::memcpy(s.direct_target(), body.data() + at, k);
     s.direct_advance(k);
     at += k;
   }
   REQUIRE(at == body.size());
+}
+
+// A later fragment given to start_direct with its first `have` body bytes, the rest then read.
+result direct(fragment_streams& s, const std::vector<char>& body, std::size_t have, std::vector<char>& whole, std::uint8_t want = request) {
+  const result r = s.start_direct(body.data(), have, body.size(), want);
+  if (r != result::partial) return r;
+  read_rest(s, body, have, 2);
   REQUIRE(s.direct_done());
   fragment_streams::assembled a;
   const result done = s.finish_direct(a);
@@ -559,13 +564,7 @@ TEST_CASE("a large response read straight into its payload buffer comes back as 
     pool.give(std::move(stale));
     fragment_streams s;
     REQUIRE(s.start_frame(body.data(), have, body.size(), response, &pool) == result::partial);
-    std::size_t at = have;
-    while (s.direct_left() > 0) {
-      const std::size_t k = std::max<std::size_t>(1, s.direct_left() / 3);
-      std::memcpy(s.direct_target(), body.data() + at, k);
-      s.direct_advance(k);
-      at += k;
-    }
+    read_rest(s, body, have, 3);
     REQUIRE(s.direct_done());
     fragment_streams::assembled a;
     REQUIRE(s.finish_direct(a) == result::complete);
