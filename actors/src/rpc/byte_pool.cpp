@@ -23,8 +23,7 @@ std::vector<char> byte_pool::fitting(std::size_t need) {
   // fill half of the buffer: Note [adopted payload]).
   if (got.capacity() < need) {
     const std::size_t round = need >= byte_pool_round ? byte_pool_round : byte_pool_min_bytes;
-    got.clear();
-    got.reserve((need + round - 1) / round * round);
+    got.reserve((need + round - 1) / round * round);  // `got` is empty here: nothing kept fitted
   }
   return got;
 }

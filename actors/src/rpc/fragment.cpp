@@ -9,6 +9,36 @@
 
 namespace troupe::detail {
 
+namespace {
+// split_head_size for the inner kind `kind` (request or response).
+bool head_of(std::uint8_t kind, const char* data, std::size_t n, std::size_t& head, std::size_t& payload) {
+  return kind == static_cast<std::uint8_t>(frame_kind::request) ? split_head_size<rpc_request>(data, n, head, payload)
+                                                                : split_head_size<rpc_response>(data, n, head, payload);
+}
+}  // namespace
+
+bool fragment_streams::reserve_room(stream& s, std::size_t room, byte_pool* pool) {
+  try {
+    if (pool) pool->take(s.rest, room);  // Note [byte pool], Note [direct fragment data]
+    else s.rest.reserve(room);
+    return true;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+}
+
+fragment_streams::result fragment_streams::begin_direct(stream& s, std::uint32_t id, const char* data, std::size_t here,
+                                                         std::size_t left, bool last) {
+  room_for(s, here + left);  // the rest is read to it
+  if (here > 0) std::memcpy(s.rest.data() + s.filled, data, here);
+  s.filled += here;
+  direct_ = &s;
+  direct_stream_ = id;
+  direct_last_ = last;
+  direct_left_ = left;
+  return result::partial;
+}
+
 fragment_streams::result fragment_streams::add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out) {
   fragment_head h;
   if (!read_fragment_head(body, n, h) || h.inner != want || h.total > max_frame_body) return result::malformed;
@@ -22,22 +52,13 @@ fragment_streams::result fragment_streams::add(const char* body, std::size_t n, 
     auto& s = it->second;
     // The head apart when this fragment holds all of it (else the whole body in `rest`).
     std::size_t head = 0, payload = 0;
-    const bool split = want == static_cast<std::uint8_t>(frame_kind::request) ? split_head_size<rpc_request>(data, left, head, payload)
-                                                                               : split_head_size<rpc_response>(data, left, head, payload);
-    if (split && head <= h.total && head <= left) {
+    if (head_of(want, data, left, head, payload) && head <= h.total && head <= left) {
       s.head.assign(data, data + head);
       data += head;
       left -= head;
     }
     const std::size_t room = h.total - s.head.size();
-    try {
-      if (pool) pool->take(s.rest, room);  // Note [byte pool], Note [direct fragment data]
-      else s.rest.reserve(room);
-    } catch (const std::bad_alloc&) {
-      drop(it);
-      return result::malformed;
-    }
-    if (left > room || ((h.flags & fragment_last) && left != room)) {
+    if (!reserve_room(s, room, pool) || left > room || ((h.flags & fragment_last) && left != room)) {
       drop(it);
       return result::malformed;
     }
@@ -68,41 +89,22 @@ fragment_streams::result fragment_streams::start_direct(const char* body, std::s
   if (h.flags & fragment_first) return result::wait_whole;
   auto it = open_.find(h.stream);
   if (it == open_.end() || have >= n || !later_fits(it, h, n - fragment_head_size)) return result::malformed;
-  auto& s = it->second;
-  const std::size_t here = have - fragment_head_size;
-  room_for(s, n - fragment_head_size);  // the whole fragment's data: the rest is read to it
-  if (here > 0) std::memcpy(s.rest.data() + s.filled, body + fragment_head_size, here);
-  s.filled += here;
-  direct_ = &s;
-  direct_stream_ = h.stream;
-  direct_last_ = (h.flags & fragment_last) != 0;
-  direct_left_ = n - have;
-  return result::partial;
+  return begin_direct(it->second, h.stream, body + fragment_head_size, have - fragment_head_size, n - have,
+                      (h.flags & fragment_last) != 0);
 }
 
 fragment_streams::result fragment_streams::start_frame(const char* body, std::size_t have, std::size_t n, std::uint8_t kind,
                                                         byte_pool* pool) {
   std::size_t head = 0, payload = 0;
-  const bool split = kind == static_cast<std::uint8_t>(frame_kind::request) ? split_head_size<rpc_request>(body, have, head, payload)
-                                                                             : split_head_size<rpc_response>(body, have, head, payload);
-  if (!split || head > have || have >= n || payload > n - head) return result::wait_whole;
+  if (!head_of(kind, body, have, head, payload) || head > have || have >= n || payload > n - head) return result::wait_whole;
   whole_ = stream{n, kind, {body, body + head}, {}, 0};
-  const std::size_t room = n - head;
   try {
-    if (pool) pool->take(whole_.rest, room);
-    else whole_.rest.reserve(room);
-    room_for(whole_, room);
+    if (!reserve_room(whole_, n - head, pool)) throw std::bad_alloc();
+    return begin_direct(whole_, 0, body + head, have - head, n - have, true);
   } catch (const std::bad_alloc&) {
     whole_ = stream{};
     return result::malformed;
   }
-  const std::size_t here = have - head;
-  if (here > 0) std::memcpy(whole_.rest.data(), body + head, here);
-  whole_.filled = here;
-  direct_ = &whole_;
-  direct_last_ = true;
-  direct_left_ = n - have;
-  return result::partial;
 }
 
 fragment_streams::result fragment_streams::finish_direct(assembled& out) {
@@ -113,10 +115,8 @@ fragment_streams::result fragment_streams::finish_direct(assembled& out) {
     return result::complete;
   }
   const auto it = open_.find(direct_stream_);
-  const bool last = direct_last_;
   direct_ = nullptr;
-  direct_left_ = 0;
-  if (!last) return result::partial;
+  if (!direct_last_) return result::partial;
   return complete(it, out);
 }
 

@@ -161,6 +161,11 @@ class fragment_streams {
   /// beyond it, the last one exactly at it); drops the stream when they fail.
   bool later_fits(iterator it, const fragment_head& h, std::size_t data);
   result complete(iterator it, assembled& out);
+  /// Room for `room` bytes in `s.rest` (from `pool` when there is one); false when out of memory.
+  static bool reserve_room(stream& s, std::size_t room, byte_pool* pool);
+  /// Takes the `here` bytes of data at `data` into `s` and makes the next `left` (after them) go
+  /// to direct_target(); `last`: the stream ends with them. Returns partial.
+  result begin_direct(stream& s, std::uint32_t id, const char* data, std::size_t here, std::size_t left, bool last);
   static void hand_over(stream& s, assembled& out);
   /// Makes `s.rest` hold at least `filled + n` bytes; where the next `n` go.
   static char* room_for(stream& s, std::size_t n);
