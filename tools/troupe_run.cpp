@@ -1,22 +1,33 @@
-// troupe-run: starts the ranks of a job on this host, like torchrun.
+// troupe-run: starts the ranks of a job on this host, like torchrun, and joins the launchers of
+// the other hosts of a multi-node job.
 //
 //   troupe-run --nproc-per-node 2 [--nnodes 1 --node-rank 0] [--master-addr 127.0.0.1]
-//              [--master-port 0] [--job-token T] [--max-restarts 0] [--timeout-s 0] -- prog args...
+//              [--master-port 0] [--job-token T] [--listen-addr A] [--max-restarts 0]
+//              [--timeout-s 0] [--] prog args...
+// (torchrun's spellings are accepted too: Note [launcher options] in launcher/launch_options.hpp.)
 //
 // Note [launcher]
 // Each local rank is a child process (troupe::spawn) that execs `prog` with the launcher
 // conventions in its environment: RANK = node_rank * nproc + local rank, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN (random when not given, so two
-// jobs on one host never join each other) and TROUPE_RESTART_COUNT. Rank 0 hosts the store. A
-// master port of 0 picks a free one (one node only; several nodes must agree on a port).
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN (random for a single-node job
+// when not given, so two jobs on one host never join each other; required for several nodes),
+// TROUPE_LISTEN_ADDR and TROUPE_RESTART_COUNT. Rank 0 hosts the store. A master port of 0 picks
+// a free one (one node only).
 //
 //   launcher --spawn--> rank i: exec prog (env) ... exit
 //   any rank fails (exit != 0 / signal) --> the others get SIGTERM, then SIGKILL (spawn)
 //   --> restarts left? start every rank again (new port, TROUPE_RESTART_COUNT + 1; the program
 //       resumes from its own checkpoint) : print the failure (rank, pid, code/signal), exit 1
 //
-// SIGINT/SIGTERM to the launcher stop every rank and exit 130/143. A timeout (--timeout-s) stops
-// every rank and exits 124. Children die with the launcher (PR_SET_PDEATHSIG in spawn).
+// Several nodes: the launchers meet on the master's --master-port (Note [launcher channel] in
+// launcher/channel.hpp); rank 0's store gets a port of its own, which the master's launcher
+// picks and hands out. A failure on any node stops the ranks of every node, and every launcher
+// prints "troupe-run: job failed: rank R ... on host H ..." and exits 1.
+//
+// Exit codes (torchrun's): 0 success, 1 a rank or node failed, 2 bad usage. Besides: SIGINT/SIGTERM
+// to the launcher stop every rank and exit 130/143; a timeout (--timeout-s) stops every rank and
+// exits 124. Children die with the launcher (PR_SET_PDEATHSIG in spawn).
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,86 +37,36 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "launcher/channel.hpp"
+#include "launcher/launch_options.hpp"
+#include "troupe/actors/host_address.hpp"
 #include "troupe/actors/spawn.hpp"
+
+using troupe::launcher::channel;
+using troupe::launcher::launch_options;
 
 namespace {
 
 std::atomic<int> g_stop_signal{0};  // written by the signal handler only
 
-void on_signal(int sig) { g_stop_signal.store(sig); }
-
-struct launch_options {
-  int nproc = 1;
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 0;
-  std::string token;
-  int max_restarts = 0;
-  int timeout_s = 0;
-  std::vector<std::string> command;
-};
-
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "troupe-run: %s\nusage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A]\n"
-               "                  [--master-port P] [--job-token T] [--max-restarts R] [--timeout-s S] -- prog args...\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int parse_int(const std::string& flag, const std::string& text, int min) {
-  std::size_t used = 0;
-  int v = 0;
-  try {
-    v = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || v < min) usage(flag + " needs an integer >= " + std::to_string(min) + ", got '" + text + "'");
-  return v;
-}
-
-launch_options parse(int argc, char** argv) {
-  launch_options o;
-  int i = 1;
-  for (; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--") break;
-    if (i + 1 >= argc) usage("missing value after " + a);
-    const std::string v = argv[++i];
-    if (a == "--nproc-per-node") o.nproc = parse_int(a, v, 1);
-    else if (a == "--nnodes") o.nnodes = parse_int(a, v, 1);
-    else if (a == "--node-rank") o.node_rank = parse_int(a, v, 0);
-    else if (a == "--master-addr") o.master_addr = v;
-    else if (a == "--master-port") o.master_port = parse_int(a, v, 0);
-    else if (a == "--job-token") o.token = v;
-    else if (a == "--max-restarts") o.max_restarts = parse_int(a, v, 0);
-    else if (a == "--timeout-s") o.timeout_s = parse_int(a, v, 0);
-    else usage("unknown option " + a);
-  }
-  for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
-  if (o.command.empty()) usage("no program given after --");
-  if (o.node_rank >= o.nnodes) usage("--node-rank must be below --nnodes");
-  if (o.nnodes > 1 && o.master_port == 0) usage("--master-port must be given when --nnodes > 1");
-  return o;
-}
-
-// A free TCP port on loopback (bound then released; rank 0 binds it again right away).
-int free_port() {
+// A free TCP port on `addr` (bound then released; rank 0 binds it again right away).
+int free_port(const std::string& addr) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!troupe::is_wildcard_address(addr)) ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+  else a.sin_addr.s_addr = htonl(INADDR_ANY);
   socklen_t len = sizeof(a);
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
     if (fd >= 0) ::close(fd);
-    throw troupe::error(troupe::errc::io_error, "troupe-run: cannot find a free port");
+    throw troupe::error(troupe::errc::io_error, "troupe-run: cannot find a free port on " + addr);
   }
   ::close(fd);
   return ntohs(a.sin_port);
@@ -122,6 +83,12 @@ std::string random_token() {
   return t;
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
 [[noreturn]] void exec_rank(const launch_options& o, int local, int port, int restart) {
   const int world = o.nproc * o.nnodes;
   ::setenv("RANK", std::to_string(o.node_rank * o.nproc + local).c_str(), 1);
@@ -131,6 +98,7 @@ std::string random_token() {
   ::setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   ::setenv("TROUPE_JOB_TOKEN", o.token.c_str(), 1);
+  ::setenv("TROUPE_LISTEN_ADDR", o.listen_addr.c_str(), 1);
   ::setenv("TROUPE_RESTART_COUNT", std::to_string(restart).c_str(), 1);
   std::vector<char*> args;
   for (const auto& s : o.command) args.push_back(const_cast<char*>(s.c_str()));
@@ -139,47 +107,119 @@ std::string random_token() {
   throw troupe::error(troupe::errc::io_error, "cannot execute '" + o.command[0] + "': " + std::strerror(errno));
 }
 
-// Runs one attempt. Returns 0 on success, the launcher's exit code otherwise; `failed` says
-// whether a rank failed (worth a restart) rather than a stop signal or the timeout.
-int attempt(const launch_options& o, int restart, bool& failed) {
-  failed = false;
-  const int port = o.master_port != 0 ? o.master_port : free_port();
-  auto ctx = troupe::spawn(o.nproc, [&](int local) { exec_rank(o, local, port, restart); });
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    while (!ctx.join(std::chrono::milliseconds(100))) {
-      if (const int sig = g_stop_signal.load()) {
-        std::fprintf(stderr, "troupe-run: got signal %d, stopping every rank\n", sig);
-        return 128 + sig;  // ctx's destructor stops and reaps the ranks
-      }
-      if (o.timeout_s > 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(o.timeout_s)) {
-        std::fprintf(stderr, "troupe-run: timed out after %d s, stopping every rank\n", o.timeout_s);
-        return 124;
-      }
-    }
-  } catch (const troupe::error& e) {
-    std::fprintf(stderr, "troupe-run: %s\n", e.what());
-    failed = true;
-    return 1;
+// spawn names local ranks ("spawn: rank 1 (pid 42) exited ..."); the job names global ranks and
+// the host ("rank 3 (local rank 1, pid 42) on host h1 exited ...").
+std::string describe_failure(const launch_options& o, const std::string& spawn_text) {
+  const std::string prefix = "spawn: rank ";
+  if (spawn_text.rfind(prefix, 0) != 0) return spawn_text + " on host " + host_name();
+  std::size_t used = 0;
+  const int local = std::stoi(spawn_text.substr(prefix.size()), &used);
+  std::string rest = spawn_text.substr(prefix.size() + used);  // " (pid 42) exited ..."
+  const auto close = rest.find(')');
+  const std::string pid = rest.substr(2, close - 2);
+  rest = rest.substr(close + 1);
+  return "rank " + std::to_string(o.node_rank * o.nproc + local) + " (local rank " + std::to_string(local) + ", " + pid +
+         ") on host " + host_name() + rest;
+}
+
+// Why the launcher stops without a failure of the job: a signal or the timeout (0: no reason).
+int stop_reason(const launch_options& o, std::chrono::steady_clock::time_point start) {
+  if (const int sig = g_stop_signal.load()) {
+    std::fprintf(stderr, "troupe-run: got signal %d, stopping every rank\n", sig);
+    return 128 + sig;
+  }
+  if (o.timeout_s > 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(o.timeout_s)) {
+    std::fprintf(stderr, "troupe-run: timed out after %d s, stopping every rank\n", o.timeout_s);
+    return 124;
   }
   return 0;
+}
+
+int job_failed(const std::string& what) {
+  std::fprintf(stderr, "troupe-run: job failed: %s\n", what.c_str());
+  return 1;
+}
+
+// Runs one attempt. Returns 0 on success, the launcher's exit code otherwise; `failed` says
+// whether a rank failed (worth a restart) rather than a stop signal or the timeout. `ch` links
+// the launchers of a multi-node job (null for one node).
+int attempt(const launch_options& o, int port, int restart, channel* ch, bool& failed) {
+  failed = false;
+  auto ctx = troupe::spawn(o.nproc, [&](int local) { exec_rank(o, local, port, restart); });
+  const auto start = std::chrono::steady_clock::now();
+  const auto tick = std::chrono::milliseconds(ch ? 20 : 100);
+  try {
+    while (!ctx.join(tick)) {
+      if (const int code = stop_reason(o, start)) return code;  // ctx's destructor stops and reaps the ranks
+      if (ch)
+        if (auto f = ch->failure(tick)) return job_failed(*f);
+    }
+  } catch (const troupe::error& e) {
+    failed = true;
+    const std::string what = ch ? describe_failure(o, e.message()) : e.message();
+    if (ch) ch->report_failure(what);
+    return ch ? job_failed(what) : (std::fprintf(stderr, "troupe-run: %s\n", e.what()), 1);
+  }
+  if (!ch) return 0;
+  ch->mark_done();
+  while (!ch->ended()) {  // the other nodes still run
+    if (const int code = stop_reason(o, start)) return code;
+    if (auto f = ch->failure(tick)) return job_failed(*f);
+  }
+  return 0;
+}
+
+// The launchers of a multi-node job meet (Note [launcher channel]); returns the store's port.
+std::optional<channel> rendezvous(const launch_options& o, int& port) {
+  try {
+    if (o.node_rank == 0) {
+      auto ch = channel::serve(o, o.listen_addr, host_name());
+      port = free_port(o.listen_addr);
+      ch.start(port);
+      return ch;
+    }
+    auto ch = channel::join(o, host_name());
+    port = ch.store_port();
+    return ch;
+  } catch (const troupe::error& e) {
+    std::fprintf(stderr, "troupe-run: node %d on host %s: %s\n", o.node_rank, host_name().c_str(), e.message().c_str());
+    return std::nullopt;
+  }
+}
+
+// Fills the job token and the listen address (Note [listen and advertise]).
+void complete(launch_options& o) {
+  if (o.token.empty()) o.token = random_token();
+  if (!o.listen_addr.empty()) return;
+  try {
+    o.listen_addr = troupe::is_loopback_address(o.master_addr) ? "127.0.0.1" : troupe::routable_address(o.master_addr);
+  } catch (const troupe::error& e) {
+    std::fprintf(stderr, "troupe-run: cannot find this host's address toward the master %s: %s\n", o.master_addr.c_str(),
+                 e.message().c_str());
+    std::exit(2);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto o = parse(argc, argv);
-  if (o.token.empty()) {
-    const char* env = std::getenv("TROUPE_JOB_TOKEN");
-    o.token = env && *env ? env : random_token();
-  }
+  auto o = troupe::launcher::parse_options(argc, argv);
+  complete(o);
   struct sigaction sa{};
-  sa.sa_handler = on_signal;
+  sa.sa_handler = [](int sig) { g_stop_signal.store(sig); };
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  if (o.multi_node()) {
+    int port = 0;
+    auto ch = rendezvous(o, port);
+    if (!ch) return 1;
+    bool failed = false;
+    return attempt(o, port, 0, &*ch, failed);
+  }
   for (int restart = 0;; ++restart) {
     bool failed = false;
-    const int code = attempt(o, restart, failed);
+    const int port = o.master_port != 0 ? o.master_port : free_port(o.listen_addr);
+    const int code = attempt(o, port, restart, nullptr, failed);
     if (code == 0 || !failed || restart >= o.max_restarts) return code;
     std::fprintf(stderr, "troupe-run: restarting every rank (%d of %d)\n", restart + 1, o.max_restarts);
   }

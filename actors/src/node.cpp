@@ -16,6 +16,7 @@
 #include "rpc/bulk.hpp"
 #include "rpc/fast_path.hpp"
 #include "store_actor.hpp"
+#include "troupe/actors/host_address.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
 
@@ -137,7 +138,8 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   const std::string store_host = opts.rank == 0 ? "rank 0, this node" : "rank 0 at " + opts.master_addr + ":" + std::to_string(opts.master_port);
   store = std::make_unique<store_client>(
       std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor, store_host, caf::actor{}}));
-  store->set("troupe/addr/" + me.name, opts.listen_addr + ":" + std::to_string(port));
+  // Note [listen and advertise]: peers get a reachable address, never the wildcard.
+  store->set("troupe/addr/" + me.name, advertised_address(opts.listen_addr, opts.master_addr) + ":" + std::to_string(port));
 }
 
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {

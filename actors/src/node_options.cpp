@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "troupe/actors/host_address.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe {
@@ -17,16 +18,38 @@ long env_number(const char* name, long fallback, long lo, long hi) {
                                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
 }
+
+const char* env_text(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+// Slurm's conventions, used when no launcher set RANK (srun starts every task itself).
+void read_slurm(node_options& o) {
+  o.rank = static_cast<std::int32_t>(env_number("SLURM_PROCID", 0, 0, 1 << 20));
+  o.world_size = static_cast<std::int32_t>(env_number("SLURM_NTASKS", 1, 1, 1 << 20));
+  o.local_rank = static_cast<std::int32_t>(env_number("SLURM_LOCALID", 0, 0, 1 << 20));
+  if (const char* list = env_text("SLURM_JOB_NODELIST")) o.master_addr = first_slurm_host(list);
+  const long job = env_number("SLURM_JOB_ID", 0, 0, 1L << 40);
+  o.master_port = static_cast<std::uint16_t>(29500 + job % 1000);
+}
+
 }  // namespace
 
 node_options node_options::from_env() {
   node_options o;
-  o.rank = static_cast<std::int32_t>(env_number("RANK", 0, 0, 1 << 20));
-  o.world_size = static_cast<std::int32_t>(env_number("WORLD_SIZE", 1, 1, 1 << 20));
-  o.local_rank = static_cast<std::int32_t>(env_number("LOCAL_RANK", 0, 0, 1 << 20));
-  o.master_port = static_cast<std::uint16_t>(env_number("MASTER_PORT", 0, 0, 65535));
-  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) o.master_addr = a;
+  if (!env_text("RANK") && env_text("SLURM_PROCID")) {
+    read_slurm(o);
+  } else {
+    o.rank = static_cast<std::int32_t>(env_number("RANK", 0, 0, 1 << 20));
+    o.world_size = static_cast<std::int32_t>(env_number("WORLD_SIZE", 1, 1, 1 << 20));
+    o.local_rank = static_cast<std::int32_t>(env_number("LOCAL_RANK", 0, 0, 1 << 20));
+  }
+  o.master_port = static_cast<std::uint16_t>(env_number("MASTER_PORT", o.master_port, 0, 65535));
+  if (const char* a = env_text("MASTER_ADDR")) o.master_addr = a;
   if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) o.job_token = t;
+  if (const char* l = env_text("TROUPE_LISTEN_ADDR")) o.listen_addr = l;
+  else if (!is_loopback_address(o.master_addr)) o.listen_addr = routable_address(o.master_addr);
   return o;
 }
 

@@ -10,7 +10,8 @@
 namespace troupe {
 
 /// How a node starts. `from_env()` fills the launcher conventions (RANK, WORLD_SIZE, LOCAL_RANK,
-/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN); every field can then be overridden in code.
+/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR, or Slurm's); every field can
+/// then be overridden in code.
 struct node_options {
   /// Worker name; empty means "worker<rank>".
   std::string name;
@@ -22,7 +23,8 @@ struct node_options {
   std::string master_addr = "127.0.0.1";
   std::uint16_t master_port = 0;
   /// Address this node listens on (loopback unless told otherwise). Non-zero ranks listen on an
-  /// ephemeral port.
+  /// ephemeral port. "0.0.0.0" listens on every interface and publishes the address that routes
+  /// to master_addr (Note [listen and advertise] in host_address.hpp).
   std::string listen_addr = "127.0.0.1";
   /// The shared secret every connection must present (hello) before it can call anything.
   std::string job_token;
@@ -52,7 +54,13 @@ struct node_options {
   std::map<std::string, std::string> caf_overrides;
 
   /// Options from the launcher environment variables; missing ones keep the defaults above.
-  /// Throws errc::bad_argument when a variable holds an unparsable number.
+  /// TROUPE_LISTEN_ADDR sets listen_addr; without it, a node whose master is not on loopback
+  /// listens on the local address that routes to the master. Without RANK, Slurm's variables
+  /// give the job: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
+  /// SLURM_JOB_NODELIST as master (MASTER_ADDR wins when set), and MASTER_PORT or else
+  /// 29500 + SLURM_JOB_ID % 1000 as port.
+  /// Throws errc::bad_argument when a variable holds an unparsable number or node list, and
+  /// io_error when no route leads to a remote master.
   static node_options from_env();
   /// The effective worker name.
   std::string worker_name() const { return name.empty() ? "worker" + std::to_string(rank) : name; }

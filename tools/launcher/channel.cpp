@@ -1,0 +1,305 @@
+#include "launcher/channel.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "troupe/actors/host_address.hpp"
+#include "troupe/tensors/error.hpp"
+
+namespace troupe::launcher {
+
+struct channel_join {
+  int node_rank = -1;
+  int nproc = 0;
+  std::string host;
+};
+
+using clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct channel::peer {
+  int fd = -1;
+  std::string buf;
+  int node_rank = 0;
+  std::string host;
+  bool done = false;
+  bool open = true;
+
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+    open = false;
+  }
+};
+
+namespace {
+
+void send_line(int fd, std::string line) {
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  line += '\n';
+  for (std::size_t off = 0; off < line.size();) {
+    const auto n = ::send(fd, line.data() + off, line.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;  // the peer is gone: its loss is seen by the reader
+    off += static_cast<std::size_t>(n);
+  }
+}
+
+// Reads what is there (never blocks). False once the connection is closed.
+bool read_some(std::string& buf, int fd) {
+  char tmp[4096];
+  const auto n = ::recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
+  if (n > 0) buf.append(tmp, static_cast<std::size_t>(n));
+  return n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR));
+}
+
+std::optional<std::string> take_line(std::string& buf) {
+  const auto nl = buf.find('\n');
+  if (nl == std::string::npos) return std::nullopt;
+  std::string line = buf.substr(0, nl);
+  buf.erase(0, nl + 1);
+  return line;
+}
+
+sockaddr_in ipv4(const std::string& host, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (is_wildcard_address(host)) return a;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res)
+    throw error(errc::bad_argument, "'" + host + "' is neither an IPv4 address nor a resolvable host name");
+  a.sin_addr = reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr;
+  ::freeaddrinfo(res);
+  return a;
+}
+
+int listen_on(const std::string& addr, int port) {
+  const sockaddr_in a = ipv4(addr, port);
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  if (fd >= 0) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 64) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw error(errc::io_error, "cannot listen for the other launchers on " + addr + ":" + std::to_string(port) + ": " + why);
+  }
+  return fd;
+}
+
+int connect_once(const sockaddr_in& a) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+int ms_left(clock::time_point deadline, int cap) {
+  const auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now()).count();
+  return static_cast<int>(std::clamp<long long>(left, 0, cap));
+}
+
+}  // namespace
+
+channel::channel() = default;
+channel::channel(channel&& o) noexcept { *this = std::move(o); }
+channel& channel::operator=(channel&& o) noexcept {
+  std::swap(master_, o.master_);
+  std::swap(listen_fd_, o.listen_fd_);
+  std::swap(store_port_, o.store_port_);
+  std::swap(done_, o.done_);
+  std::swap(ended_, o.ended_);
+  std::swap(peers_, o.peers_);
+  return *this;
+}
+channel::~channel() {
+  for (auto& p : peers_) p.close();
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+namespace {
+
+// Checks one join line; returns the refusal's reason, or empty when `p` may join.
+std::string check_join(const launch_options& o, const std::string& line, channel_join& j) {
+  std::istringstream in(line);
+  std::string word, token;
+  in >> word >> token >> j.node_rank >> j.nproc >> j.host;
+  if (word != "join" || !in) return "malformed join";
+  if (token != o.token) return "the job token differs from the master's (pass the same --job-token or TROUPE_JOB_TOKEN everywhere)";
+  if (j.node_rank <= 0 || j.node_rank >= o.nnodes)
+    return "node rank " + std::to_string(j.node_rank) + " is outside [1, " + std::to_string(o.nnodes) + ")";
+  if (j.nproc != o.nproc)
+    return "--nproc-per-node " + std::to_string(j.nproc) + " differs from the master's " + std::to_string(o.nproc);
+  return {};
+}
+
+std::string missing_nodes(int nnodes, const std::vector<int>& joined) {
+  std::string out;
+  for (int k = 1; k < nnodes; ++k)
+    if (std::find(joined.begin(), joined.end(), k) == joined.end()) out += (out.empty() ? "" : ", ") + std::to_string(k);
+  return out;
+}
+
+}  // namespace
+
+channel channel::serve(const launch_options& o, const std::string& bind_addr, const std::string& /*host*/) {
+  channel ch;
+  ch.master_ = true;
+  ch.listen_fd_ = listen_on(bind_addr, o.master_port);
+  const auto deadline = clock::now() + std::chrono::seconds(o.join_timeout_s);
+  std::vector<peer> pending;
+  std::vector<int> joined;
+  while (static_cast<int>(ch.peers_.size()) < o.nnodes - 1) {
+    if (clock::now() >= deadline)
+      throw error(errc::timeout, "only " + std::to_string(ch.peers_.size() + 1) + " of " + std::to_string(o.nnodes) +
+                                     " nodes joined within " + std::to_string(o.join_timeout_s) + " s (missing node ranks " +
+                                     missing_nodes(o.nnodes, joined) + ")");
+    std::vector<pollfd> fds{pollfd{ch.listen_fd_, POLLIN, 0}};
+    for (auto& p : pending) fds.push_back(pollfd{p.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), ms_left(deadline, 200));
+    if (fds[0].revents & POLLIN)
+      if (const int fd = ::accept4(ch.listen_fd_, nullptr, nullptr, SOCK_CLOEXEC); fd >= 0) {
+        pending.emplace_back();
+        pending.back().fd = fd;
+      }
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      auto& p = pending[i];
+      if (!(fds.size() > i + 1 && fds[i + 1].revents)) continue;
+      if (!read_some(p.buf, p.fd)) {
+        p.close();
+        continue;
+      }
+      const auto line = take_line(p.buf);
+      if (!line) continue;
+      channel_join j;
+      std::string why = check_join(o, *line, j);
+      if (why.empty() && std::find(joined.begin(), joined.end(), j.node_rank) != joined.end())
+        why = "node rank " + std::to_string(j.node_rank) + " joined already";
+      if (!why.empty()) {
+        send_line(p.fd, "refuse " + why);
+        p.close();
+        continue;
+      }
+      p.node_rank = j.node_rank;
+      p.host = j.host;
+      joined.push_back(j.node_rank);
+      ch.peers_.push_back(std::move(p));
+      p.fd = -1;
+      p.open = false;
+    }
+    std::erase_if(pending, [](const peer& p) { return !p.open; });
+  }
+  for (auto& p : pending) p.close();
+  return ch;
+}
+
+channel channel::join(const launch_options& o, const std::string& host) {
+  channel ch;
+  const auto deadline = clock::now() + std::chrono::seconds(o.join_timeout_s);
+  const sockaddr_in master = ipv4(o.master_addr, o.master_port);
+  const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
+  int fd = -1;
+  for (auto backoff = milliseconds(20); (fd = connect_once(master)) < 0;) {
+    if (clock::now() + backoff >= deadline)
+      throw error(errc::timeout, "the master launcher at " + where + " did not answer within " + std::to_string(o.join_timeout_s) +
+                                     " s: " + std::strerror(errno));
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, milliseconds(500));
+  }
+  ch.peers_.emplace_back();
+  ch.peers_.back().fd = fd;
+  ch.peers_.back().host = o.master_addr;
+  auto& m = ch.peers_.front();
+  send_line(fd, "join " + o.token + " " + std::to_string(o.node_rank) + " " + std::to_string(o.nproc) + " " + host);
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, ms_left(deadline, 200)) == 1 && !read_some(m.buf, fd))
+      throw error(errc::peer_lost, "the master launcher at " + where + " closed the connection before the job started");
+    if (const auto line = take_line(m.buf)) {
+      if (line->rfind("start ", 0) == 0) {
+        ch.store_port_ = std::stoi(line->substr(6));
+        return ch;
+      }
+      throw error(errc::unauthorized, "the master launcher at " + where + " refused node " + std::to_string(o.node_rank) + ": " +
+                                          (line->rfind("refuse ", 0) == 0 ? line->substr(7) : *line));
+    }
+    if (clock::now() >= deadline)
+      throw error(errc::timeout, "the job did not start within " + std::to_string(o.join_timeout_s) + " s (other nodes missing?)");
+  }
+}
+
+void channel::start(int store_port) {
+  store_port_ = store_port;
+  broadcast("start " + std::to_string(store_port), nullptr);
+}
+
+void channel::broadcast(const std::string& line, const peer* except) {
+  for (auto& p : peers_)
+    if (&p != except && p.open) send_line(p.fd, line);
+}
+
+void channel::report_failure(const std::string& what) { broadcast(master_ ? "stop " + what : "fail " + what, nullptr); }
+
+void channel::mark_done() {
+  done_ = true;
+  if (master_) end_if_all_done();
+  else broadcast("done", nullptr);
+}
+
+void channel::end_if_all_done() {
+  if (!done_ || ended_ || !std::all_of(peers_.begin(), peers_.end(), [](const peer& p) { return p.done; })) return;
+  broadcast("end", nullptr);
+  ended_ = true;
+}
+
+std::optional<std::string> channel::failure(milliseconds timeout) {
+  std::vector<pollfd> fds;
+  for (auto& p : peers_) fds.push_back(pollfd{p.open ? p.fd : -1, POLLIN, 0});
+  if (::poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) <= 0) return std::nullopt;
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    auto& p = peers_[i];
+    if (!fds[i].revents || !p.open) continue;
+    const bool alive = read_some(p.buf, p.fd);
+    while (const auto line = take_line(p.buf))
+      if (auto f = on_line(p, *line)) return f;
+    if (!alive)
+      if (auto f = on_lost(p)) return f;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> channel::on_line(peer& p, const std::string& line) {
+  if (master_ && line.rfind("fail ", 0) == 0) {
+    broadcast("stop " + line.substr(5), &p);
+    return line.substr(5);
+  }
+  if (!master_ && line.rfind("stop ", 0) == 0) return line.substr(5);
+  if (master_ && line == "done") {
+    p.done = true;
+    end_if_all_done();
+  }
+  if (!master_ && line == "end") ended_ = true;
+  return std::nullopt;
+}
+
+std::optional<std::string> channel::on_lost(peer& p) {
+  p.close();
+  if (ended_ || p.done) return std::nullopt;
+  if (!master_) return "the master launcher (node 0 at " + p.host + ") was lost";
+  const std::string what = "the launcher of node " + std::to_string(p.node_rank) + " on host " + p.host + " was lost";
+  broadcast("stop " + what, &p);
+  return what;
+}
+
+}  // namespace troupe::launcher

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# A multi-host test bed on one Linux machine: N network namespaces ("hosts") joined by a bridge
+# that lives in a namespace of its own, so nothing is added to the caller's namespace.
+#
+#   netns_bed.sh up   PREFIX N     hosts PREFIX-h0..h{N-1} at 10.77.0.1..N/24 (eth0), bridge PREFIX-sw
+#   netns_bed.sh down PREFIX       deletes every namespace of the bed (and stops what runs in them)
+#   netns_bed.sh cut  PREFIX I     host I drops every packet on eth0, both directions (nftables)
+#   netns_bed.sh heal PREFIX I     undoes cut
+#   netns_bed.sh freeze PREFIX I   SIGSTOP to every process on host I; thaw sends SIGCONT
+#   netns_bed.sh exec PREFIX I CMD...   runs CMD on host I with its own hostname (PREFIX-hI)
+#   netns_bed.sh gc                deletes beds whose owner process (PREFIX = tmh<pid>...) is gone
+#
+# Every bed has its own bridge namespace, so parallel beds may use the same addresses. Exit
+# status 3 from `up` means namespaces cannot be created here (not root, no ip, no kernel support).
+set -u
+cmd=${1:-}
+prefix=${2:-}
+
+die() { echo "netns_bed: $*" >&2; exit 1; }
+
+valid_prefix() { [[ "$prefix" =~ ^[a-z][a-z0-9]{1,10}$ ]] || die "bad prefix '$prefix' (lower-case letters and digits, at most 11)"; }
+
+host_ns() { echo "${prefix}-h$1"; }
+
+down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}-(h[0-9]+|sw)$"); do
+    # Stop what still runs in the namespace, then delete it.
+    local pids
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  return 0
+}
+
+gc() {
+  local ns owner
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tmh[0-9]+[a-z0-9]*-(h[0-9]+|sw)$'); do
+    owner=$(echo "$ns" | sed -E 's/^tmh([0-9]+).*/\1/')
+    if [ ! -d "/proc/$owner" ]; then prefix=${ns%-*}; down; fi
+  done
+  return 0
+}
+
+up() {
+  local n=${1:-2} i
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "bad host count '$n'"
+  command -v ip >/dev/null || { echo "netns_bed: 'ip' (iproute2) is not installed" >&2; exit 3; }
+  ip netns add "${prefix}-sw" 2>/dev/null || { echo "netns_bed: cannot create network namespaces here (needs root and netns support)" >&2; exit 3; }
+  trap 'down' ERR
+  set -e
+  ip -n "${prefix}-sw" link add br0 type bridge
+  ip -n "${prefix}-sw" link set br0 up
+  for ((i = 0; i < n; ++i)); do
+    local ns
+    ns=$(host_ns "$i")
+    ip netns add "$ns"
+    ip link add eth0 netns "$ns" type veth peer name "p$i" netns "${prefix}-sw"
+    ip -n "$ns" addr add "10.77.0.$((i + 1))/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip -n "${prefix}-sw" link set "p$i" master br0
+    ip -n "${prefix}-sw" link set "p$i" up
+  done
+  set +e
+  trap - ERR
+  # Wait (bounded) until every veth has its carrier and every bridge port forwards.
+  for ((i = 0; i < 100; ++i)); do
+    local ready=1 j
+    for ((j = 0; j < n; ++j)); do
+      ip -n "$(host_ns "$j")" -br link show eth0 2>/dev/null | grep -q ' UP ' || ready=0
+    done
+    [ "$(bridge -n "${prefix}-sw" link show 2>/dev/null | grep -c 'state forwarding')" = "$n" ] || ready=0
+    [ "$ready" = 1 ] && return 0
+    sleep 0.05
+  done
+  down
+  die "the bridge did not come up within 5 s"
+}
+
+cut() {
+  local ns
+  ns=$(host_ns "$1")
+  command -v nft >/dev/null || die "'nft' (nftables) is not installed"
+  ip netns exec "$ns" nft -f - <<EOF || die "cannot install the cut on $ns"
+table inet troupe_cut {
+  chain in { type filter hook input priority -100; policy accept; iifname "eth0" drop; }
+  chain out { type filter hook output priority -100; policy accept; oifname "eth0" drop; }
+}
+EOF
+}
+
+heal() {
+  ip netns exec "$(host_ns "$1")" nft delete table inet troupe_cut 2>/dev/null
+  return 0
+}
+
+signal_host() {
+  local pids
+  pids=$(ip netns pids "$(host_ns "$1")" 2>/dev/null)
+  [ -z "$pids" ] || kill "-$2" $pids
+}
+
+case "$cmd" in
+  up) valid_prefix; gc; up "${3:-2}" ;;
+  down) valid_prefix; down ;;
+  cut) valid_prefix; cut "${3:?host index}" ;;
+  heal) valid_prefix; heal "${3:?host index}" ;;
+  freeze) valid_prefix; signal_host "${3:?host index}" STOP ;;
+  thaw) valid_prefix; signal_host "${3:?host index}" CONT ;;
+  exec)
+    valid_prefix
+    i=${3:?host index}
+    shift 3
+    exec ip netns exec "$(host_ns "$i")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "${prefix}-h$i" "$@" ;;
+  gc) gc ;;
+  *) die "usage: netns_bed.sh up|down|cut|heal|freeze|thaw|exec|gc PREFIX ..." ;;
+esac
