@@ -35,10 +35,10 @@ inline std::vector<std::string> launcher_argv(const netns_bed& bed, int h, int n
 
 /// Runs `program` as a job of 2 hosts x 2 ranks; waits (bounded by `bound`) for both launchers.
 inline job_result run_two_host_job(netns_bed& bed, const std::vector<std::string>& program,
-                                   std::chrono::seconds bound = std::chrono::seconds(60)) {
+                                   std::chrono::seconds bound = std::chrono::seconds(60), const std::vector<std::string>& extra = {}) {
   std::vector<host_process> ps;
   for (int h = 0; h < 2; ++h)
-    ps.push_back(bed.start(h, launcher_argv(bed, h, 2, program, static_cast<int>(bound.count())), {"TROUPE_JOB_TOKEN=mh-job-token"}));
+    ps.push_back(bed.start(h, launcher_argv(bed, h, 2, program, static_cast<int>(bound.count()), extra), {"TROUPE_JOB_TOKEN=mh-job-token"}));
   job_result r;
   for (auto& p : ps) r.codes.push_back(p.wait(bound + std::chrono::seconds(10)));
   for (auto& p : ps) r.outputs.push_back(p.output());
