@@ -11,6 +11,12 @@
 #include "multihost/direct_ranks.hpp"
 #include "multihost/rank_env.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/autograd/variable.hpp"
+#include "troupe/dist_autograd/container.hpp"
+#include "troupe/tensors/factories.hpp"
+#include "troupe/tensors/generator.hpp"
+#include "troupe/tensors/linalg.hpp"
+#include "troupe/tensors/reduction.hpp"
 
 using namespace std::chrono_literals;
 using troupe::test::worker;
@@ -36,15 +42,18 @@ lost_report parse_lost(const std::string& out) {
   return r;
 }
 
-// Cuts or freezes host 1 while ranks 0 and 1 wait in an rpc to ranks 2 and 3; checks both callers.
-void survivors_see_peer_lost(troupe::test::netns_bed& bed, bool freeze) {
+// Cuts or freezes host 1 while ranks 0..callers-1 wait on ranks 2.. (rank r on rank r + 2) in the
+// rank program `tag`; checks that every caller saw peer_lost naming its callee within 2 s.
+void survivors_see_peer_lost(troupe::test::netns_bed& bed, bool freeze, const std::string& tag = "[.mh_hold_rank]", int callers = 2) {
   const auto marks = troupe::test::mark_dir(bed);
-  auto ranks = troupe::test::start_direct_ranks(bed, "[.mh_hold_rank]");
-  REQUIRE(troupe::test::await_marks(marks, {"held-2", "held-3"}, 60s));
+  auto ranks = troupe::test::start_direct_ranks(bed, tag);
+  std::vector<std::string> held;
+  for (int r = 0; r < callers; ++r) held.push_back("held-" + std::to_string(r + 2));
+  REQUIRE(troupe::test::await_marks(marks, held, 60s));
   const long long t_cut = troupe::test::wall_ms();
   if (freeze) bed.freeze(1);
   else bed.cut(1);
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < callers; ++r) {
     CHECK(ranks[static_cast<std::size_t>(r)].wait(20s) == 0);
     const auto out = ranks[static_cast<std::size_t>(r)].output();
     INFO("rank " << r << ":\n" << out);
@@ -79,6 +88,12 @@ TEST_CASE("a host frozen during an rpc fails the callers with peer_lost within 2
   troupe::test::netns_bed bed(2);
   troupe::test::require_bed(bed);
   survivors_see_peer_lost(bed, true);
+}
+
+TEST_CASE("a host cut off during a distributed backward fails the backward with peer_lost within 2 s", "[multihost][partition]") {
+  troupe::test::netns_bed bed(2);
+  troupe::test::require_bed(bed);
+  survivors_see_peer_lost(bed, false, "[.mh_backward_rank]", 1);
 }
 
 TEST_CASE("a cut of 200 ms loses nothing: the calls in flight and the later ones complete", "[multihost][partition]") {
@@ -160,4 +175,51 @@ TEST_CASE("multihost blip rank", "[.mh_blip_rank]") {
     for (auto& [k, f] : window) REQUIRE(f.get() == k + 1);
   }
   troupe::test::finish_rank(n);
+}
+
+// worker2 computes y = x @ w for worker0; the backward of y on worker2 marks held-2 and blocks
+// (up to 15 s) in a gradient hook. worker0 runs the distributed backward and prints LOST when it
+// fails.
+TEST_CASE("multihost backward rank", "[.mh_backward_rank]") {
+  const std::string marks = troupe::test::rank_marks();
+  troupe::node n(troupe::test::rank_options());
+  const int rank = n.info().rank;
+  {
+    troupe::dist_autograd::container dist(n);
+    troupe::generator g(3);
+    troupe::tensor w = troupe::randn({3, 3}, g);
+    troupe::set_requires_grad(w);
+    std::promise<void> never;
+    auto released = never.get_future().share();
+    n.functions().add("fwd", [w, marks, released](troupe::tensor x) {
+      troupe::tensor y = troupe::matmul(x, w);
+      troupe::register_hook(y, [marks, released](const troupe::tensor& grad) {
+        troupe::test::set_mark(marks, "held-2");
+        released.wait_for(15s);  // bounded: this host is cut off meanwhile
+        return grad;
+      });
+      return y;
+    });
+    n.store().barrier("up", rank, 4, 30s);
+    if (rank == 0) {
+      troupe::tensor x = troupe::randn({2, 3}, g);
+      troupe::set_requires_grad(x);
+      troupe::dist_autograd::context ctx(dist);
+      try {
+        const auto y = troupe::rpc_sync<troupe::tensor>(n, worker(2), "fwd", x);
+        dist.backward(ctx.id(), {troupe::sum(y)});
+        std::printf("NOT LOST\n");
+      } catch (const troupe::error& e) {
+        std::printf("LOST %lld %d %s\n", troupe::test::wall_ms(), static_cast<int>(e.code()), e.message().c_str());
+      }
+      std::fflush(stdout);
+    } else if (rank == 2) {
+      try {
+        n.store().get("never set", 30s);  // fails once host 0 is gone
+      } catch (const troupe::error&) {
+      }
+    }
+  }
+  if (rank != 0 && rank != 2) return;  // ranks 1 and 3 take no part; they end with their node
+  n.shutdown(troupe::shutdown_mode::immediate);
 }
