@@ -102,3 +102,38 @@ TEST_CASE("launcher rank: join from the environment and call the next rank", "[.
   CHECK(answer == std::to_string(next) + " answered " + std::to_string(me.rank));
   n.shutdown(troupe::shutdown_mode::graceful, 20s);
 }
+
+TEST_CASE("the launcher takes torchrun's spellings: underscores, --flag=value, --standalone, no --", "[actors][launcher]") {
+  const auto r = launch("--standalone --nproc_per_node=2 --max_restarts=0 /bin/sh -c "
+                        "'test \"$WORLD_SIZE\" = 2 && test \"$MASTER_ADDR\" = 127.0.0.1 && test \"$MASTER_PORT\" -gt 0 "
+                        "&& test \"$TROUPE_LISTEN_ADDR\" = 127.0.0.1 && echo spelled$RANK'");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK_THAT(r.output, Catch::Contains("spelled0") && Catch::Contains("spelled1"));
+  const auto endpoint = launch("--nproc-per-node 1 --rdzv-endpoint=127.0.0.1:0 --rdzv_backend c10d --rdzv-id job7 -- /bin/sh -c "
+                               "'test \"$MASTER_ADDR\" = 127.0.0.1 && echo endpoint-ok'");
+  INFO(endpoint.output);
+  CHECK(endpoint.code == 0);
+  CHECK_THAT(endpoint.output, Catch::Contains("endpoint-ok"));
+}
+
+TEST_CASE("a single-node job draws its own job token, a given one is passed on", "[actors][launcher]") {
+  const auto a = launch("--nproc-per-node 1 -- /bin/sh -c 'echo token=$TROUPE_JOB_TOKEN'");
+  const auto b = launch("--nproc-per-node 1 -- /bin/sh -c 'echo token=$TROUPE_JOB_TOKEN'");
+  CHECK(a.code == 0);
+  CHECK(a.output != b.output);
+  const auto given = launch("--nproc-per-node 1 --job-token=given-token -- /bin/sh -c 'echo token=$TROUPE_JOB_TOKEN'");
+  CHECK_THAT(given.output, Catch::Contains("token=given-token"));
+}
+
+TEST_CASE("the launcher refuses torchrun forms it does not support with exit code 2", "[actors][launcher]") {
+  const auto elastic = launch("--nnodes 1:4 --nproc-per-node 1 /bin/true");
+  CHECK(elastic.code == 2);
+  CHECK_THAT(elastic.output, Catch::Contains("elastic node counts are not supported"));
+  const auto no_token = launch("--nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --master-port 29400 /bin/true");
+  CHECK(no_token.code == 2);
+  CHECK_THAT(no_token.output, Catch::Contains("needs one job token on every node"));
+  const auto bad_endpoint = launch("--rdzv-endpoint nohostport /bin/true");
+  CHECK(bad_endpoint.code == 2);
+  CHECK_THAT(bad_endpoint.output, Catch::Contains("--rdzv-endpoint needs host:port"));
+}
