@@ -1,0 +1,206 @@
+// multihost_bench: figures between two namespace hosts of the multi-host test bed
+// (tools/netns_bed.sh; needs root): raw TCP ping-pong and stream (the limits), rpc_sync round
+// trip, 64 MB echo, TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, and the time from a
+// cut to peer_lost. The orchestrator (no --role) makes the bed, runs each role on its host
+// (this binary again) and reports what they measured. Without namespaces it prints why and
+// exits 0.
+#include <fcntl.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "bench_util.hpp"
+#include "multihost_orchestrator.hpp"
+#include "multihost_roles.hpp"
+#include "troupe/actors/host_address.hpp"
+#include "troupe/actors/node.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/ddp/process_group.hpp"
+#include "troupe/tensors/factories.hpp"
+
+namespace tb = troupe::bench;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* const port_env = "29600";
+
+troupe::node_options role_options() {
+  auto o = troupe::node_options::from_env();
+  o.default_timeout = 60s;
+  o.join_timeout = 30s;
+  return o;
+}
+
+// Rank 0 (host 0) calls rank 1 (host 1): small rpc_sync round trips and 64 MB echoes.
+int role_rpc(bool quick) {
+  troupe::rpc::registry reg;
+  reg.add("noop", [](int x) { return x; });
+  reg.add("echo", [](troupe::tensor t) { return t; });
+  troupe::node n(role_options(), reg);
+  const int me = n.info().rank;
+  n.store().barrier("up", me, 2, 30s);
+  if (me == 0) {
+    const int iters = quick ? 300 : 5000;
+    const auto rtt = tb::summarize(tb::time_runs(iters / 10, iters, [&] { troupe::rpc_sync<int>(n, "worker1", "noop", 1); }));
+    tb::mh::emit("mh_rpc_sync_small_rtt_median_us", rtt.median * 1e6, "us", "\"iters\": " + std::to_string(iters));
+    const auto big = troupe::zeros({16 << 20});  // 64 MB of float32
+    const int reps = quick ? 2 : 10;
+    const auto echo = tb::summarize(tb::time_runs(1, reps, [&] {
+      if (troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", big).numel() != big.numel()) throw std::runtime_error("bad echo");
+    }));
+    tb::mh::emit("mh_tensor_echo_64mb_gbps", 64.0 * (1 << 20) / echo.median / 1e9, "GB/s", "\"iters\": " + std::to_string(reps));
+  }
+  n.store().barrier("done", me, 2, 120s);
+  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  return 0;
+}
+
+// Every rank: allreduce of 100 MB over the TCP process group; rank 0 reports busbw.
+int role_allreduce(bool quick) {
+  const auto o = role_options();
+  troupe::node n(o);
+  const int me = n.info().rank, world = n.info().world_size;
+  {
+    troupe::ddp::process_group_options po;
+    po.tcp_address = troupe::advertised_address(o.listen_addr, o.master_addr);
+    po.transport = troupe::ddp::transport_kind::tcp;
+    troupe::ddp::process_group pg(n.store(), me, world, "mh-bench", po);
+    const std::int64_t elems = (quick ? 10 : 100) * (1 << 20) / 4;
+    auto t = troupe::ones({elems});
+    const int reps = quick ? 1 : 5;
+    const auto s = tb::summarize(tb::time_runs(1, reps, [&] { pg.allreduce(t).wait(120s); }));
+    const double bytes = static_cast<double>(elems) * 4;
+    const double busbw = bytes * 2.0 * (world - 1) / world / s.median / 1e9;
+    if (me == 0)
+      tb::mh::emit(world == 2 ? "mh_allreduce_busbw_100mb_2h_gbps" : "mh_allreduce_busbw_100mb_2h2r_gbps", busbw, "GB/s",
+                   "\"bytes\": " + std::to_string(static_cast<long long>(bytes)) + ", \"ranks\": " + std::to_string(world) +
+                       ", \"algorithm\": \"tcp ring\"");
+  }
+  n.store().barrier("done", me, world, 120s);
+  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+  return 0;
+}
+
+// Rank 1 (host 1) holds a call of rank 0 and creates <marks>/held; the orchestrator cuts host 1
+// and writes the cut's time (wall ms) into <marks>/cut; rank 0 reports the time to peer_lost.
+int role_cut(const std::string& marks) {
+  troupe::rpc::registry reg;
+  std::promise<void> never;
+  auto released = never.get_future().share();
+  reg.add("hold", [marks, released](int) {
+    std::ofstream(marks + "/held") << "1";
+    released.wait_for(20s);
+    return 1;
+  });
+  troupe::node n(role_options(), reg);
+  const int me = n.info().rank;
+  n.store().barrier("up", me, 2, 30s);
+  if (me == 0) {
+    try {
+      troupe::rpc_sync<int>(n, "worker1", "hold", 0, 30s);
+      std::fprintf(stderr, "cut: the call was not lost\n");
+    } catch (const troupe::error& e) {
+      const auto lost = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      long long cut = 0;
+      for (int i = 0; i < 500 && !(std::ifstream(marks + "/cut") >> cut); ++i) std::this_thread::sleep_for(10ms);
+      if (cut > 0 && e.code() == troupe::errc::peer_lost) tb::mh::emit("mh_cut_to_peer_lost_ms", static_cast<double>(lost - cut), "ms");
+      else std::fprintf(stderr, "cut: no figure (cut at %lld): %s\n", cut, e.what());
+    }
+  } else {
+    try {
+      n.store().get("never set", 40s);  // serves until host 0 is gone
+    } catch (const troupe::error&) {
+    }
+  }
+  n.shutdown(troupe::shutdown_mode::immediate);
+  return 0;
+}
+
+// Runs the ranks of one role: `hosts[i]` is the host of rank i; reports rank 0's figures.
+bool run_role(tb::mh::bench_bed& bed, tb::report& rep, const std::string& self, const std::string& role, bool quick,
+              const std::vector<int>& hosts, int port, const std::vector<std::string>& extra = {}) {
+  std::vector<tb::mh::host_run> runs;
+  const int world = static_cast<int>(hosts.size());
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> argv{self, "--role", role};
+    if (quick) argv.push_back("--quick");
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    runs.push_back(bed.start(hosts[static_cast<std::size_t>(r)], argv, tb::mh::rank_env(r, world, port)));
+  }
+  bool ok = true;
+  for (auto& r : runs) ok = r.wait(quick ? 120s : 300s) && ok;
+  if (!tb::mh::collect(rep, runs.front().output()) || !ok)
+    std::fprintf(stderr, "multihost_bench: role %s did not report (output of rank 0):\n%s\n", role.c_str(), runs.front().output().c_str());
+  return ok;
+}
+
+// The time from a cut of host 1 to peer_lost at the caller on host 0.
+void run_cut(tb::mh::bench_bed& bed, tb::report& rep, const std::string& self, int port) {
+  const std::string marks = bed.marks();
+  std::vector<tb::mh::host_run> runs;
+  for (int r = 0; r < 2; ++r) runs.push_back(bed.start(r, {self, "--role", "cut", marks}, tb::mh::rank_env(r, 2, port)));
+  struct stat st{};
+  for (int i = 0; i < 6000 && ::stat((marks + "/held").c_str(), &st) != 0; ++i) std::this_thread::sleep_for(10ms);
+  bed.cut(1);
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ofstream(marks + "/cut") << now;
+  if (!runs.front().wait(60s)) std::fprintf(stderr, "multihost_bench: the caller did not end within 60 s\n");
+  bed.heal(1);
+  if (!tb::mh::collect(rep, runs.front().output()))
+    std::fprintf(stderr, "multihost_bench: the cut did not report:\n%s\n", runs.front().output().c_str());
+  std::system(("rm -rf " + marks).c_str());
+}
+
+int multihost_orchestrate(bool quick, const std::string& self) {
+  tb::mh::bench_bed bed;
+  if (!bed.up()) {
+    std::printf("multihost_bench: skipped: network namespaces cannot be created here (needs root, iproute2, nftables)\n");
+    return 0;
+  }
+  tb::report rep("multihost");
+  {
+    auto server = bed.start(1, {self, "--role", "tcp-server"}, {});
+    std::vector<std::string> client{self, "--role", "tcp-client"};
+    if (quick) client.push_back("--quick");
+    auto c = bed.start(0, client, {});
+    c.wait(120s);
+    server.wait(10s);
+    tb::mh::collect(rep, c.output());
+  }
+  run_role(bed, rep, self, "rpc", quick, {0, 1}, 29610);
+  run_role(bed, rep, self, "allreduce", quick, {0, 1}, 29620);
+  run_role(bed, rep, self, "allreduce", quick, {0, 0, 1, 1}, 29630);
+  run_cut(bed, rep, self, 29640);
+  rep.print_table();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = tb::quick_mode(argc, argv);
+  std::string role;
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--role" && i + 1 < argc) role = argv[++i];
+    else if (std::string(argv[i]) != "--quick") rest.emplace_back(argv[i]);
+  }
+  try {
+    if (role == "tcp-server") return tb::mh::tcp_server(std::stoi(port_env) + 1);
+    if (role == "tcp-client")
+      return tb::mh::tcp_client("10.77.0.2", std::stoi(port_env) + 1, quick ? 2000 : 20000, (quick ? 256ull : 2048ull) << 20);
+    if (role == "rpc") return role_rpc(quick);
+    if (role == "allreduce") return role_allreduce(quick);
+    if (role == "cut") return role_cut(rest.at(0));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "multihost_bench --role %s: %s\n", role.c_str(), e.what());
+    return 1;
+  }
+  char buf[4096];
+  const auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return multihost_orchestrate(quick, std::string(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 0))));
+}
