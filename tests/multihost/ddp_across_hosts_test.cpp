@@ -30,6 +30,8 @@ TEST_CASE("multihost ddp rank: train and compare", "[.mh_ddp_rank]") {
     po.tcp_address = advertised_address(o.listen_addr, o.master_addr);  // this host's address
     po.timeout = 30s;
     ddp::process_group pg(n.store(), me, 4, "mh-ddp", po);
+    // The hosts published different identities, so the group moves its bytes over TCP.
+    CHECK(n.store().get("troupe/pg/mh-ddp/host/0", 10s) != n.store().get("troupe/pg/mh-ddp/host/2", 10s));
     auto model = test::make_mlp(static_cast<std::uint64_t>(me + 1));  // rank 0's init must win
     ddp::ddp_options opts;
     opts.bucket_cap_mb = 0.0005;  // several buckets
