@@ -1,6 +1,11 @@
 // troupe-run across namespace hosts (Note [launcher], Note [launcher channel]): torchrun's
 // spellings, one job token, the addresses each rank gets, and a failure on one host relayed to
 // every launcher.
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include "multihost/two_host_job.hpp"
@@ -50,4 +55,30 @@ TEST_CASE("a node with another job token is refused and the master names the nod
   INFO(master.output() << other.output());
   CHECK_THAT(other.output(), Catch::Contains("refused node 1: the job token differs"));
   CHECK_THAT(master.output(), Catch::Contains("only 1 of 2 nodes joined") && Catch::Contains("missing node ranks 1"));
+}
+
+TEST_CASE("a host whose launcher dies is named by the other launchers, which stop their ranks", "[multihost][launcher]") {
+  netns_bed bed(2);
+  troupe::test::require_bed(bed);
+  // Every rank marks that it runs, then sleeps; host 1's launcher is killed once all four run.
+  const std::string marks = "/tmp/" + bed.prefix() + "-up";
+  const std::vector<std::string> prog{"/bin/sh", "-c", "touch " + marks + "$RANK; exec sleep 60"};
+  std::vector<troupe::test::host_process> ps;
+  for (int h = 0; h < 2; ++h)
+    ps.push_back(bed.start(h, troupe::test::launcher_argv(bed, h, 2, prog, 60), {"TROUPE_JOB_TOKEN=mh-job-token"}));
+  const auto end = std::chrono::steady_clock::now() + 40s;
+  auto all_up = [&] {
+    for (int r = 0; r < 4; ++r)
+      if (::access((marks + std::to_string(r)).c_str(), F_OK) != 0) return false;
+    return true;
+  };
+  while (!all_up() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(10ms);  // polling files
+  REQUIRE(all_up());
+  const auto t0 = std::chrono::steady_clock::now();
+  ps[1].signal(SIGKILL);
+  CHECK(ps[0].wait(20s) == 1);
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  INFO(ps[0].output());
+  CHECK_THAT(ps[0].output(), Catch::Contains("job failed: the launcher of node 1 on host " + bed.host_name(1) + " was lost"));
+  for (int r = 0; r < 4; ++r) std::remove((marks + std::to_string(r)).c_str());
 }

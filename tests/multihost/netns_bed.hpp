@@ -61,6 +61,10 @@ class host_process {
     }
     return code_;
   }
+  /// Sends `sig` if it still runs.
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   /// What it printed so far.
   std::string output() const {
     std::ifstream in(out_);
