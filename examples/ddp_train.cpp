@@ -65,25 +65,40 @@ struct options {
   std::uint64_t seed = 1;
 };
 
+// The number in `text`, or bad_argument naming the flag.
+double number(const std::string& flag, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw error(errc::bad_argument, flag + " needs a number, got '" + text + "'");
+  return v;
+}
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    auto value = [&] {
+      if (i + 1 >= argc) throw error(errc::bad_argument, "missing value after " + a);
+      return std::string(argv[++i]);
+    };
     if (a == "--help" || a == "-h") {
       std::fputs(usage, stdout);
       std::exit(0);
     }
-    if (i + 1 >= argc) throw error(errc::bad_argument, "unknown option or missing value: '" + a + "'");
-    const std::string v = argv[++i];
-    if (a == "--world-size") o.world_size = std::stoi(v);
-    else if (a == "--steps") o.steps = std::stoi(v);
-    else if (a == "--batch") o.batch = std::stoi(v);
-    else if (a == "--lr") o.lr = std::stod(v);
-    else if (a == "--eval-every") o.eval_every = std::stoi(v);
-    else if (a == "--target-accuracy") o.target = std::stod(v);
-    else if (a == "--out") o.out = v;
-    else if (a == "--seed") o.seed = std::stoull(v);
-    else throw error(errc::bad_argument, "unknown option '" + a + "'");
+    if (a == "--world-size") o.world_size = static_cast<int>(number(a, value()));
+    else if (a == "--steps") o.steps = static_cast<int>(number(a, value()));
+    else if (a == "--batch") o.batch = static_cast<int>(number(a, value()));
+    else if (a == "--lr") o.lr = number(a, value());
+    else if (a == "--eval-every") o.eval_every = static_cast<int>(number(a, value()));
+    else if (a == "--target-accuracy") o.target = number(a, value());
+    else if (a == "--out") o.out = value();
+    else if (a == "--seed") o.seed = static_cast<std::uint64_t>(number(a, value()));
+    else throw error(errc::bad_argument, "unknown option " + a);
   }
   if (o.world_size < 1 || o.world_size > 16 || o.steps < 1 || o.batch < 1 || !(o.lr > 0) || o.eval_every < 1 ||
       !(o.target >= 0 && o.target <= 1))
@@ -173,6 +188,11 @@ class reporter {
   /// Prints the progress line: the mean training loss since the last one, the held-out figures.
   void eval(int step, const evaluation& e) {
     curve_.add_eval(step, e.loss, e.accuracy);
+    if (step == 0) {
+      std::printf("before training: held-out loss %.4f  accuracy %5.1f%%\n", e.loss, 100 * e.accuracy);
+      std::fflush(stdout);
+      return;
+    }
     const double rate = step / std::max(elapsed(), 1e-9);
     std::printf("step %5d/%d  train loss %.4f  held-out loss %.4f  accuracy %5.1f%%  %5.0f steps/s  %4.1f s left\n",
                 step, o_.steps, loss_sum_ / std::max(losses_, 1), e.loss, 100 * e.accuracy, rate,
@@ -209,8 +229,9 @@ class reporter {
   int losses_ = 0;
 };
 
-/// One rank's training loop. Rank 0 evaluates, reports and checks the target accuracy.
-void train(node& n, const options& o) {
+/// One rank's training loop. Rank 0 evaluates, reports and returns the final held-out accuracy;
+/// the other ranks return 1.
+double train(node& n, const options& o) {
   const int rank = n.info().rank, world = n.info().world_size;
   generator data_gen(o.seed);  // the same data on every rank; each trains on its own shard
   const dataset train_set = spirals(6000, data_gen), held_out = spirals(3000, data_gen);
@@ -220,6 +241,7 @@ void train(node& n, const options& o) {
   optim::adam opt(model.parameters(), {.lr = o.lr});
   shard_sampler sampler(train_set, rank, world, o.batch, o.seed);
   reporter report(o);
+  if (rank == 0) report.eval(0, evaluate(model.module(), held_out));  // chance level: about 33%
   for (int step = 1; step <= o.steps; ++step) {
     const dataset batch = sampler.next();
     opt.zero_grad();
@@ -230,12 +252,19 @@ void train(node& n, const options& o) {
     report.step(step, loss.item());
     if (step % o.eval_every == 0 || step == o.steps) report.eval(step, evaluate(model.module(), held_out));
   }
-  if (rank != 0) return;
+  if (rank != 0) return 1.0;
   const evaluation final_eval = evaluate(model.module(), held_out);
   report.finish(world, final_eval, model.module());
-  if (final_eval.accuracy < o.target)
-    throw error(errc::invalid_state, "held-out accuracy " + std::to_string(final_eval.accuracy) +
-                                         " is below the target " + std::to_string(o.target));
+  return final_eval.accuracy;
+}
+
+/// Trains, leaves the job gracefully (every rank), then fails when the accuracy missed the target.
+void train_and_check(node& n, const options& o) {
+  const double accuracy = train(n, o);
+  n.shutdown(shutdown_mode::graceful);
+  if (accuracy < o.target)
+    throw error(errc::invalid_state, "held-out accuracy " + std::to_string(accuracy) + " is below the target " +
+                                         std::to_string(o.target));
 }
 
 /// Hands rank 0's ephemeral store port to the other ranks (made before the fork).
@@ -280,8 +309,7 @@ void run_rank(int rank, const options& o, const std::string& token, port_pipe& p
   if (rank != 0) no.master_port = pipe.read();
   node n(no);
   if (rank == 0) pipe.publish(n.port(), o.world_size - 1);
-  train(n, o);
-  n.shutdown(shutdown_mode::graceful);
+  train_and_check(n, o);
 }
 
 }  // namespace
@@ -290,15 +318,14 @@ int main(int argc, char** argv) {
   options o;
   try {
     o = parse(argc, argv);
-  } catch (const std::exception& e) {  // troupe::error, or std::stoi on a malformed number
+  } catch (const error& e) {
     std::fprintf(stderr, "ddp_train: %s\n%s", e.what(), usage);
     return 2;
   }
   try {
     if (std::getenv("WORLD_SIZE") != nullptr) {  // started by troupe-run: this process is one rank
       node n(node_options::from_env());
-      train(n, o);
-      n.shutdown(shutdown_mode::graceful);
+      train_and_check(n, o);
       return 0;
     }
     std::printf("ddp_train: %d ranks, batch %d per rank, %d steps, Adam lr %g, target held-out accuracy %.0f%%\n",

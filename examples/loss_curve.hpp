@@ -3,6 +3,7 @@
 // plot that any browser opens: the training loss per step, the held-out loss and the held-out
 // accuracy at each evaluation. Header-only, standard library only.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -19,17 +20,25 @@ class loss_curve {
   void add_step(int step, double train_loss) { steps_.push_back({step, train_loss}); }
   void add_eval(int step, double loss, double accuracy) { evals_.push_back({step, loss, accuracy}); }
 
-  /// Writes "step,train_loss,heldout_loss,heldout_accuracy"; the held-out columns are empty on
-  /// steps without an evaluation. Throws troupe::error (io_error) when the file cannot be written.
+  /// Writes "step,train_loss,heldout_loss,heldout_accuracy", one row per step or evaluation, in
+  /// step order; a column without a value is empty. Throws troupe::error (io_error) when the
+  /// file cannot be written.
   void write_csv(const std::string& path) const {
     std::ofstream out(path);
     out << "step,train_loss,heldout_loss,heldout_accuracy\n";
-    std::size_t e = 0;
-    for (const auto& s : steps_) {
-      while (e < evals_.size() && evals_[e].step < s.step) ++e;
-      out << s.step << ',' << s.loss << ',';
-      if (e < evals_.size() && evals_[e].step == s.step) out << evals_[e].loss << ',' << evals_[e].accuracy;
-      else out << ',';
+    std::size_t s = 0, e = 0;
+    while (s < steps_.size() || e < evals_.size()) {
+      const int step =
+          std::min(s < steps_.size() ? steps_[s].step : INT_MAX, e < evals_.size() ? evals_[e].step : INT_MAX);
+      out << step << ',';
+      if (s < steps_.size() && steps_[s].step == step) out << steps_[s++].loss;
+      out << ',';
+      if (e < evals_.size() && evals_[e].step == step) {
+        out << evals_[e].loss << ',' << evals_[e].accuracy;
+        ++e;
+      } else {
+        out << ',';
+      }
       out << '\n';
     }
     if (!out) throw troupe::error(troupe::errc::io_error, "cannot write " + path);

@@ -1,5 +1,6 @@
 # Installs the build tree into a fresh prefix, builds tests/package/consumer against it and runs
-# the consumer. Run with cmake -P; fails (non-zero exit) naming the step that failed.
+# the consumer on 2 ranks with the installed troupe-run. Run with cmake -P; fails (non-zero exit)
+# naming the step that failed.
 #   -DBUILD_DIR=  the configured, built Troupe tree     -DCONSUMER_DIR=  the consumer's sources
 #   -DWORK_DIR=   scratch (emptied first)               -DGENERATOR=, -DCXX_COMPILER=, -DLAUNCHER=
 #   -DCXX_FLAGS=, -DLINKER_FLAGS=  flags the libraries need (sanitizers)
@@ -29,8 +30,10 @@ run_step("configuring the consumer" ${CMAKE_COMMAND} -S "${CONSUMER_DIR}" -B "${
   "-DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER}" "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
   "-DCMAKE_EXE_LINKER_FLAGS=${LINKER_FLAGS}")
 run_step("building the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
-run_step("running the consumer" "${WORK_DIR}/build/troupe_consumer")
-if(NOT step_output MATCHES "consumer ok")
-  message(FATAL_ERROR "install_and_consume: the consumer printed no 'consumer ok':\n${step_output}")
+# The consumer is the README's program: two ranks under the installed launcher.
+run_step("running the consumer on 2 ranks" "${prefix}/bin/troupe-run" --nproc-per-node 2 --timeout-s 120 --
+  "${WORK_DIR}/build/troupe_consumer")
+if(NOT step_output MATCHES "step 200  loss")
+  message(FATAL_ERROR "install_and_consume: the consumer printed no 'step 200  loss' line:\n${step_output}")
 endif()
 message(STATUS "install_and_consume: ${step_output}")
