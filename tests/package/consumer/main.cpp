@@ -16,7 +16,7 @@ int main() {
     ddp::distributed_data_parallel model(std::make_shared<nn::linear>(4, 1, gen), group);
     optim::sgd opt(model.parameters(), {.lr = 0.1});
     for (int step = 1; step <= 200; ++step) {
-      const tensor x = randn({16, 4}, gen), y = x.sum({1}, true);
+      const tensor x = randn({16, 4}, gen), y = x.sum({1}, true);  // learn y = x0 + x1 + x2 + x3
       opt.zero_grad();
       const tensor loss = nn::mse_loss(model(x), y);
       backward(loss);  // the gradients are averaged over the ranks here
