@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -50,13 +51,29 @@ struct launch_options {
   std::vector<std::string> command;
 };
 
+constexpr const char* usage_text =
+    "usage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A]\n"
+    "                  [--master-port P] [--job-token T] [--max-restarts R] [--timeout-s S] -- prog args...\n"
+    "Starts N ranks of prog on this host, like torchrun; each gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
+    "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN and TROUPE_RESTART_COUNT.\n"
+    "  --nproc-per-node N   ranks on this host (default 1)\n"
+    "  --nnodes M           hosts in the job (default 1)\n"
+    "  --node-rank K        this host's index, 0 to M-1 (default 0)\n"
+    "  --master-addr A      address of rank 0, the store host (default 127.0.0.1)\n"
+    "  --master-port P      port of rank 0; 0 picks a free one, one host only (default 0)\n"
+    "  --job-token T        shared secret of the job (default: TROUPE_JOB_TOKEN, else random)\n"
+    "  --max-restarts R     start every rank again after a failure, up to R times (default 0)\n"
+    "  --timeout-s S        stop every rank after S seconds and exit 124; 0 means none (default 0)\n"
+    "  --help               this text\n"
+    "The first rank that fails stops the others and is named; the launcher then exits 1.\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "troupe-run: %s\nusage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A]\n"
-               "                  [--master-port P] [--job-token T] [--max-restarts R] [--timeout-s S] -- prog args...\n",
-               why.c_str());
+  std::fprintf(stderr, "troupe-run: %s\n%s", why.c_str(), usage_text);
   std::exit(2);
 }
+
+const std::vector<std::string> known_flags = {"--nproc-per-node", "--nnodes",   "--node-rank",    "--master-addr",
+                                              "--master-port",    "--job-token", "--max-restarts", "--timeout-s"};
 
 int parse_int(const std::string& flag, const std::string& text, int min) {
   std::size_t used = 0;
@@ -76,6 +93,12 @@ launch_options parse(int argc, char** argv) {
   for (; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--") break;
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    }
+    if (std::find(known_flags.begin(), known_flags.end(), a) == known_flags.end())
+      usage("unknown option " + a);
     if (i + 1 >= argc) usage("missing value after " + a);
     const std::string v = argv[++i];
     if (a == "--nproc-per-node") o.nproc = parse_int(a, v, 1);
