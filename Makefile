@@ -3,10 +3,12 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catch2 libopenblas-dev iproute2 nftables
+# ccache, when installed, makes rebuilds and fresh build folders cheap; nothing requires it.
+LAUNCHER := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catch2 libopenblas-dev python3 iproute2 nftables
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-asan demo bench gpu-check clean
+.PHONY: all deps configure build test test-asan demo bench chaos gpu-check clean
 
 all: build
 
@@ -23,7 +25,7 @@ deps:
 	$(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends $$missing
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_FLAGS)
 
 configure: deps $(BUILD)/build.ninja
 
@@ -39,6 +41,17 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-caf.supp UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds (random fork trees under random
+# fault plans), then every fault-plan test of the fault and dist_autograd suites CHAOS_REPEAT times.
+CHAOS_SEEDS ?= 10000
+CHAOS_REPEAT ?= 20
+chaos: build
+	TROUPE_CHAOS_SEEDS=$(CHAOS_SEEDS) $(BUILD)/tests/troupe_fault_tests "[chaos][slow]" --durations yes
+	@set -e; for i in $$(seq $(CHAOS_REPEAT)); do \
+	  $(BUILD)/tests/troupe_fault_tests "[fault]~[slow]" >/dev/null || { echo "chaos: fault suite failed in repeat $$i"; exit 1; }; \
+	  $(BUILD)/tests/troupe_dist_autograd_tests "[fault]" >/dev/null || { echo "chaos: dist_autograd fault tests failed in repeat $$i"; exit 1; }; \
+	done; echo "chaos: $(CHAOS_REPEAT) repeats of the fault suites passed"
 
 demo: build
 	./tools/demo.sh $(BUILD)

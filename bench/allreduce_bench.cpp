@@ -172,6 +172,11 @@ double tcp_stream_seconds(std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "allreduce_bench",
+                 "CPU allreduce of the shared-memory and TCP process groups (busbw against memcpy).",
+                 {{"--tcp-only", "", "skip the shared-memory runs"},
+                  {"--slot-kb", "N", "the pipeline chunk per rank, in KiB"},
+                  {"--tcp-chunk-kb", "N", "the TCP ring's chunk, in KiB"}});
   const bool quick = tb::quick_mode(argc, argv);
   std::size_t slot_bytes = std::size_t{4} << 20;  // --slot-kb N: the pipeline chunk per rank
   std::size_t tcp_chunk = std::size_t{1} << 20;  // --tcp-chunk-kb N: the TCP ring's chunk

@@ -79,6 +79,8 @@ std::vector<float> reference_forward(const nn::sequential& mlp, const tensor& x)
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench::check_args(argc, argv, "autograd_bench",
+                    "One MLP training step through the autograd engine against the same GEMMs through CBLAS.");
   const bool quick = bench::quick_mode(argc, argv);
   const int warmup = quick ? 2 : 5, iters = quick ? 10 : 60;
   generator gen(0);

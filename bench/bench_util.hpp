@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -51,6 +52,45 @@ inline std::vector<double> time_runs(int warmup, int iters, const std::function<
     out.push_back(seconds_since(t0));
   }
   return out;
+}
+
+/// A command-line flag of a benchmark: its name, the value it takes ("" for a switch), what it does.
+struct flag {
+  const char* name;
+  const char* value;
+  const char* help;
+};
+
+/// Checks argv before a benchmark starts. `--quick` and `--help` are always known: --help prints
+/// the usage to stdout and exits 0; an unknown flag or a missing value prints why and the usage
+/// to stderr and exits 2.
+inline void check_args(int argc, char** argv, const char* name, const char* what, std::vector<flag> flags = {}) {
+  flags.insert(flags.begin(), {{"--quick", "", "a few-second smoke run (the figures mean nothing)"},
+                               {"--help", "", "this text"}});
+  auto usage = [&](std::FILE* to) {
+    std::fprintf(to, "usage: %s [options]\n%s\n", name, what);
+    for (const auto& f : flags) {
+      const std::string head = std::string(f.name) + (*f.value ? std::string(" ") + f.value : "");
+      std::fprintf(to, "  %-22s %s\n", head.c_str(), f.help);
+    }
+  };
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      std::exit(0);
+    }
+    const auto known =
+        std::find_if(flags.begin(), flags.end(), [&](const flag& f) { return std::strcmp(f.name, argv[i]) == 0; });
+    const char* why = known == flags.end()                 ? "unknown option"
+                      : *known->value && i + 1 >= argc ? "missing value after"
+                                                       : nullptr;
+    if (why) {
+      std::fprintf(stderr, "%s: %s %s\n", name, why, argv[i]);
+      usage(stderr);
+      std::exit(2);
+    }
+    if (*known->value) ++i;
+  }
 }
 
 /// True when argv holds `--quick` (a few-second smoke run).

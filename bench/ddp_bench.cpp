@@ -192,6 +192,8 @@ result ddp_rank(int rank, const ddp::file_store& store, ddp::ddp_options opts, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "ddp_bench",
+                 "A DDP training step on 2 ranks against the same step without DDP.");
   const bool quick = tb::quick_mode(argc, argv);
   const int warmup = quick ? 2 : 5, iters = quick ? 5 : 40;
   const int cores = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));

@@ -193,6 +193,8 @@ void drive(std::uint16_t port, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "dist_autograd_bench",
+                 "Forward and backward through RPC hops against the same ops done locally.");
   const int iters = tb::quick_mode(argc, argv) ? 50 : 1000;
   const std::uint16_t port = troupe::bench::free_loopback_port();
   try {

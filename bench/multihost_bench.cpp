@@ -142,7 +142,7 @@ bool run_role(tb::mh::bench_bed& bed, tb::report& rep, const std::string& self, 
 void run_cut(tb::mh::bench_bed& bed, tb::report& rep, const std::string& self, int port) {
   const std::string marks = bed.marks();
   std::vector<tb::mh::host_run> runs;
-  for (int r = 0; r < 2; ++r) runs.push_back(bed.start(r, {self, "--role", "cut", marks}, tb::mh::rank_env(r, 2, port)));
+  for (int r = 0; r < 2; ++r) runs.push_back(bed.start(r, {self, "--role", "cut", "--marks", marks}, tb::mh::rank_env(r, 2, port)));
   struct stat st{};
   for (int i = 0; i < 6000 && ::stat((marks + "/held").c_str(), &st) != 0; ++i) std::this_thread::sleep_for(10ms);
   bed.cut(1);
@@ -182,12 +182,15 @@ int multihost_orchestrate(bool quick, const std::string& self) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "multihost_bench",
+                 "Figures between two network-namespace hosts of the test bed (root; skipped without namespaces).",
+                 {{"--role", "NAME", "internal: run one role on a namespace host"},
+                  {"--marks", "DIR", "internal: the cut role's marker directory"}});
   const bool quick = tb::quick_mode(argc, argv);
-  std::string role;
-  std::vector<std::string> rest;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--role" && i + 1 < argc) role = argv[++i];
-    else if (std::string(argv[i]) != "--quick") rest.emplace_back(argv[i]);
+  std::string role, marks;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--role") role = argv[i + 1];
+    if (std::string(argv[i]) == "--marks") marks = argv[i + 1];
   }
   try {
     if (role == "tcp-server") return tb::mh::tcp_server(std::stoi(port_env) + 1);
@@ -195,7 +198,7 @@ int main(int argc, char** argv) {
       return tb::mh::tcp_client("10.77.0.2", std::stoi(port_env) + 1, quick ? 2000 : 20000, (quick ? 256ull : 2048ull) << 20);
     if (role == "rpc") return role_rpc(quick);
     if (role == "allreduce") return role_allreduce(quick);
-    if (role == "cut") return role_cut(rest.at(0));
+    if (role == "cut") return role_cut(marks);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "multihost_bench --role %s: %s\n", role.c_str(), e.what());
     return 1;

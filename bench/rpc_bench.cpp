@@ -332,6 +332,12 @@ void peer_loss_metric(troupe::node& n, tb::report& rep, troupe::spawn_context& c
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "rpc_bench",
+                 "The RPC runtime against its limits (TCP ping-pong, memcpy) on loopback.",
+                 {{"--no-mallopt", "", "leave malloc's trim and mmap thresholds alone"},
+                  {"--caf-path", "", "every call through the CAF agents"},
+                  {"--no-shm", "", "large tensors as bytes, not through shared memory"},
+                  {"--only", "small|during|async|echo", "one phase (for profiling)"}});
   const bool quick = tb::quick_mode(argc, argv);
   // Keep freed 64 MB buffers in the heap instead of returning them to the kernel: otherwise each
   // message pays ~16k page faults for fresh pages (measured: page faults were the top cost of

@@ -173,6 +173,9 @@ void messages(pair_of_nodes& p, tb::report& rep, int k) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "rref_bench",
+                 "RRef round trips, rates, owner memory and control messages against their limits.",
+                 {{"--round-trips-only", "", "only remote + to_here against rpc_sync (profiling)"}});
   const bool quick = tb::quick_mode(argc, argv);
   tb::report rep("rref");
   pair_of_nodes p;

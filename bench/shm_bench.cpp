@@ -62,6 +62,8 @@ char wait_ack(int fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::bench::check_args(argc, argv, "shm_bench",
+                            "A 64 MB tensor through shared memory to another process against memcpy.");
   const bool quick = troupe::bench::quick_mode(argc, argv);
   const int iters = quick ? 3 : 20;
   troupe::bench::report rep("shm");

@@ -147,6 +147,8 @@ void bench_add_transposed(tb::report& rep, buffers& buf, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "tensor_bench",
+                 "Tensor op throughput (sgemm, elementwise) against CBLAS and memcpy.");
   const bool quick = tb::quick_mode(argc, argv);
   tb::report rep("tensor");
   try {

@@ -8,7 +8,7 @@ find_path(TROUPE_CBLAS_INCLUDE_DIR NAMES cblas.h PATH_SUFFIXES openblas REQUIRED
 if(NOT TARGET troupe_cblas)
   add_library(troupe_cblas INTERFACE)
   target_link_libraries(troupe_cblas INTERFACE BLAS::BLAS)
-  target_include_directories(troupe_cblas SYSTEM INTERFACE ${TROUPE_CBLAS_INCLUDE_DIR})
+  target_include_directories(troupe_cblas SYSTEM INTERFACE $<BUILD_INTERFACE:${TROUPE_CBLAS_INCLUDE_DIR}>)
 endif()
 if(TROUPE_BUILD_TESTS)
   find_package(Catch2 2.13 REQUIRED)

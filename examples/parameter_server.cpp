@@ -4,7 +4,7 @@
 // weights, runs forward through the rref method inside a distributed autograd context, the
 // distributed backward, and DistributedOptimizer.step, and prints its loss, which must fall.
 //
-//   parameter_server [--trainers N] [--steps S] [--lr LR]
+//   parameter_server [--trainers N] [--steps S] [--lr LR] [--help]
 #include <poll.h>
 #include <unistd.h>
 
@@ -38,13 +38,27 @@ struct options {
   double lr = 0.05;
 };
 
+constexpr const char* usage =
+    "usage: parameter_server [--trainers N] [--steps S] [--lr LR]\n"
+    "A parameter server (worker0) and N trainers in forked processes, with distributed autograd.\n"
+    "  --trainers N   trainer processes, 1 to 8 (default 2)\n"
+    "  --steps S      steps per trainer, >= 10 (default 60)\n"
+    "  --lr LR        SGD learning rate, > 0 (default 0.05)\n"
+    "  --help         this text\n";
+
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    if (k == "--trainers") o.trainers = std::atoi(argv[i + 1]);
-    else if (k == "--steps") o.steps = std::atoi(argv[i + 1]);
-    else if (k == "--lr") o.lr = std::atof(argv[i + 1]);
+    if (k == "--help" || k == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw error(errc::bad_argument, "parameter_server: unknown option or missing value: " + k);
+    const char* v = argv[++i];
+    if (k == "--trainers") o.trainers = std::atoi(v);
+    else if (k == "--steps") o.steps = std::atoi(v);
+    else if (k == "--lr") o.lr = std::atof(v);
     else throw error(errc::bad_argument, "parameter_server: unknown option " + k);
   }
   if (o.trainers < 1 || o.trainers > 8 || o.steps < 10 || !(o.lr > 0))
@@ -149,8 +163,14 @@ void run_trainer(int rank, const options& o, port_pipe& pipe) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  options o;
   try {
-    const options o = parse(argc, argv);
+    o = parse(argc, argv);
+  } catch (const error& e) {
+    std::fprintf(stderr, "%s\n%s", e.what(), usage);
+    return 2;
+  }
+  try {
     port_pipe pipe;
     std::printf("parameter_server: 1 server + %d trainers, %d steps each, sgd lr %g\n", o.trainers, o.steps, o.lr);
     std::fflush(stdout);

@@ -1,6 +1,7 @@
 // A short tour of the tensor library: factories, views, broadcasting ops, reductions,
 // matmul and seeded random draws. Run: build/examples/tensor_tour (or `make demo`).
 #include <cstdio>
+#include <cstring>
 
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/factories.hpp"
@@ -8,8 +9,15 @@
 #include "troupe/tensors/nn_ops.hpp"
 #include "troupe/tensors/reduction.hpp"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace troupe;
+  if (argc > 1) {
+    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
+    if (!help) std::fprintf(stderr, "tensor_tour: unknown option %s\n", argv[1]);
+    std::fputs("usage: tensor_tour\nPrints a short tour of the tensor library. Takes no options but --help.\n",
+               help ? stdout : stderr);
+    return help ? 0 : 2;
+  }
   const tensor a = arange(6, dtype::float32).reshape({2, 3});
   std::printf("a = %s\n", a.to_string().c_str());
   std::printf("a.t() (a view) = %s\n", a.t().to_string().c_str());

@@ -1,6 +1,6 @@
 // Trains an MLP to classify two interleaved spirals, with checkpoint and resume.
 //
-//   train_mlp [--epochs N] [--checkpoint PATH] [--resume] [--seed S]
+//   train_mlp [--epochs N] [--checkpoint PATH] [--resume] [--seed S] [--help]
 //
 // Prints one line per epoch (loss, train accuracy, steps/s). With --checkpoint the full training
 // state (model, optimizer, epoch, generator) is saved atomically after every epoch; --resume
@@ -40,10 +40,23 @@ struct options {
   std::uint64_t seed = 1;
 };
 
+constexpr const char* usage =
+    "usage: train_mlp [--epochs N] [--checkpoint PATH] [--resume] [--seed S]\n"
+    "Trains an MLP on two interleaved spirals on one process; checkpoints and resumes.\n"
+    "  --epochs N          epochs in total (default 60)\n"
+    "  --checkpoint PATH   save the training state there after every epoch\n"
+    "  --resume            continue from --checkpoint to --epochs\n"
+    "  --seed S            seed of the data and the weights (default 1)\n"
+    "  --help              this text\n";
+
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
     const bool has_value = i + 1 < argc;
     if (a == "--epochs" && has_value) o.epochs = std::stoi(argv[++i]);
     else if (a == "--checkpoint" && has_value) o.checkpoint = argv[++i];
@@ -148,7 +161,7 @@ int main(int argc, char** argv) {
   try {
     return train(parse(argc, argv));
   } catch (const error& e) {
-    std::fprintf(stderr, "train_mlp: %s\n", e.what());
+    std::fprintf(stderr, "train_mlp: %s\n%s", e.what(), e.code() == errc::bad_argument ? usage : "");
     return 2;
   } catch (const std::exception& e) {  // std::stoi on a malformed number
     std::fprintf(stderr, "train_mlp: bad argument: %s\n", e.what());

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the main job: the DDP training example when built, else the tensor example.
+# `make demo`: trains an MLP with DistributedDataParallel on 2 local ranks (examples/ddp_train.cpp)
+# and writes its loss curve (CSV, SVG) and model (.safetensors) to <build>/demo/.
 set -euo pipefail
 build=${1:-build}
-if [ -x "$build/examples/ddp_train" ]; then exec "$build/examples/ddp_train"; fi
-if [ -x "$build/examples/train_mlp" ]; then exec "$build/examples/train_mlp"; fi
-exec "$build/examples/tensor_tour"
+out="$build/demo"
+"$build/examples/ddp_train" --world-size 2 --out "$out"
+echo "view the loss curve: open $out/loss.svg in a browser (data in $out/loss.csv)"
+echo "load the model in PyTorch: see \"Load the model in PyTorch\" in README.md"

@@ -84,6 +84,7 @@ troupe::fault_plan random_plan(std::uint64_t seed) {
 struct world {
   troupe::test::cluster c{workers, chaos_options()};
   std::mutex mutex;
+  bool releasing = false;  // guarded by mutex: the seed's steps are over
   std::vector<std::vector<held>> bags = std::vector<std::vector<held>>(workers);
 
   world() {
@@ -93,6 +94,8 @@ struct world {
       troupe::add_function(ctx, "mint", [&ctx](int v) { return troupe::make_rref(ctx, v); });
       troupe::add_function(ctx, "keep", [this, i](int v, rref<int> r) {
         std::lock_guard<std::mutex> lock(mutex);
+        // A keep served after the seed's release (its caller gave up long ago) drops its rref.
+        if (releasing) return 0;
         bags[static_cast<std::size_t>(i)].push_back(held{std::move(r), v});
         return 0;
       });
@@ -158,9 +161,14 @@ troupe::fault_counters run_seed(world& w, std::uint64_t seed, const pace& p) {
   w.c.hook->use(injector);
   std::mt19937_64 g(seed);
   outcome out;
+  {
+    std::lock_guard<std::mutex> lock(w.mutex);
+    w.releasing = false;
+  }
   for (int s = 0; s < p.steps; ++s) step(w, g, out, p);
   {
     std::lock_guard<std::mutex> lock(w.mutex);
+    w.releasing = true;
     for (auto& b : w.bags) {  // release in random order
       std::shuffle(b.begin(), b.end(), g);
       while (!b.empty()) b.pop_back();

@@ -1,6 +1,8 @@
 #include "launcher/launch_options.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
@@ -9,13 +11,33 @@ namespace troupe::launcher {
 
 namespace {
 
+constexpr const char* usage_text =
+    "usage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A --master-port P |\n"
+    "                  --rdzv-endpoint A:P | --standalone] [--job-token T] [--listen-addr A]\n"
+    "                  [--max-restarts R] [--timeout-s S] [--join-timeout-s S] [--] prog args...\n"
+    "Starts N ranks of prog on this host, like torchrun; each gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
+    "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR and\n"
+    "TROUPE_RESTART_COUNT. Flags take '--flag value' or '--flag=value', with '-' or '_'.\n"
+    "  --nproc-per-node N   ranks on this host (default 1)\n"
+    "  --nnodes M           hosts in the job (default 1)\n"
+    "  --node-rank K        this host's index, 0 to M-1 (default 0)\n"
+    "  --master-addr A      address of node 0 (default 127.0.0.1)\n"
+    "  --master-port P      node 0's port; 0 picks a free one, one host only (default 0)\n"
+    "  --rdzv-endpoint A:P  the same as --master-addr A --master-port P\n"
+    "  --standalone         one host on loopback with a free port\n"
+    "  --job-token T        shared secret of the job (default: TROUPE_JOB_TOKEN; random on one host,\n"
+    "                       required on several)\n"
+    "  --listen-addr A      address the ranks bind (default: TROUPE_LISTEN_ADDR, else the local\n"
+    "                       address that routes to the master; 0.0.0.0 binds every interface)\n"
+    "  --max-restarts R     start every rank again after a failure, up to R times (one host only)\n"
+    "  --timeout-s S        stop every rank after S seconds and exit 124; 0 means none (default 0)\n"
+    "  --join-timeout-s S   how long the hosts wait for each other at start (default 300)\n"
+    "  --help               this text\n"
+    "A failure on any host stops every rank on every host and is named (rank, host, cause);\n"
+    "the launchers then exit 1 (0: success, 2: bad usage).\n";
+
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "troupe-run: %s\n"
-               "usage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A --master-port P |\n"
-               "                  --rdzv-endpoint A:P | --standalone] [--job-token T] [--listen-addr A]\n"
-               "                  [--max-restarts R] [--timeout-s S] [--join-timeout-s S] [--] prog args...\n",
-               why.c_str());
+  std::fprintf(stderr, "troupe-run: %s\n%s", why.c_str(), usage_text);
   std::exit(2);
 }
 
@@ -100,6 +122,10 @@ launch_options parse_options(int argc, char** argv) {
       ++i;
       break;
     }
+    if (a == "--help" || a == "-h") {
+      std::fputs(usage_text, stdout);
+      std::exit(0);
+    }
     if (a.rfind("--", 0) != 0) break;  // the program
     const auto eq = a.find('=');
     const std::string flag = canonical(a.substr(0, eq));
@@ -107,6 +133,10 @@ launch_options parse_options(int argc, char** argv) {
       standalone = true;
       continue;
     }
+    static const char* const known[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                                        "--rdzv-endpoint", "--rdzv-backend", "--rdzv-id", "--job-token", "--listen-addr",
+                                        "--max-restarts", "--timeout-s", "--join-timeout-s"};
+    if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) usage("unknown option " + a);
     std::string value;
     if (eq != std::string::npos) {
       value = a.substr(eq + 1);

@@ -1,0 +1,16 @@
+#pragma once
+/// \file actors.hpp
+/// The runtime in one include: nodes and their options, the rendezvous store, RPC and its
+/// futures, remote references, worker processes (spawn) and shared-memory tensors.
+/// Link `troupe::actors`.
+
+#include "troupe/actors/node.hpp"
+#include "troupe/actors/node_options.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/rpc/future.hpp"
+#include "troupe/actors/rref/rref.hpp"
+#include "troupe/actors/shared_memory.hpp"
+#include "troupe/actors/spawn.hpp"
+#include "troupe/actors/store.hpp"
+#include "troupe/actors/worker_info.hpp"
+#include "troupe/tensors.hpp"
