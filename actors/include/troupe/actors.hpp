@@ -1,9 +1,10 @@
 #pragma once
 /// \file actors.hpp
-/// The runtime in one include: nodes and their options, the rendezvous store, RPC and its
+/// The runtime in one include: nodes, their options and addresses, the rendezvous store, RPC and its
 /// futures, remote references, worker processes (spawn) and shared-memory tensors.
 /// Link `troupe::actors`.
 
+#include "troupe/actors/host_address.hpp"
 #include "troupe/actors/node.hpp"
 #include "troupe/actors/node_options.hpp"
 #include "troupe/actors/rpc/api.hpp"
