@@ -16,6 +16,8 @@
 namespace {
 
 using namespace troupe::detail;
+using troupe::rpc_request;
+using troupe::rpc_response;
 
 // One connection's reader state (fast_conn's, less the socket). `dropped`: a real reader would
 // have dropped the connection here.

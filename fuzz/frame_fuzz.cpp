@@ -11,6 +11,8 @@
 namespace {
 
 using namespace troupe::detail;
+using troupe::rpc_request;
+using troupe::rpc_response;
 using troupe::fuzz::require;
 
 bool same(const rpc_request& a, const rpc_request& b) {
