@@ -1,20 +1,31 @@
 # Troupe: `make demo` and `make test` set everything up on a fresh Debian machine.
 BUILD ?= build
-ASAN_BUILD ?= build-asan
+# `make test-asan CXX=clang++` builds with clang's sanitizers, in a folder of its own.
+ASAN_CXX := $(if $(filter command line environment,$(origin CXX)),$(CXX))
+ASAN_BUILD ?= build-asan$(if $(findstring clang,$(ASAN_CXX)),-clang)
+CLANG_BUILD ?= build-clang
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+# Harnesses `make fuzz` runs (names as in fuzz/README.md); empty: all of them.
+FUZZ_HARNESSES ?=
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # ccache, when installed, makes rebuilds and fresh build folders cheap; nothing requires it.
 LAUNCHER := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catch2 libopenblas-dev python3 iproute2 nftables
+# clang, libFuzzer and LeakSanitizer's runtime, llvm-symbolizer for readable reports.
+CLANG_DEB_PACKAGES := clang libclang-rt-14-dev llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps configure build test test-asan demo bench chaos gpu-check clean
+.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz demo bench chaos gpu-check clean
 
 all: build
 
 # Installs only the Debian packages that are missing.
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+deps: PACKAGES = $(DEB_PACKAGES)
+deps-clang: PACKAGES = $(CLANG_DEB_PACKAGES)
+deps deps-clang:
+	@missing=""; for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -z "$$missing" ]; then echo "deps: all Debian packages present"; exit 0; fi; \
@@ -36,11 +47,30 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 # ASan+UBSan+LSan, stricter than the defaults (stack use after return, static init order); UB prints its stack.
-test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_SANITIZE=ON -DTROUPE_CUDA=OFF -DTROUPE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+# Spawned ranks run the leak check too (Note [leak check in children] in actors/src/spawn.cpp).
+test-asan: deps $(if $(findstring clang,$(ASAN_CXX)),deps-clang)
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_SANITIZE=ON -DTROUPE_CUDA=OFF -DTROUPE_BUILD_BENCH=OFF \
+	  $(if $(ASAN_CXX),-DCMAKE_CXX_COMPILER=$(ASAN_CXX)) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1 \
-	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-caf.supp UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 900
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-caf.supp UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 900 $(CTEST_ARGS)
+
+test-asan-clang:
+	$(MAKE) test-asan CXX=clang++
+
+# The whole project (libraries, tools, examples, tests, benchmarks) compiled with clang.
+clang: deps deps-clang
+	cmake -S . -B $(CLANG_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ -DTROUPE_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build $(CLANG_BUILD) -j $(JOBS)
+
+# Every libFuzzer harness of fuzz/ for FUZZ_SECONDS each, under ASan+UBSan (fuzz/README.md); fails
+# on any finding, whose input is then in $(FUZZ_BUILD)/fuzz/artifacts/<harness>/.
+fuzz: deps deps-clang
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DTROUPE_FUZZ=ON \
+	  -DTROUPE_BUILD_TESTS=OFF -DTROUPE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	./tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
 
 # The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds (random fork trees under random
 # fault plans), then every fault-plan test of the fault and dist_autograd suites CHAOS_REPEAT times.
@@ -64,4 +94,4 @@ gpu-check: deps
 	./tools/gpu_check.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD)

@@ -2,6 +2,7 @@
 #include "troupe/actors/fault_plan.hpp"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "troupe/tensors/error.hpp"
@@ -38,16 +39,23 @@ double parse_probability(const std::string& v, const std::string& field, int lin
   return p;
 }
 
-long parse_count(const std::string& v, const std::string& field, int line) {
+// A count in [0, max]: larger ones would not fit the field (fail_first is an int) or would
+// overflow the arithmetic of a decision (delays are added up in milliseconds).
+long parse_count(const std::string& v, const std::string& field, int line, long max) {
   std::size_t used = 0;
   long n = -1;
   try {
     n = std::stol(v, &used);
   } catch (const std::exception&) {
   }
-  if (used != v.size() || n < 0)
-    throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": " + field + "=" + v + " is not a count >= 0");
+  if (used != v.size() || n < 0 || n > max)
+    throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": " + field + "=" + v + " is not a count in [0, " +
+                                        std::to_string(max) + "]");
   return n;
+}
+
+std::chrono::milliseconds parse_ms(const std::string& v, const std::string& field, int line) {
+  return std::chrono::milliseconds(parse_count(v, field, line, fault_rule::max_delay_ms));
 }
 
 void parse_field(fault_rule& r, const std::string& kv, int line) {
@@ -56,7 +64,7 @@ void parse_field(fault_rule& r, const std::string& kv, int line) {
     throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": '" + kv + "' is not key=value");
   const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
   if (k == "fail_first") {
-    r.fail_first = static_cast<int>(parse_count(v, k, line));
+    r.fail_first = static_cast<int>(parse_count(v, k, line, std::numeric_limits<int>::max()));
   } else if (k == "drop") {
     r.drop = parse_probability(v, k, line);
   } else if (k == "drop_reply") {
@@ -64,12 +72,12 @@ void parse_field(fault_rule& r, const std::string& kv, int line) {
   } else if (k == "duplicate") {
     r.duplicate = parse_probability(v, k, line);
   } else if (k == "reorder") {
-    r.reorder = std::chrono::milliseconds(parse_count(v, k, line));
+    r.reorder = parse_ms(v, k, line);
   } else if (k == "delay") {
     const auto dots = v.find("..");
     const std::string lo = v.substr(0, dots), hi = dots == std::string::npos ? lo : v.substr(dots + 2);
-    r.delay_min = std::chrono::milliseconds(parse_count(lo, k, line));
-    r.delay_max = std::chrono::milliseconds(parse_count(hi, k, line));
+    r.delay_min = parse_ms(lo, k, line);
+    r.delay_max = parse_ms(hi, k, line);
     if (r.delay_max < r.delay_min)
       throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": delay=" + v + " has max < min");
   } else {
@@ -103,7 +111,7 @@ fault_plan fault_plan::parse(const std::string& text) {
     if (head == "seed") {
       std::string v;
       words >> v;
-      plan.seed = static_cast<std::uint64_t>(parse_count(v, "seed", line));
+      plan.seed = static_cast<std::uint64_t>(parse_count(v, "seed", line, std::numeric_limits<long>::max()));
     } else if (head == "rule") {
       fault_rule r;
       if (!(words >> r.match)) throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": rule without a key");

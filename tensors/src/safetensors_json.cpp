@@ -1,6 +1,8 @@
 // The JSON reader and writer of the .safetensors header (see safetensors_json.hpp).
 #include "safetensors_json.hpp"
 
+#include <unordered_set>
+
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::detail::json {
@@ -59,13 +61,13 @@ class parser {
     v.k = value::kind::object;
     expect('{');
     if (peek() == '}') { ++pos_; return; }
+    std::unordered_set<std::string> keys;  // a linear search made a large header quadratic
     for (;;) {
       if (peek() != '"') fail("expected a string key");
       std::string key = parse_string();
-      for (const auto& m : v.members)
-        if (m.first == key) fail("duplicate key \"" + key + "\"");
+      if (!keys.insert(key).second) fail("duplicate key \"" + key + "\"");
       expect(':');
-      v.members.emplace_back(std::move(key), parse_value(depth + 1));
+      v.members.push_back(member{std::move(key), parse_value(depth + 1)});
       if (peek() == ',') { ++pos_; continue; }
       expect('}');
       return;

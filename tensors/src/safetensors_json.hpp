@@ -11,6 +11,8 @@
 
 namespace troupe::detail::json {
 
+struct member;
+
 /// One parsed JSON value.
 struct value {
   enum class kind : std::uint8_t { null, boolean, number, string, array, object };
@@ -20,7 +22,13 @@ struct value {
   std::string text;
   std::vector<value> items;
   /// Members in document order (keys unique).
-  std::vector<std::pair<std::string, value>> members;
+  std::vector<member> members;
+};
+
+/// One member of an object: its key and its value.
+struct member {
+  std::string key;
+  value val;
 };
 
 /// Parses a complete document (trailing whitespace allowed). Throws

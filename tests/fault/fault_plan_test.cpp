@@ -1,5 +1,8 @@
 // The seeded fault plan: parsing, replay, and its effect on real calls through a node.
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <catch2/catch.hpp>
 
@@ -143,4 +146,47 @@ TEST_CASE("through a node a lost request never runs the function and a lost repl
   expect_timeout("lost_rep");
   CHECK(rep_runs == 1);
   n.shutdown(troupe::shutdown_mode::immediate);
+}
+
+TEST_CASE("a fault plan count beyond its field or a delay beyond an hour is refused", "[fault][plan]") {
+  auto refused = [](const std::string& text) {
+    try {
+      troupe::fault_plan::parse(text);
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == errc::bad_argument);
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  // fail_first used to wrap to a negative int, which to_string() printed and parse() refused.
+  CHECK_THAT(refused("rule f fail_first=3000000000\n"), Catch::Contains("fail_first=3000000000"));
+  // Delays and windows this large overflowed the injector's arithmetic (undefined behaviour).
+  CHECK_THAT(refused("rule f delay=0..9223372036854775807\n"), Catch::Contains("delay"));
+  CHECK_THAT(refused("rule f reorder=3600001\n"), Catch::Contains("reorder=3600001"));
+  CHECK(troupe::fault_plan::parse("rule f fail_first=2147483647\n").rules.at(0).fail_first == 2147483647);
+  const auto longest = troupe::fault_plan::parse("rule f delay=3600000 reorder=3600000\n");
+  const auto d = decisions(longest, 1);
+  CHECK(d.at(0).delay >= 3600000ms);
+  CHECK(d.at(0).delay <= 7200000ms);
+}
+
+TEST_CASE("every fault plan that once broke the parser is refused or reads back equal", "[fault][plan][fuzz]") {
+  // fuzz/regressions/fault_plan/: the inputs the fault_plan harness found (fuzz/README.md).
+  const std::filesystem::path dir = TROUPE_FUZZ_REGRESSIONS "/fault_plan";
+  REQUIRE(std::filesystem::is_directory(dir));
+  int inputs = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(f.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ++inputs;
+    INFO(f.path().filename().string());
+    try {
+      const auto plan = troupe::fault_plan::parse(text);
+      CHECK(troupe::fault_plan::parse(plan.to_string()).to_string() == plan.to_string());
+      (void)decisions(plan, 3);
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == errc::bad_argument);
+    }
+  }
+  CHECK(inputs > 0);
 }

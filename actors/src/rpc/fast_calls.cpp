@@ -191,6 +191,10 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
     std::shared_ptr<const rpc::function_entry> fn;
     serve_target to;
     std::shared_ptr<rpc::call_interceptor> ic;
+    served_request(rpc_request r, std::shared_ptr<const rpc::function_entry> f, serve_target t, std::shared_ptr<rpc::call_interceptor> i)
+        : req(std::move(r)), fn(std::move(f)), to(std::move(t)), ic(std::move(i)) {}
+    served_request(const served_request&) = delete;
+    served_request& operator=(const served_request&) = delete;
     ~served_request() {
       if (req.payload.capacity() >= byte_pool_min_bytes && to.bulk) to.bulk->buffers().give(std::move(req.payload));
     }

@@ -21,6 +21,8 @@
 ///   delay=a..b     delays every message by a uniform time in [a, b] ms
 ///   reorder=w      delays every message by a uniform time in [0, w] ms, so later messages
 ///                  overtake earlier ones within a window of w ms
+/// Counts are at most 2^31 - 1 (fail_first) and times at most fault_rule::max_delay_ms (an hour);
+/// anything else is refused like any malformed field.
 /// Decisions are taken on send only (on_receive passes everything), so one injector shared by
 /// every node of a test process faults each message once.
 ///
@@ -46,6 +48,8 @@ namespace troupe {
 
 /// The faults applied to messages of one key (Note [fault plan]).
 struct fault_rule {
+  /// The largest delay, lower or upper bound, or reorder window a plan may set (one hour).
+  static constexpr long max_delay_ms = 3'600'000;
   std::string match = "*";  ///< function name, "rpc_request", "rpc_response" or "*"
   int fail_first = 0;       ///< drop the first N requests
   double drop = 0.0;        ///< probability of dropping a request
