@@ -28,7 +28,9 @@
 namespace troupe {
 
 /// What an intercepted message is.
-enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1 };
+/// `actor_message`: a remote actor message (Note [remote actors]); its payload is the opaque
+/// frame, which a hook must not rewrite.
+enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1, actor_message = 2 };
 
 /// One intercepted message. `payload` is owned by the envelope while the hook runs.
 struct envelope {
