@@ -20,7 +20,9 @@
 //
 // Frames are typed structs (rpc_request, rpc_response, fast_auth) written by CAF's binary
 // serializer (rpc/wire.hpp). A connection is one-directional in purpose: the connecting side
-// sends requests, the accepting side answers them; nothing but one small valid auth frame is
+// sends requests, the accepting side answers them (actor frames, Note [remote actors] in
+// remote/remote_actors.hpp, go both ways on an authenticated connection, and the I/O thread
+// always reads an outgoing connection that carries them); nothing but one small valid auth frame is
 // accepted first (garbage, an unknown or reused secret, a request, an oversized frame: the
 // connection is dropped and logged, the node keeps serving). The callee names the caller from the
 // ticket, never from the request. The secret travels only over the CAF connection that presented

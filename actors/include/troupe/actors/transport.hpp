@@ -6,7 +6,9 @@
 ///
 /// Note [transport hook]
 /// Every rpc_request and rpc_response a node sends passes `on_send` on the sender, and every one
-/// it receives passes `on_receive` on the receiver, before anything else looks at it. It may
+/// it receives passes `on_receive` on the receiver, before anything else looks at it. Remote
+/// actor messages do too (message_kind::actor_message, Note [remote actors]), on the sending
+/// actor's thread and on the thread that reads them. It may
 /// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
 /// message. Threads: on the CAF path the agent actor (a CAF scheduler thread); on the direct
 /// channel (Note [rpc fast path]) the calling user thread (request sent), the executor thread
