@@ -84,7 +84,7 @@ TEST_CASE("delayed remote actor messages arrive late and intact", "[actors][faul
   CHECK(std::chrono::steady_clock::now() - t0 >= 30ms);
 }
 
-TEST_CASE("reordered remote actor messages all arrive, in any order", "[actors][fault]") {
+TEST_CASE("reordered remote actor messages all arrive in some order", "[actors][fault]") {
   faulted f("seed 4\nrule actor_message reorder=30\n");
   {
     caf::scoped_actor self{f.n.system()};

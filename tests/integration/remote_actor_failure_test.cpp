@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <future>
+#include <map>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -15,26 +17,34 @@ using troupe::errc;
 
 namespace {
 
-// Waits for the down_msg of `who`; its reason as a troupe::error.
-troupe::error down_reason(caf::scoped_actor& self, const caf::actor_addr& who, std::chrono::milliseconds bound) {
-  troupe::error out(errc::timeout, "no down_msg");
-  bool got = false;
+// Waits for the down_msgs of every actor in `who`, in any order; their reasons as troupe errors
+// (timeout: none came within `bound`).
+std::map<caf::actor_addr, troupe::error> down_reasons(caf::scoped_actor& self, const std::vector<caf::actor_addr>& who,
+                                                      std::chrono::milliseconds bound) {
+  std::map<caf::actor_addr, troupe::error> out;
+  for (const auto& w : who) out.emplace(w, troupe::error(errc::timeout, "no down_msg"));
+  std::size_t got = 0;
   const auto end = std::chrono::steady_clock::now() + bound;
-  while (!got && std::chrono::steady_clock::now() < end) {
+  while (got < who.size() && std::chrono::steady_clock::now() < end) {
     self->receive(
         [&](const caf::down_msg& d) {
-          if (d.source != who) return;
-          got = true;
-          out = as_error(d.reason);
+          auto it = out.find(d.source);
+          if (it == out.end()) return;
+          it->second = as_error(d.reason);
+          ++got;
         },
         caf::after(end - std::chrono::steady_clock::now()) >> [] {});
   }
   return out;
 }
 
+troupe::error down_reason(caf::scoped_actor& self, const caf::actor_addr& who, std::chrono::milliseconds bound) {
+  return down_reasons(self, {who}, bound).at(who);
+}
+
 }  // namespace
 
-TEST_CASE("a SIGKILLed process sends down_msg to monitors, exit_msg to links and fails open requests at once", "[actors][integration]") {
+TEST_CASE("a SIGKILLed process sends down_msg to monitors and exit_msg to links and fails open requests at once", "[actors][integration]") {
   port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) { actor_child(pipe); });
   troupe::node n(actor_options(0, 2, 0));
@@ -64,11 +74,12 @@ TEST_CASE("a SIGKILLed process sends down_msg to monitors, exit_msg to links and
     REQUIRE(open.wait_for(300ms) == std::future_status::timeout);  // the request is held by the actor
     const auto t0 = std::chrono::steady_clock::now();
     children.kill(0, SIGKILL);
-    auto reason = down_reason(self, echo.address(), 5s);
+    auto reasons = down_reasons(self, {echo.address(), linked.address()}, 5s);
     const auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto& reason = reasons.at(echo.address());
     CHECK(reason.code() == errc::peer_lost);
     CHECK_THAT(reason.message(), Catch::Contains("worker1"));
-    auto linked_reason = down_reason(self, linked.address(), 5s);
+    const auto& linked_reason = reasons.at(linked.address());
     CHECK(linked_reason.code() == errc::peer_lost);
     REQUIRE(open.wait_for(5s) == std::future_status::ready);
     auto [code, message] = open.get();

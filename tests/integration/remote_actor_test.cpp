@@ -67,7 +67,7 @@ void check_round_trips(bool shm) {
 
 }  // namespace
 
-TEST_CASE("remote actors answer requests and take sends with ints, strings, structs and tensors up to 64 MB on one host", "[actors][integration]") {
+TEST_CASE("remote actors answer requests and take sends with ints and strings and structs and tensors up to 64 MB on one host", "[actors][integration]") {
   check_round_trips(true);
 }
 
@@ -110,7 +110,7 @@ TEST_CASE("a sent tensor keeps the value it had when it was sent", "[actors][int
   }
 }
 
-TEST_CASE("a lookup of a missing name or with the wrong interface is an error naming worker, name and interfaces", "[actors][integration]") {
+TEST_CASE("a lookup of a missing name or with the wrong interface is an error naming the worker and the name and the interfaces", "[actors][integration]") {
   two_nodes t;
   std::string message;
   CHECK(code_of([&] { troupe::lookup_actor(t.n, "worker1", "nobody", 200ms); }, &message) == errc::timeout);
