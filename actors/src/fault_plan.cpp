@@ -147,7 +147,7 @@ std::string fault_plan::to_string() const {
 fault_injector::fault_injector(fault_plan plan) : plan_(std::move(plan)) {}
 
 const fault_rule* fault_injector::rule_for(message_kind kind, const std::string& function) const {
-  const char* kind_key = kind == message_kind::rpc_request ? "rpc_request" : "rpc_response";
+  const char* kind_key = kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
   for (const auto& r : plan_.rules)
     if (r.match == "*" || r.match == kind_key || (!function.empty() && r.match == function)) return &r;
   return nullptr;
@@ -173,8 +173,10 @@ transport_decision fault_injector::on_receive(envelope& msg) {
 transport_decision fault_injector::on_send(envelope& msg) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++counters_.seen;
-  const bool request = msg.kind == message_kind::rpc_request;
-  const std::string function = request ? msg.function : function_of(msg, true);
+  // Actor messages are faulted as requests (Note [remote actors]: drop, fail_first, duplicate,
+  // delay, reorder), keyed by their kind.
+  const bool request = msg.kind != message_kind::rpc_response;
+  const std::string function = msg.kind == message_kind::rpc_request ? msg.function : request ? std::string() : function_of(msg, true);
   const fault_rule* r = rule_for(msg.kind, function);
   if (!r) return {};
   const std::string key = (request ? "req:" : "rep:") + (function.empty() ? r->match : function);

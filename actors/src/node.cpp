@@ -12,6 +12,7 @@
 #include <caf/io/all.hpp>
 
 #include "executor.hpp"
+#include "remote/remote_actors.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/bulk.hpp"
 #include "rpc/fast_path.hpp"
@@ -19,6 +20,7 @@
 #include "troupe/actors/host_address.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
+#include "troupe/actors/remote_actor.hpp"
 
 namespace troupe {
 
@@ -34,6 +36,7 @@ struct node::impl {
   std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
   std::shared_ptr<rpc::detail::interceptor_slot> interceptor = std::make_shared<rpc::detail::interceptor_slot>();
   std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]; null when disabled
+  std::shared_ptr<detail::remote_actors> remote;  // Note [remote actors]; null without fast
   caf::actor agent;
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
@@ -76,6 +79,8 @@ void node::impl::configure() {
   cfg.set("middleman.connection-timeout", caf::timespan(opts.connection_timeout));
   cfg.set("logger.console", caf::atom("none"));
   for (const auto& [k, v] : opts.caf_overrides) cfg.set(k, v);
+  cfg.add_message_type<tensor>("troupe.tensor");  // Note [remote actors]
+  for (const auto& setup : opts.actor_setup) setup(cfg);
 }
 
 hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseconds timeout) {
@@ -114,6 +119,13 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
   detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr};
   if (opts.rpc_fast_path) start_fast_path(hook, ac);
+  if (fast) {
+    remote = std::make_shared<detail::remote_actors>(*sys, me, fast, bulk, [this](const std::string& w, std::chrono::milliseconds t) {
+      auto l = resolve(w, t);
+      return detail::actor_peer{l.agent.node(), l.conn};
+    });
+    fast->set_actor_sink(remote);
+  }
   ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& name, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(peers_mutex);
@@ -252,6 +264,7 @@ void node::impl::teardown() {
   if (down.exchange(true)) return;
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
+  if (remote) remote->shutdown();  // kills every proxy of a remote actor
   if (fast) fast->stop();  // fails its pending calls; served calls finishing below write to closed sockets
   exec->stop();
   bulk->unlink_all();  // Note [tensor over shared memory]: segments nobody decoded
@@ -269,6 +282,7 @@ void node::impl::teardown() {
   await_actors_gone(std::chrono::seconds(5));  // Note [teardown order]
   agent = nullptr;
   store_actor = nullptr;
+  remote.reset();  // its proxy registry refers to the system
   sys.reset();  // joins every CAF thread once all actors are gone
 }
 
@@ -299,6 +313,11 @@ caf::actor_system& node::system() {
 }
 std::uint16_t node::rpc_port() const { return impl_->fast ? impl_->fast->port() : 0; }
 rpc::registry& node::functions() { return *impl_->functions; }
+detail::remote_actors& node::remote_actors() {
+  if (!impl_->remote || impl_->down)
+    throw error(errc::invalid_state, "node " + impl_->me.name + (impl_->down ? " is shut down" : " has no direct channel for remote actors"));
+  return *impl_->remote;
+}
 store_client& node::store() {
   if (!impl_->store) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
   return *impl_->store;

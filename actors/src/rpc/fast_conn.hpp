@@ -123,6 +123,9 @@ class fast_conn {
   mutable int pending_calls = 0;
   mutable int unattended = 0;
   mutable bool handed_over = false;
+  /// Carries remote actor frames (either direction): the I/O thread always polls it when no
+  /// caller reads it (Note [remote actors] in remote/remote_actors.hpp).
+  std::atomic<bool> actor_traffic{false};
 
  private:
   /// While one exists, the socket keeps its unsent bytes under unsent_low_water (fast_conn.cpp).

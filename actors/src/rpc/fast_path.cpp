@@ -214,6 +214,7 @@ void fast_path::peer_down(const std::string& peer, const std::string& reason) {
   for (auto& c : gone) {
     c->close();
     fail_calls_on(c.get(), peer, reason);
+    notify_lost(c, reason);
     // Note [tensor over shared memory]: what the peer held is freed when no local tensor views it.
     if (cfg_.bulk && c->peer_node) cfg_.bulk->drop_peer(caf::to_string(c->peer_node));
   }
@@ -227,6 +228,7 @@ void fast_path::drop(const std::shared_ptr<fast_conn>& c, const std::string& why
     conns_gen_.fetch_add(1, std::memory_order_release);
   }
   if (c->outgoing()) fail_calls_on(c.get(), c->peer, why);
+  notify_lost(c, why);
 }
 
 void fast_path::later(std::chrono::milliseconds delay, std::function<void()> fn) {
@@ -418,6 +420,10 @@ bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t k
     std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection that did not authenticate first\n", cfg_.me.name.c_str());
     drop(c, "unauthenticated");
     return false;
+  }
+  if (kind == static_cast<std::uint8_t>(frame_kind::actor) || kind == static_cast<std::uint8_t>(frame_kind::actor_control)) {
+    on_actor_frame(c, kind == static_cast<std::uint8_t>(frame_kind::actor_control), body, n);  // Note [remote actors]
+    return true;
   }
   if (kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
     if (on_fragment(c, body, n, jobs)) return true;

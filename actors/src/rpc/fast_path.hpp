@@ -20,7 +20,9 @@
 //
 // Frames are typed structs (rpc_request, rpc_response, fast_auth) written by CAF's binary
 // serializer (rpc/wire.hpp). A connection is one-directional in purpose: the connecting side
-// sends requests, the accepting side answers them; nothing but one small valid auth frame is
+// sends requests, the accepting side answers them (actor frames, Note [remote actors] in
+// remote/remote_actors.hpp, go both ways on an authenticated connection, and the I/O thread
+// always reads an outgoing connection that carries them); nothing but one small valid auth frame is
 // accepted first (garbage, an unknown or reused secret, a request, an oversized frame: the
 // connection is dropped and logged, the node keeps serving). The callee names the caller from the
 // ticket, never from the request. The secret travels only over the CAF connection that presented
@@ -91,6 +93,7 @@
 #include <caf/node_id.hpp>
 
 #include "executor.hpp"
+#include "rpc/actor_frames.hpp"
 #include "rpc/bulk.hpp"
 #include "rpc/fast_conn.hpp"
 #include "rpc/frame_writer.hpp"
@@ -145,6 +148,16 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   /// Closes everything, fails pending calls (invalid_state), joins the I/O thread. Idempotent.
   void stop();
 
+  /// Where actor frames go (Note [remote actors] in remote/remote_actors.hpp). Set before the
+  /// first connection (the node does it right after start()).
+  void set_actor_sink(std::weak_ptr<actor_frame_sink> sink) { actor_sink_ = std::move(sink); }
+  /// Sends one actor frame on `c`: `frame` starts with frame_header_size bytes of room for the
+  /// header. A message (not `control`) passes the transport hook as message_kind::actor_message.
+  /// Runs on the sending thread; blocks only on a full socket. A closed `c` drops it.
+  void send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control);
+  /// Runs `fn` on the I/O thread soon (work that must not run under the caller's locks).
+  void post(std::function<void()> fn) { later(std::chrono::milliseconds(0), std::move(fn)); }
+
   /// The calling thread waits for call `st` on `c` by reading `c` itself (Note [rpc fast path]:
   /// the caller reads its own response) until the call completed, `until`, or the connection
   /// closed; returns at once when another thread reads `c` (the caller then blocks on the call as
@@ -194,6 +207,9 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs);
   void serve(const std::shared_ptr<fast_conn>& c, rpc_request req, int copies, job_list* jobs);
   void respond(const std::shared_ptr<fast_conn>& c, rpc_response resp);
+  /// An actor frame read from `c` (fast_actor.cpp).
+  void on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control, const char* body, std::size_t n);
+  void notify_lost(const std::shared_ptr<fast_conn>& c, const std::string& why);
   void on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp);
   void finish(const fast_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
   void fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why);
@@ -252,6 +268,8 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
 
   std::mutex timers_mutex_;
   std::multimap<clock::time_point, std::function<void()>> timers_;
+
+  std::weak_ptr<actor_frame_sink> actor_sink_;
 };
 
 }  // namespace troupe::detail

@@ -66,6 +66,7 @@ void fast_path::unattend(const fast_conn* c, std::uint64_t id) {
 bool fast_path::io_reads(const fast_conn& c) {
   if (!c.outgoing()) return true;
   if (c.caller_reading.load(std::memory_order_acquire)) return false;
+  if (c.actor_traffic.load(std::memory_order_acquire)) return true;  // Note [remote actors]
   std::lock_guard<std::mutex> lock(pending_mutex_);
   if (c.pending_calls == 0) c.handed_over = false;
   return c.unattended > 0 || c.handed_over;
@@ -114,7 +115,7 @@ void fast_path::release_reading(const std::shared_ptr<fast_conn>& c) {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     if (c->pending_calls > 0) left = c->handed_over = true;
   }
-  if (left) wake();
+  if (left || c->actor_traffic.load(std::memory_order_acquire)) wake();
 }
 
 // The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet

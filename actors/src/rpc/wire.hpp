@@ -19,7 +19,14 @@
 namespace troupe::detail {
 
 /// What a frame carries.
-enum class frame_kind : std::uint8_t { request = 0, response = 1, auth = 2, fragment = 3 /* Note [fragments] */ };
+enum class frame_kind : std::uint8_t {
+  request = 0,
+  response = 1,
+  auth = 2,
+  fragment = 3,       // Note [fragments]
+  actor = 4,          // a remote actor message (Note [remote actors] in remote/remote_actors.hpp)
+  actor_control = 5,  // remote monitoring of actors: watch, down (the same note)
+};
 
 /// First frame on a direct connection: the one-use secret the callee issued in its hello_ack.
 struct fast_auth {

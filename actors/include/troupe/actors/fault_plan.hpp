@@ -11,8 +11,9 @@
 ///
 /// Note [fault plan]
 /// A plan is a seed and a list of rules. A rule matches a message by its key: the function name
-/// of the call (requests and the responses to them), or "rpc_request" / "rpc_response" (every
-/// message of that kind), or "*" (everything). The first matching rule decides. Per rule:
+/// of the call (requests and the responses to them), or "rpc_request" / "rpc_response" /
+/// "actor_message" (every message of that kind), or "*" (everything). Remote actor messages
+/// (requests, responses and one-way sends alike) are faulted as requests. The first matching rule decides. Per rule:
 ///   fail_first=N   drops the first N requests of the key that leave this injector (PyTorch's
 ///                  faulty agent fails the first sends of fork request, child accept, user delete)
 ///   drop=p         drops a request with probability p (a lost request: the callee never runs)

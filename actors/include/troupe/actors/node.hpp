@@ -37,6 +37,10 @@ namespace caf {
 class actor_system;
 }
 
+namespace troupe::detail {
+class remote_actors;
+}
+
 namespace troupe {
 
 /// How shutdown() ends the node.
@@ -70,6 +74,9 @@ class node {
   /// distributed autograd contexts). Valid until shutdown(); such actors must have quit before
   /// it (their owners are destroyed before the node). Throws invalid_state after shutdown.
   caf::actor_system& system();
+  /// The node's remote actor layer (Note [remote actors]; troupe/actors/remote_actor.hpp is its
+  /// user API). Throws invalid_state after shutdown or when the node has no direct channel.
+  detail::remote_actors& remote_actors();
   /// The functions this node serves; add() is thread-safe at any time.
   rpc::registry& functions();
   /// The blocking store client.

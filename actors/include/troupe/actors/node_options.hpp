@@ -4,8 +4,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
+
+namespace caf {
+class actor_system_config;
+}
 
 namespace troupe {
 
@@ -52,6 +58,9 @@ struct node_options {
   std::size_t middleman_workers = 0;
   /// Extra CAF settings (name -> value as text) applied last, for measured overrides.
   std::map<std::string, std::string> caf_overrides;
+  /// Run on the actor system's config before it starts, in order: announces the message types
+  /// of user actors (troupe::add_actor_message_type in troupe/actors/remote_actor.hpp).
+  std::vector<std::function<void(caf::actor_system_config&)>> actor_setup;
 
   /// Options from the launcher environment variables; missing ones keep the defaults above.
   /// TROUPE_LISTEN_ADDR sets listen_addr; without it, a node whose master is not on loopback

@@ -6,7 +6,9 @@
 ///
 /// Note [transport hook]
 /// Every rpc_request and rpc_response a node sends passes `on_send` on the sender, and every one
-/// it receives passes `on_receive` on the receiver, before anything else looks at it. It may
+/// it receives passes `on_receive` on the receiver, before anything else looks at it. Remote
+/// actor messages do too (message_kind::actor_message, Note [remote actors]), on the sending
+/// actor's thread and on the thread that reads them. It may
 /// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
 /// message. Threads: on the CAF path the agent actor (a CAF scheduler thread); on the direct
 /// channel (Note [rpc fast path]) the calling user thread (request sent), the executor thread
@@ -28,7 +30,9 @@
 namespace troupe {
 
 /// What an intercepted message is.
-enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1 };
+/// `actor_message`: a remote actor message (Note [remote actors]); its payload is the opaque
+/// frame, which a hook must not rewrite.
+enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1, actor_message = 2 };
 
 /// One intercepted message. `payload` is owned by the envelope while the hook runs.
 struct envelope {

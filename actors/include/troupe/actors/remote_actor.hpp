@@ -1,0 +1,123 @@
+#pragma once
+/// \file remote_actor.hpp
+/// Training actors across processes: message types, publish by name, lookup by (worker, name).
+/// A looked-up actor is an ordinary CAF handle: `send`, `request(h, timeout, ...).then/await`,
+/// `scoped_actor` request/receive, `monitor` and `link` work across processes with CAF's own
+/// semantics (Note [remote actors] in src/remote/remote_actors.hpp).
+///
+///   // every process, before its node starts
+///   troupe::node_options opts = troupe::node_options::from_env();
+///   troupe::add_actor_message_type<grad_push>(opts, "grad_push");
+///   troupe::node n(opts);
+///   // rank 0
+///   auto ps = n.system().spawn(parameter_server);
+///   troupe::publish_actor(n, ps, "ps");
+///   // any rank
+///   auto ps = troupe::lookup_actor<ps_actor>(n, "worker0", "ps", std::chrono::seconds(10));
+///   self->request(ps, std::chrono::seconds(5), grad_push{...}).receive(...);
+///
+/// Guarantees: messages from one sender to one receiver arrive in send order (large and small
+/// alike); a peer that dies (or freezes past the heartbeat timeout) kills its actors' handles
+/// with errc::peer_lost naming the worker: monitors get down_msg, links exit_msg, open requests
+/// fail at once; a request to an actor that exited fails at once with
+/// caf::sec::request_receiver_down naming the worker. Tensors in messages have value semantics
+/// and travel as RPC's do (shared memory between processes of one host from 1 MiB, inline bytes
+/// otherwise). Remote actors need the direct channel (node_options::rpc_fast_path).
+///
+/// Message fields: CAF's own float and double serialization is lossy and can hang
+/// (CAF-0.17-NOTES pitfall 1): carry floating-point data in a tensor, never in a float or double
+/// field.
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/deserializer.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/sec.hpp>
+#include <caf/serializer.hpp>
+
+#include "troupe/actors/node.hpp"
+#include "troupe/actors/node_options.hpp"
+#include "troupe/actors/rpc/codec.hpp"
+#include "troupe/tensors/tensor.hpp"
+
+namespace troupe {
+
+/// CAF inspection of a tensor in an actor message: its bytes in RPC's tensor encoding (Note [rpc
+/// payload]), so no float goes through CAF. A serializer writes a value copy (a same-host peer
+/// gets a shared-memory segment from 1 MiB); a deserializer makes a new tensor; any other
+/// inspector (to_string) sees a short description.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor& x) {
+  if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
+    std::vector<char> bytes;
+    try {
+      rpc::detail::writer w(bytes);
+      rpc::detail::write_tensor(w, x);
+    } catch (const std::exception& e) {
+      return caf::make_error(caf::sec::invalid_argument, std::string("cannot encode a tensor: ") + e.what());
+    }
+    return f(bytes);
+  } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
+    std::vector<char> bytes;
+    if (auto err = f(bytes)) return err;
+    try {
+      rpc::detail::reader r(bytes.data(), bytes.size());
+      x = rpc::detail::read_tensor(r);
+    } catch (const std::exception& e) {
+      return caf::make_error(caf::sec::invalid_argument, std::string("cannot decode a tensor: ") + e.what());
+    }
+    return {};
+  } else {
+    std::string d = "tensor";
+    if (x.defined())
+      for (auto s : x.sizes()) d += "x" + std::to_string(s);
+    return f(caf::meta::type_name("troupe.tensor"), d);
+  }
+}
+
+/// Announces T (a struct with a CAF `inspect`, tensors allowed inside) for actor messages under
+/// `name`; the node announces it to CAF before its actor system starts. Every process of the
+/// job must announce the same types under the same names (an unannounced type makes a message
+/// fail to decode: a request gets a protocol_violation error naming it). Never blocks.
+template <class T>
+void add_actor_message_type(node_options& opts, std::string name) {
+  opts.actor_setup.push_back([name = std::move(name)](caf::actor_system_config& cfg) { cfg.add_message_type<T>(name); });
+}
+
+namespace detail {
+void publish_actor(node& n, caf::strong_actor_ptr actor, const std::string& name, const std::set<std::string>& interface);
+caf::strong_actor_ptr lookup_actor(node& n, const std::string& worker, const std::string& name, const std::set<std::string>& want,
+                                   std::chrono::milliseconds timeout);
+}  // namespace detail
+
+/// Publishes a local actor under `name` in the job (the store key troupe/actor/<worker>/<name>),
+/// with its typed interface (empty for caf::actor). Publishing a name again replaces it. Blocks
+/// on one store round trip. Throws troupe::error: bad_argument (null handle, or an actor of
+/// another process), invalid_state (node shut down), peer_lost (store host gone).
+template <class Handle>
+void publish_actor(node& n, const Handle& actor, const std::string& name) {
+  detail::publish_actor(n, caf::actor_cast<caf::strong_actor_ptr>(actor), name, n.system().message_types<Handle>());
+}
+
+/// The actor `worker` published under `name`, as a Handle (caf::actor or a caf::typed_actor).
+/// Blocks until the name is published or `timeout` passes, and to connect to `worker` the first
+/// time. Throws troupe::error naming the worker and the name: timeout (nothing published under
+/// it in time), bad_argument (published with an interface that does not offer Handle's; the
+/// message lists both), peer_lost (the worker is gone), invalid_state (node shut down, or no
+/// direct channel).
+template <class Handle = caf::actor>
+Handle lookup_actor(node& n, const std::string& worker, const std::string& name, std::chrono::milliseconds timeout) {
+  auto p = detail::lookup_actor(n, worker, name, n.system().message_types<Handle>(), timeout);
+  return caf::actor_cast<Handle>(std::move(p));
+}
+
+}  // namespace troupe

@@ -1,0 +1,231 @@
+// Remote actors over the direct channel (Note [remote actors] in remote/remote_actors.hpp).
+#include "remote/remote_actors.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_registry.hpp>
+#include <caf/atom.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/make_actor.hpp>
+#include <caf/sec.hpp>
+
+#include <cstdio>
+
+#include "remote/remote_proxy.hpp"
+#include "rpc/bulk.hpp"
+#include "rpc/fast_path.hpp"
+#include "rpc/wire.hpp"
+#include "troupe/actors/error_caf.hpp"
+
+namespace troupe::detail {
+
+remote_actors::remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<fast_path> fast, std::shared_ptr<bulk_names> bulk,
+                             resolver resolve)
+    : sys_(sys), me_(std::move(me)), fast_(std::move(fast)), bulk_(std::move(bulk)), resolve_(std::move(resolve)), ctx_(&sys), proxies_(sys, *this) {
+  ctx_.proxy_registry_ptr(&proxies_);
+}
+
+remote_actors::~remote_actors() { shutdown(); }
+
+void remote_actors::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    down_ = true;
+    peers_.clear();
+    watched_.clear();
+  }
+  proxies_.clear();
+}
+
+std::string remote_actors::worker_of(const caf::node_id& node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = peers_.find(node);
+  return it != peers_.end() ? it->second.name : caf::to_string(node);
+}
+
+std::shared_ptr<fast_conn> remote_actors::conn_to(const caf::node_id& node) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = peers_.find(node);
+  if (it == peers_.end()) return nullptr;
+  return it->second.conn->closed() ? nullptr : it->second.conn;
+}
+
+// The first connection a peer's actor frames use stays its channel until it closes.
+void remote_actors::adopt(const std::shared_ptr<fast_conn>& c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (down_) return;
+  auto& e = peers_[c->peer_node];
+  if (!e.conn || e.conn->closed()) e = peer_entry{c, c->peer};
+}
+
+caf::strong_actor_ptr remote_actors::proxy_for(const std::string& worker, caf::actor_id id, std::chrono::milliseconds timeout) {
+  if (worker == me_.name) return sys_.registry().get(id);
+  auto p = resolve_(worker, timeout);
+  if (!p.conn) throw error(errc::invalid_state, me_.name + ": no direct connection to worker " + worker + " for remote actors");
+  adopt(p.conn);
+  return proxies_.get_or_put(p.node, id);
+}
+
+caf::strong_actor_ptr remote_actors::make_proxy(caf::node_id nid, caf::actor_id aid) {
+  caf::actor_config cfg;
+  auto res = caf::make_actor<remote_proxy, caf::strong_actor_ptr>(aid, nid, &sys_, cfg, weak_from_this());
+  send_control(nid, control_op::watch, aid, caf::error{});
+  return res;
+}
+
+void remote_actors::bounce(const caf::strong_actor_ptr& sender, caf::message_id mid, const caf::error& err) {
+  if (!sender || !mid.is_request()) return;
+  sender->enqueue(nullptr, mid.response_id(), caf::make_message(err), nullptr);
+}
+
+void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender, caf::actor_id dest, caf::message_id mid, caf::message content) {
+  auto c = conn_to(to);
+  if (!c) {
+    bounce(sender, mid, to_caf_error(errc::peer_lost, me_.name + ": no connection to the node of actor " + std::to_string(dest) + " (" + worker_of(to) + ")"));
+    return;
+  }
+  caf::actor_id from = 0;  // a sender of another node travels anonymously (see the note)
+  if (sender && sender->node() == sys_.node()) {
+    sys_.registry().put(sender->id(), sender);  // its replies find it by id
+    from = sender->id();
+  }
+  std::vector<char> frame(frame_header_size);
+  caf::error err;
+  {
+    bulk_scope scope(same_host(to, sys_.node()), bulk_.get(), to);
+    caf::binary_serializer sink{&ctx_, frame};
+    std::uint64_t m = mid.integer_value();
+    err = sink(from, dest, m, content);
+  }
+  if (err) {
+    bounce(sender, mid, to_caf_error(errc::bad_argument, me_.name + ": cannot serialize a message to actor " + std::to_string(dest) + " on " + c->peer + ": " + sys_.render(err)));
+    return;
+  }
+  fast_->send_actor(c, std::move(frame), false);
+}
+
+void remote_actors::forward_later(const caf::node_id& to, caf::actor_id dest, caf::message content) {
+  fast_->post([weak = weak_from_this(), to, dest, content = std::move(content)]() mutable {
+    if (auto self = weak.lock()) self->forward(to, nullptr, dest, caf::make_message_id(), std::move(content));
+  });
+}
+
+void remote_actors::send_control(const caf::node_id& to, control_op op, caf::actor_id id, caf::error reason) {
+  auto c = conn_to(to);
+  if (!c) return;
+  std::vector<char> frame(frame_header_size);
+  caf::binary_serializer sink{&ctx_, frame};
+  auto o = static_cast<std::uint8_t>(op);
+  if (sink(o, id, reason)) return;
+  fast_->send_actor(c, std::move(frame), true);
+}
+
+void remote_actors::on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control, const char* body, std::size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (down_) return;
+  }
+  adopt(c);
+  if (control) on_control(c, body, n);
+  else on_message(c, body, n);
+}
+
+void remote_actors::on_message(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
+  caf::binary_deserializer src{&ctx_, body, n};
+  caf::actor_id from_id = 0, dest_id = 0;
+  std::uint64_t m = 0;
+  if (src(from_id, dest_id, m)) {
+    std::fprintf(stderr, "[troupe] %s: dropped a malformed actor message from %s\n", me_.name.c_str(), c->peer.c_str());
+    return;
+  }
+  const auto mid = caf::make_message_id(m);
+  caf::strong_actor_ptr from = from_id != 0 ? proxies_.get_or_put(c->peer_node, from_id) : nullptr;
+  auto dst = sys_.registry().get(dest_id);
+  if (!dst) {  // exited or never here: fail a request at once, and its proxy goes down
+    bounce(from, mid, caf::make_error(caf::sec::request_receiver_down, "actor " + std::to_string(dest_id) + " on worker " + me_.name + " is not running (it exited or never existed)"));
+    send_control(c->peer_node, control_op::down, dest_id, caf::exit_reason::unknown);
+    return;
+  }
+  caf::message content;
+  if (auto err = src(content); err || src.remaining() != 0) {
+    const auto why = err ? sys_.render(err) : std::string("trailing bytes");
+    std::fprintf(stderr, "[troupe] %s: cannot decode an actor message from %s: %s\n", me_.name.c_str(), c->peer.c_str(), why.c_str());
+    bounce(from, mid, to_caf_error(errc::protocol_violation, "worker " + me_.name + " cannot decode a message for actor " + std::to_string(dest_id) + " from " + c->peer + ": " + why + " (is every type in it announced with add_actor_message_type on both sides?)"));
+    return;
+  }
+  if (intercept_link(dst, content)) return;
+  if (mid.is_response() && from)
+    if (auto* p = dynamic_cast<remote_proxy*>(caf::actor_cast<caf::abstract_actor*>(from))) p->answered(dest_id, mid);
+  dst->enqueue(caf::make_mailbox_element(std::move(from), mid, {}, std::move(content)), nullptr);
+}
+
+// A proxy's add_backlink arrives as (link_atom, linker): link the linker's proxy here with the
+// actor, as CAF's BASP does.
+bool remote_actors::intercept_link(const caf::strong_actor_ptr& dst, caf::message& content) {
+  if (!content.match_elements<caf::atom_value, caf::strong_actor_ptr>()) return false;
+  const auto a = content.get_as<caf::atom_value>(0);
+  const bool link = a == caf::link_atom::value;
+  if (!link && a != caf::unlink_atom::value) return false;
+  const auto& ptr = content.get_as<caf::strong_actor_ptr>(1);
+  if (!ptr || ptr->node() == sys_.node()) return true;
+  auto* proxy = static_cast<caf::actor_proxy*>(ptr->get());
+  if (link) proxy->add_link(dst->get());
+  else proxy->remove_link(dst->get());
+  return true;
+}
+
+void remote_actors::on_control(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
+  caf::binary_deserializer src{&ctx_, body, n};
+  std::uint8_t op = 0;
+  caf::actor_id id = 0;
+  caf::error reason;
+  if (src(op, id, reason)) {
+    std::fprintf(stderr, "[troupe] %s: dropped a malformed actor control frame from %s\n", me_.name.c_str(), c->peer.c_str());
+    return;
+  }
+  if (op == static_cast<std::uint8_t>(control_op::watch)) watch(c, id);
+  else if (op == static_cast<std::uint8_t>(control_op::down)) proxies_.erase(c->peer_node, id, std::move(reason));
+}
+
+void remote_actors::watch(const std::shared_ptr<fast_conn>& c, caf::actor_id id) {
+  auto a = sys_.registry().get(id);
+  if (!a) {
+    send_control(c->peer_node, control_op::down, id, caf::exit_reason::unknown);
+    return;
+  }
+  auto key = std::make_pair(id, c->peer_node);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!watched_.insert(key).second) return;
+  }
+  a->get()->attach_functor([weak = weak_from_this(), key](const caf::error& reason) {
+    auto self = weak.lock();
+    if (!self) return;
+    {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->watched_.erase(key) == 0) return;  // that peer is gone
+    }
+    self->send_control(key.second, control_op::down, key.first, reason);
+  });
+}
+
+void remote_actors::on_conn_lost(const std::shared_ptr<fast_conn>& c, const std::string& why) {
+  const auto node = c->peer_node;
+  std::string name = c->peer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (down_) return;
+    auto it = peers_.find(node);
+    if (it != peers_.end() && it->second.conn != c && !it->second.conn->closed()) return;  // not its channel
+    if (it != peers_.end()) {
+      name = it->second.name;
+      peers_.erase(it);
+    }
+    std::erase_if(watched_, [&](const auto& k) { return k.second == node; });
+  }
+  const auto reason = to_caf_error(errc::peer_lost, "worker " + name + " was lost (" + why + ")");
+  for (auto& p : proxies_.get_all(node)) proxies_.erase(node, p->id(), reason);
+}
+
+}  // namespace troupe::detail

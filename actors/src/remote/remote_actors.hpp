@@ -1,0 +1,137 @@
+#pragma once
+// Remote actors: CAF proxies of actors in other processes, over the direct channel.
+//
+// Note [remote actors]
+// A handle to an actor of another node is an ordinary CAF handle whose actor is a remote_proxy
+// (remote/remote_proxy.hpp), made by this node's proxy_registry through remote_actors (its
+// backend). Sending to it serializes the message and writes it as one actor frame on the
+// connection to that node (Note [rpc fast path]); the receiving node enqueues it to the local
+// actor on the thread that read the frame (no executor job).
+//
+//   A: actor a --send/request--> proxy(b) --[frame actor: sender id, receiver id, message id,
+//      content]--> connection A<->B --> B's reading thread: proxy(a) = sender; b->enqueue
+//   B: b replies to proxy(a) --[frame actor, response id]--> same connection --> a->enqueue
+//
+// Connections. Each peer node has one connection that carries its actor frames both ways: the
+// first one used for actor traffic (this node's outgoing connection to it when a lookup made the
+// proxy, or the peer's incoming connection when the peer spoke first). It stays the channel until
+// it closes, so the frames of one sender to one receiver keep their order, large or small. A
+// tensor of 1 MiB or more to a same-host peer that can open our memory goes as a shared-memory
+// segment handle; every other tensor as inline bytes (Note [tensor over shared memory]).
+//
+// Monitoring. A new proxy sends `watch(id)` (an actor_control frame) to its node. That node
+// attaches to the actor and answers `down(id, reason)` when it exits, or at once when no actor
+// has that id. On `down` the proxy is killed with the reason, so monitors get down_msg and links
+// exit_msg, as for a local actor. A message to an unknown or exited actor is answered at once:
+// a request with an error response (sec::request_receiver_down naming the worker and id), and a
+// `down` for it. A link is a message (link_atom) the receiving node turns into a link between the
+// actor and its proxy of the linker, as CAF's BASP does.
+//
+// Failure. A connection that closes (EOF after a SIGKILL, a malformed frame, an error) or a peer
+// the node sees go down (a frozen peer: the middleman heartbeat) kills every proxy of that node
+// with errc::peer_lost naming the worker. A killed proxy fails the requests it forwarded that got
+// no response yet (the requesters get the error at once, not at their timeout), and fails every
+// later request to it at once.
+//
+// Faults. Message frames pass the transport hook as message_kind::actor_message: a dropped
+// request leaves its requester waiting until its request timeout; a duplicated message is
+// delivered twice (a request is handled twice; the requester takes the first response and
+// CAF discards the second); delays and reorders change arrival order across messages.
+// Control frames (watch, down) are not faulted: they carry failure detection itself.
+//
+// Limits. A message whose sender is itself a proxy travels anonymously (no reply path through a
+// third node). A handle to an actor on a node this node has no connection to (received inside a
+// message) answers requests with an error and never goes down.
+
+#include <caf/actor_system.hpp>
+#include <caf/proxy_registry.hpp>
+#include <caf/scoped_execution_unit.hpp>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "rpc/actor_frames.hpp"
+#include "troupe/actors/worker_info.hpp"
+
+namespace troupe::detail {
+
+class fast_path;
+class bulk_names;
+
+/// A connection to a named worker and that worker's node.
+struct actor_peer {
+  caf::node_id node;
+  std::shared_ptr<fast_conn> conn;
+};
+
+/// This node's remote actor layer (see the note). Thread-safe.
+class remote_actors final : public caf::proxy_registry::backend,
+                            public actor_frame_sink,
+                            public std::enable_shared_from_this<remote_actors> {
+ public:
+  /// Resolves a worker by name (connects the first time); throws troupe::error.
+  using resolver = std::function<actor_peer(const std::string& worker, std::chrono::milliseconds timeout)>;
+  remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<fast_path> fast, std::shared_ptr<bulk_names> bulk,
+                resolver resolve);
+  ~remote_actors() override;
+
+  /// A handle to actor `id` of `worker`; blocks to resolve the worker the first time. Throws
+  /// troupe::error (peer_lost, timeout).
+  caf::strong_actor_ptr proxy_for(const std::string& worker, caf::actor_id id, std::chrono::milliseconds timeout);
+  /// Kills every proxy (invalid_state) and forgets every peer. Node teardown; idempotent.
+  void shutdown();
+  caf::actor_system& system() { return sys_; }
+  const worker_info& me() const { return me_; }
+
+  /// Sends one message to actor `dest` of node `to` (remote_proxy::enqueue). Never blocks but on
+  /// a full socket; failures answer a request with an error.
+  void forward(const caf::node_id& to, caf::strong_actor_ptr sender, caf::actor_id dest, caf::message_id mid, caf::message content);
+  /// forward() later, on the channel's I/O thread: for callers that hold an actor's lock
+  /// (add_backlink runs under the linker's lock, and serializing the linker locks it again).
+  void forward_later(const caf::node_id& to, caf::actor_id dest, caf::message content);
+  /// Answers request `mid` of `sender` with `err` (no-op for other messages).
+  static void bounce(const caf::strong_actor_ptr& sender, caf::message_id mid, const caf::error& err);
+  /// The worker name of `node`, or its node id as text.
+  std::string worker_of(const caf::node_id& node);
+
+  // proxy_registry::backend
+  caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
+  void set_last_hop(caf::node_id*) override {}
+  // actor_frame_sink
+  void on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control, const char* body, std::size_t n) override;
+  void on_conn_lost(const std::shared_ptr<fast_conn>& c, const std::string& why) override;
+
+ private:
+  enum class control_op : std::uint8_t { watch = 0, down = 1 };
+  struct peer_entry {
+    std::shared_ptr<fast_conn> conn;
+    std::string name;
+  };
+  std::shared_ptr<fast_conn> conn_to(const caf::node_id& node);
+  void adopt(const std::shared_ptr<fast_conn>& c);
+  void send_control(const caf::node_id& to, control_op op, caf::actor_id id, caf::error reason);
+  void on_message(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
+  void on_control(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
+  void watch(const std::shared_ptr<fast_conn>& c, caf::actor_id id);
+  bool intercept_link(const caf::strong_actor_ptr& dst, caf::message& content);
+
+  caf::actor_system& sys_;
+  worker_info me_;
+  std::shared_ptr<fast_path> fast_;
+  std::shared_ptr<bulk_names> bulk_;
+  resolver resolve_;
+  caf::scoped_execution_unit ctx_;  // serialization context: the system and our proxy registry
+  caf::proxy_registry proxies_;
+  std::mutex mutex_;
+  std::map<caf::node_id, peer_entry> peers_;
+  std::set<std::pair<caf::actor_id, caf::node_id>> watched_;  // (local actor, watching node)
+  bool down_ = false;
+};
+
+}  // namespace troupe::detail
