@@ -13,6 +13,8 @@ caf::error to_caf_error(errc code, const std::string& message) {
 caf::error to_caf_error(const error& e) { return to_caf_error(e.code(), e.message()); }
 
 error from_caf_error(const caf::error& e, const std::string& what) {
+  // An empty caf::error (a normal exit's reason, say) has no category to read.
+  if (!e) return error(errc::invalid_state, what + ": no error (normal exit)");
   if (e.category() == troupe_error_atom::value) {
     std::string msg;
     if (e.context().match_elements<std::string>()) msg = e.context().get_as<std::string>(0);

@@ -84,3 +84,10 @@ TEST_CASE("troupe errors survive the conversion to caf::error and back", "[actor
   CHECK(back.code() == errc::peer_lost);
   CHECK(back.message() == "worker3 lost");
 }
+
+TEST_CASE("an empty caf::error converts to invalid_state naming the normal exit", "[actors][codec]") {
+  const auto back = troupe::from_caf_error(caf::error{}, "down_msg of worker1");
+  CHECK(back.code() == errc::invalid_state);
+  CHECK(back.message().find("down_msg of worker1") != std::string::npos);
+  CHECK(back.message().find("normal exit") != std::string::npos);
+}

@@ -25,7 +25,8 @@ caf::error to_caf_error(errc code, const std::string& message);
 
 /// Converts a caf::error back. A `troupe` category error keeps its code and message; CAF system
 /// errors map to the nearest code (request_timeout -> timeout, remote_link_unreachable ->
-/// peer_lost, anything else -> protocol_violation) with `what` prefixed to the rendered text.
+/// peer_lost, anything else -> protocol_violation) with `what` prefixed to the rendered text. An
+/// empty caf::error (no error, e.g. a normal exit's reason) becomes invalid_state saying so.
 error from_caf_error(const caf::error& e, const std::string& what);
 
 /// Registers the `troupe` error category renderer with a config (called by register_messages).
