@@ -190,6 +190,8 @@ double down_after_kill_ms(troupe::node& n, troupe::spawn_context& children) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "actor_bench",
+                 "Remote actor messages against rpc_sync, rpc_async, the rpc tensor echo and raw TCP, in one run.");
   const bool quick = tb::quick_mode(argc, argv);
   tb::report rep("actor");
   const double tcp = tb::summarize(tcp_pingpong(quick ? 2000 : 20000)).median;

@@ -64,7 +64,7 @@ struct options {
 
 void usage() {
   std::puts(
-      "actor_training [--trainers N] [--steps S] [--kill-trainer-at STEP]\n"
+      "usage: actor_training [--trainers N] [--steps S] [--kill-trainer-at STEP]\n"
       "  A parameter-server actor and an evaluator actor on worker0, one trainer actor on each of\n"
       "  worker1..N (forked processes). Trainers look the server up by name, push gradients and pull\n"
       "  weights as tensor messages; the evaluator monitors the server and the trainers and prints\n"
