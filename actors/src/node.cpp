@@ -138,6 +138,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   store = std::make_unique<store_client>(
       std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor, store_host, caf::actor{}}));
   store->set("troupe/addr/" + me.name, opts.listen_addr + ":" + std::to_string(port));
+  store->set("troupe/worker/" + std::to_string(me.rank), me.name);  // the worker list (workers.hpp)
 }
 
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
