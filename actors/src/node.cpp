@@ -152,6 +152,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
       std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor, store_host, caf::actor{}}));
   // Note [listen and advertise]: peers get a reachable address, never the wildcard.
   store->set("troupe/addr/" + me.name, advertised_address(opts.listen_addr, opts.master_addr) + ":" + std::to_string(port));
+  store->set("troupe/worker/" + std::to_string(me.rank), me.name);  // the worker list (workers.hpp)
 }
 
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {

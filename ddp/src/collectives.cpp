@@ -75,6 +75,10 @@ void allreduce_in_place(shm_transport& tp, std::uint32_t seq, const tensor& t, r
 void run_allreduce(shm_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op) {
   const std::uint64_t off = tp.arena() ? tp.arena()->offset_of(t.data_ptr(), t.nbytes()) : 0;
   tp.enter(make_fp(seq, collective_kind::allreduce, op, &t, -1), off);
+  move_allreduce(tp, seq, t, op);
+}
+
+void move_allreduce(shm_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op) {
   bool in_place = t.numel() > 0;
   for (int k = 0; k < tp.world() && in_place; ++k) in_place = tp.peer_data(k, seq) != nullptr;
   if (in_place) return allreduce_in_place(tp, seq, t, op);
@@ -110,6 +114,10 @@ void run_allreduce(shm_transport& tp, std::uint32_t seq, const tensor& t, reduce
 
 void run_broadcast(shm_transport& tp, std::uint32_t seq, const tensor& t, int root) {
   tp.enter(make_fp(seq, collective_kind::broadcast, reduce_op::sum, &t, root));
+  move_broadcast(tp, t, root);
+}
+
+void move_broadcast(shm_transport& tp, const tensor& t, int root) {
   const std::size_t nbytes = t.nbytes();
   const std::size_t chunk = tp.slot_bytes();
   for (std::size_t off = 0; off < nbytes; off += chunk) {
@@ -132,6 +140,10 @@ void run_broadcast(shm_transport& tp, std::uint32_t seq, const tensor& t, int ro
 
 void run_allgather(shm_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in) {
   tp.enter(make_fp(seq, collective_kind::allgather, reduce_op::sum, &in, -1));
+  move_allgather(tp, out, in);
+}
+
+void move_allgather(shm_transport& tp, const tensor& out, const tensor& in) {
   const int w = tp.world(), r = tp.rank();
   const std::size_t nbytes = in.nbytes(), chunk = tp.slot_bytes();
   for (std::size_t off = 0; off < nbytes; off += chunk) {

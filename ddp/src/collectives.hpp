@@ -14,6 +14,12 @@ void run_allgather(shm_transport& tp, std::uint32_t seq, const tensor& out, cons
 void run_reduce_scatter(shm_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in, reduce_op op);
 void run_barrier(shm_transport& tp, std::uint32_t seq);
 
+// The data movement of allreduce, broadcast and allgather after the fingerprint exchange; the
+// composed collectives (composed_collectives.hpp) enter with their own fingerprint, then call these.
+void move_allreduce(shm_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op);
+void move_broadcast(shm_transport& tp, const tensor& t, int root);
+void move_allgather(shm_transport& tp, const tensor& out, const tensor& in);
+
 /// Point-to-point state: chunks sent to / received from each peer so far.
 struct p2p_counters {
   std::vector<std::uint32_t> sent;

@@ -78,7 +78,9 @@ void broadcast_all(process_group& pg, const std::vector<std::pair<std::string, t
 }  // namespace
 
 struct distributed_data_parallel::impl {
-  std::shared_ptr<nn::unary_module> module;
+  std::shared_ptr<nn::module> module;
+  std::shared_ptr<nn::unary_module> unary;  // exactly one of unary and multi is set
+  std::shared_ptr<nn::multi_input_module> multi;
   process_group& group;
   ddp_options opts;
   tensor_list params;
@@ -86,8 +88,11 @@ struct distributed_data_parallel::impl {
   std::vector<hook_handle> hooks;
   std::unique_ptr<detail::reducer> reducer;
 
-  impl(std::shared_ptr<nn::unary_module> m, process_group& g, ddp_options o)
-      : module(std::move(m)), group(g), opts(o) {}
+  impl(std::shared_ptr<nn::unary_module> u, std::shared_ptr<nn::multi_input_module> m, process_group& g, ddp_options o)
+      : unary(std::move(u)), multi(std::move(m)), group(g), opts(o) {
+    if (unary) module = unary;
+    else module = multi;
+  }
 
   void rebuild_from_rank0_order() {
     const auto& order = reducer->ready_order();
@@ -103,7 +108,19 @@ struct distributed_data_parallel::impl {
 
 distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::unary_module> module, process_group& group,
                                                      ddp_options opts)
-    : impl_(std::make_unique<impl>(std::move(module), group, opts)) {
+    : impl_(std::make_unique<impl>(std::move(module), nullptr, group, opts)) {
+  setup();
+}
+
+distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, process_group& group,
+                                                     ddp_options opts)
+    : impl_(std::make_unique<impl>(nullptr, std::move(module), group, opts)) {
+  setup();
+}
+
+void distributed_data_parallel::setup() {
+  process_group& group = impl_->group;
+  const ddp_options& opts = impl_->opts;
   if (!impl_->module) throw error(errc::bad_argument, "distributed_data_parallel: null module");
   if (opts.bucket_cap_mb <= 0 || opts.first_bucket_cap_mb <= 0)
     throw error(errc::bad_argument, "distributed_data_parallel: bucket caps must be positive");
@@ -135,11 +152,16 @@ distributed_data_parallel::~distributed_data_parallel() {
   for (auto& h : impl_->hooks) h.remove();
 }
 
-tensor distributed_data_parallel::forward(const tensor& input) {
+tensor distributed_data_parallel::forward(const tensor& input) { return forward(tensor_list{input}); }
+
+tensor distributed_data_parallel::forward(const tensor_list& inputs) {
+  if (impl_->unary && inputs.size() != 1)
+    throw error(errc::bad_argument, "distributed_data_parallel::forward: the wrapped unary_module takes 1 input, got " +
+                                        std::to_string(inputs.size()));
   impl_->reducer->check_previous_finished();
   if (impl_->sync && impl_->reducer->needs_rebuild()) impl_->rebuild_from_rank0_order();
   if (impl_->opts.broadcast_buffers) broadcast_all(impl_->group, impl_->module->named_buffers(), impl_->opts.timeout);
-  tensor out = impl_->module->forward(input);
+  tensor out = impl_->unary ? impl_->unary->forward(inputs.front()) : impl_->multi->forward(inputs);
   if (grad_mode::is_enabled()) prepare_for_backward({out});
   return out;
 }
@@ -148,7 +170,12 @@ void distributed_data_parallel::prepare_for_backward(const tensor_list& outputs)
   impl_->reducer->prepare(impl_->sync, outputs);
 }
 
-nn::unary_module& distributed_data_parallel::module() const { return *impl_->module; }
+nn::unary_module& distributed_data_parallel::module() const {
+  if (!impl_->unary)
+    throw error(errc::invalid_state, "distributed_data_parallel::module(): the wrapped module is a multi_input_module; use wrapped()");
+  return *impl_->unary;
+}
+nn::module& distributed_data_parallel::wrapped() const { return *impl_->module; }
 tensor_list distributed_data_parallel::parameters() const { return impl_->params; }
 void distributed_data_parallel::register_comm_hook(comm_hook hook) {
   if (!hook) throw error(errc::bad_argument, "distributed_data_parallel::register_comm_hook: empty hook");

@@ -2,6 +2,7 @@
 // collectives in issue order over the shared-memory transport, and the work handles.
 #include "troupe/ddp/process_group.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -9,11 +10,13 @@
 #include <thread>
 
 #include "collectives.hpp"
+#include "composed_collectives.hpp"
 #include "shm_transport.hpp"
 #include "tcp_transport.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/tensors/factories.hpp"
+#include "work_state.hpp"
 
 namespace troupe::ddp {
 
@@ -27,58 +30,6 @@ const char* to_string(reduce_op op) noexcept {
   }
   return "unknown";
 }
-
-struct work::state {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::optional<troupe::error> err;
-  std::string description;
-  std::function<void()> body;
-  bool breaks_group = true;
-  std::chrono::steady_clock::time_point finished_at;
-
-  void finish(std::optional<troupe::error> e) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-      finished_at = std::chrono::steady_clock::now();
-      err = std::move(e);
-      body = nullptr;  // releases the tensors
-    }
-    cv.notify_all();
-  }
-};
-
-void work::wait(std::chrono::milliseconds timeout) const {
-  if (!state_) throw troupe::error(errc::invalid_state, "work::wait on an empty work handle");
-  std::unique_lock<std::mutex> lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
-    throw troupe::error(errc::timeout, state_->description + " did not complete within " +
-                                           std::to_string(timeout.count()) + " ms");
-  if (state_->err) throw *state_->err;
-}
-
-bool work::is_completed() const {
-  if (!state_) return false;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->done;
-}
-
-std::optional<troupe::error> work::error() const {
-  if (!state_) return std::nullopt;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->err;
-}
-
-std::optional<std::chrono::steady_clock::time_point> work::completed_at() const {
-  if (!state_) return std::nullopt;
-  std::lock_guard<std::mutex> lock(state_->mu);
-  if (!state_->done) return std::nullopt;
-  return state_->finished_at;
-}
-
-std::string work::description() const { return state_ ? state_->description : std::string("(empty work)"); }
 
 struct process_group::impl {
   // Exactly one transport is set (Note [shm collectives] or Note [tcp ring]).
@@ -103,6 +54,7 @@ struct process_group::impl {
   std::optional<troupe::error> broken;
   std::mutex issue_mu;      // a sequence number and its queue position go together
   std::uint32_t issued = 0;  // sequence numbers of group collectives
+  std::uint32_t subgroups = 0;  // new_group calls so far (names the next subgroup)
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
@@ -183,6 +135,14 @@ struct process_group::impl {
     }
   }
 
+  /// Takes the next sequence number and queues `body(transport, seq)` as collective `what #seq`.
+  template <class Body>
+  work issue(const std::string& what, const std::string& detail, Body body) {
+    std::lock_guard<std::mutex> lock(issue_mu);
+    const std::uint32_t seq = ++issued;
+    return submit(what + " #" + std::to_string(seq) + detail, [this, seq, body] { visit([&](auto& tp) { body(tp, seq); }); });
+  }
+
   troupe::error fail(const troupe::error& e) {
     std::lock_guard<std::mutex> lock(broken_mu);
     if (!broken) {
@@ -205,15 +165,34 @@ void check_tensor(const char* op, const tensor& t) {
                                         shape_to_string(t.shape()) + " is not contiguous");
 }
 
-std::string what(const char* op, std::uint32_t seq, const tensor& t) {
-  return std::string(op) + " #" + std::to_string(seq) + " " + std::string(troupe::to_string(t.dtype())) +
-         shape_to_string(t.shape());
-}
-
 void check_rank(const char* op, int r, int world) {
   if (r < 0 || r >= world)
     throw error(errc::bad_argument, std::string("process_group::") + op + ": rank " + std::to_string(r) +
                                         " outside [0, " + std::to_string(world) + ")");
+}
+
+std::string typed(const tensor& t) {
+  std::string s(" ");
+  s += troupe::to_string(t.dtype());
+  s += shape_to_string(t.shape());
+  return s;
+}
+
+/// Throws shape_mismatch unless `whole` holds `world` blocks of `block` (same dtype).
+void check_blocks(const char* op, const char* whole_name, const tensor& whole, const char* block_name, const tensor& block,
+                  int world) {
+  if (whole.dtype() == block.dtype() && whole.numel() == block.numel() * world) return;
+  throw error(errc::shape_mismatch, std::string("process_group::") + op + ": " + whole_name + typed(whole) +
+                                        " must hold world_size (" + std::to_string(world) + ") x " + block_name + typed(block));
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return "{" + s + "}";
 }
 
 }  // namespace
@@ -243,60 +222,77 @@ const std::string& process_group::name() const noexcept { return impl_->name; }
 
 work process_group::allreduce(tensor t, reduce_op op) {
   check_tensor("allreduce", t);
-  std::lock_guard<std::mutex> issue(impl_->issue_mu);
-  const std::uint32_t seq = ++impl_->issued;
-  auto* im = impl_.get();
-  return impl_->submit(what("allreduce", seq, t) + " " + to_string(op),
-                       [im, seq, t, op] { im->visit([&](auto& tp) { detail::run_allreduce(tp, seq, t, op); }); });
+  return impl_->issue("allreduce", typed(t) + " " + to_string(op),
+                      [t, op](auto& tp, std::uint32_t seq) { detail::run_allreduce(tp, seq, t, op); });
 }
 
 work process_group::broadcast(tensor t, int root) {
   check_tensor("broadcast", t);
   check_rank("broadcast", root, world_size());
-  std::lock_guard<std::mutex> issue(impl_->issue_mu);
-  const std::uint32_t seq = ++impl_->issued;
-  auto* im = impl_.get();
-  return impl_->submit(what("broadcast", seq, t) + " from " + std::to_string(root),
-                       [im, seq, t, root] { im->visit([&](auto& tp) { detail::run_broadcast(tp, seq, t, root); }); });
+  return impl_->issue("broadcast", typed(t) + " from " + std::to_string(root),
+                      [t, root](auto& tp, std::uint32_t seq) { detail::run_broadcast(tp, seq, t, root); });
 }
 
 work process_group::allgather(tensor output, tensor input) {
   check_tensor("allgather", output);
   check_tensor("allgather", input);
-  if (output.dtype() != input.dtype() || output.numel() != input.numel() * world_size())
-    throw error(errc::shape_mismatch, "process_group::allgather: output " + std::string(troupe::to_string(output.dtype())) +
-                                          shape_to_string(output.shape()) + " must hold world_size (" +
-                                          std::to_string(world_size()) + ") x input " +
-                                          std::string(troupe::to_string(input.dtype())) + shape_to_string(input.shape()));
-  std::lock_guard<std::mutex> issue(impl_->issue_mu);
-  const std::uint32_t seq = ++impl_->issued;
-  auto* im = impl_.get();
-  return impl_->submit(what("allgather", seq, input),
-                       [im, seq, output, input] { im->visit([&](auto& tp) { detail::run_allgather(tp, seq, output, input); }); });
+  check_blocks("allgather", "output", output, "input", input, world_size());
+  return impl_->issue("allgather", typed(input),
+                      [output, input](auto& tp, std::uint32_t seq) { detail::run_allgather(tp, seq, output, input); });
 }
 
 work process_group::reduce_scatter(tensor output, tensor input, reduce_op op) {
   check_tensor("reduce_scatter", output);
   check_tensor("reduce_scatter", input);
-  if (output.dtype() != input.dtype() || input.numel() != output.numel() * world_size())
-    throw error(errc::shape_mismatch, "process_group::reduce_scatter: input " + std::string(troupe::to_string(input.dtype())) +
-                                          shape_to_string(input.shape()) + " must hold world_size (" +
-                                          std::to_string(world_size()) + ") x output " +
-                                          std::string(troupe::to_string(output.dtype())) + shape_to_string(output.shape()));
-  std::lock_guard<std::mutex> issue(impl_->issue_mu);
-  const std::uint32_t seq = ++impl_->issued;
-  auto* im = impl_.get();
-  return impl_->submit(what("reduce_scatter", seq, output) + " " + to_string(op),
-                       [im, seq, output, input, op] {
-                         im->visit([&](auto& tp) { detail::run_reduce_scatter(tp, seq, output, input, op); });
-                       });
+  check_blocks("reduce_scatter", "input", input, "output", output, world_size());
+  return impl_->issue("reduce_scatter", typed(output) + " " + to_string(op), [output, input, op](auto& tp, std::uint32_t seq) {
+    detail::run_reduce_scatter(tp, seq, output, input, op);
+  });
+}
+
+work process_group::reduce(tensor t, int root, reduce_op op) {
+  check_tensor("reduce", t);
+  check_rank("reduce", root, world_size());
+  return impl_->issue("reduce", typed(t) + " " + to_string(op) + " to " + std::to_string(root),
+                      [t, root, op](auto& tp, std::uint32_t seq) { detail::run_reduce(tp, seq, t, root, op); });
+}
+
+work process_group::gather(tensor output, tensor input, int root) {
+  check_tensor("gather", input);
+  check_rank("gather", root, world_size());
+  if (rank() == root) {
+    check_tensor("gather", output);
+    check_blocks("gather", "output", output, "input", input, world_size());
+  }
+  return impl_->issue("gather", typed(input) + " to " + std::to_string(root),
+                      [output, input, root](auto& tp, std::uint32_t seq) { detail::run_gather(tp, seq, output, input, root); });
+}
+
+work process_group::scatter(tensor output, tensor input, int root) {
+  check_tensor("scatter", output);
+  check_rank("scatter", root, world_size());
+  if (rank() == root) {
+    check_tensor("scatter", input);
+    check_blocks("scatter", "input", input, "output", output, world_size());
+  }
+  return impl_->issue("scatter", typed(output) + " from " + std::to_string(root),
+                      [output, input, root](auto& tp, std::uint32_t seq) { detail::run_scatter(tp, seq, output, input, root); });
+}
+
+work process_group::all_to_all(tensor output, tensor input) {
+  check_tensor("all_to_all", output);
+  check_tensor("all_to_all", input);
+  const int w = world_size();
+  if (output.dtype() != input.dtype() || output.numel() != input.numel() || input.numel() % w != 0)
+    throw error(errc::shape_mismatch, "process_group::all_to_all: input" + typed(input) + " and output" + typed(output) +
+                                          " must have the same dtype and size, a multiple of world_size (" +
+                                          std::to_string(w) + ")");
+  return impl_->issue("all_to_all", typed(input),
+                      [output, input](auto& tp, std::uint32_t seq) { detail::run_all_to_all(tp, seq, output, input); });
 }
 
 work process_group::barrier() {
-  std::lock_guard<std::mutex> issue(impl_->issue_mu);
-  const std::uint32_t seq = ++impl_->issued;
-  auto* im = impl_.get();
-  return impl_->submit("barrier #" + std::to_string(seq), [im, seq] { im->visit([&](auto& tp) { detail::run_barrier(tp, seq); }); });
+  return impl_->issue("barrier", "", [](auto& tp, std::uint32_t seq) { detail::run_barrier(tp, seq); });
 }
 
 void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
@@ -342,6 +338,53 @@ tensor process_group::empty_shared(shape_t shape, troupe::dtype dt) {
     if (t.defined()) return t;
   }
   return zeros(std::move(shape), {dt});
+}
+
+namespace {
+
+/// Validates and sorts `ranks`, checks through `pg` that every rank passed the same list, and
+/// returns this rank's index in it (-1: not a member) and the subgroup's name.
+std::pair<int, std::string> agree_on_members(process_group& pg, std::uint32_t k, std::vector<int>& ranks,
+                                             std::chrono::milliseconds timeout) {
+  const int w = pg.world_size();
+  if (ranks.empty()) throw error(errc::bad_argument, "process_group::new_group: empty rank list");
+  std::sort(ranks.begin(), ranks.end());
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    check_rank("new_group", ranks[i], w);
+    if (i > 0 && ranks[i] == ranks[i - 1])
+      throw error(errc::bad_argument, "process_group::new_group: rank " + std::to_string(ranks[i]) + " listed twice");
+  }
+  tensor mine = full({w}, -1.0, {dtype::int32});
+  for (std::size_t i = 0; i < ranks.size(); ++i) mine.data<std::int32_t>()[i] = ranks[i];
+  tensor all = zeros({static_cast<std::int64_t>(w) * w}, {dtype::int32});
+  pg.allgather(all, mine).wait(timeout + std::chrono::seconds(5));
+  auto list_of = [&](int r) {
+    std::vector<int> v;
+    for (int i = 0; i < w && all.data<std::int32_t>()[r * w + i] >= 0; ++i) v.push_back(all.data<std::int32_t>()[r * w + i]);
+    return v;
+  };
+  for (int r = 1; r < w; ++r)
+    if (list_of(r) != list_of(0))
+      throw error(errc::collective_mismatch, "process_group '" + pg.name() + "': new_group #" + std::to_string(k) +
+                                                 ": rank 0 asked for ranks " + join(list_of(0)) + ", rank " +
+                                                 std::to_string(r) + " for " + join(list_of(r)));
+  const auto at = std::find(ranks.begin(), ranks.end(), pg.rank());
+  return {at == ranks.end() ? -1 : static_cast<int>(at - ranks.begin()), pg.name() + "-g" + std::to_string(k)};
+}
+
+}  // namespace
+
+std::optional<process_group> process_group::new_group(store_client& store, std::vector<int> ranks, process_group_options opts) {
+  const auto [index, sub] = agree_on_members(*this, ++impl_->subgroups, ranks, opts.timeout);
+  if (index < 0) return std::nullopt;
+  return process_group(store, index, static_cast<int>(ranks.size()), sub, opts);
+}
+
+std::optional<process_group> process_group::new_group(const file_store& store, std::vector<int> ranks,
+                                                      process_group_options opts) {
+  const auto [index, sub] = agree_on_members(*this, ++impl_->subgroups, ranks, opts.timeout);
+  if (index < 0) return std::nullopt;
+  return process_group(store, index, static_cast<int>(ranks.size()), sub, opts);
 }
 
 bool process_group::is_shared(const tensor& t) const {

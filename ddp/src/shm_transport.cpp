@@ -72,6 +72,10 @@ const char* to_string(collective_kind k) noexcept {
     case collective_kind::allgather: return "allgather";
     case collective_kind::reduce_scatter: return "reduce_scatter";
     case collective_kind::barrier: return "barrier";
+    case collective_kind::reduce: return "reduce";
+    case collective_kind::gather: return "gather";
+    case collective_kind::scatter: return "scatter";
+    case collective_kind::all_to_all: return "all_to_all";
   }
   return "unknown";
 }
@@ -82,7 +86,9 @@ std::string describe(const fingerprint& f) {
   const auto kind = static_cast<collective_kind>(f.kind);
   if (kind == collective_kind::allreduce || kind == collective_kind::reduce_scatter)
     os << "(" << to_string(static_cast<reduce_op>(f.op)) << ")";
-  if (kind == collective_kind::broadcast) os << "(root " << f.root << ")";
+  if (kind == collective_kind::reduce) os << "(" << to_string(static_cast<reduce_op>(f.op)) << ", root " << f.root << ")";
+  if (kind == collective_kind::broadcast || kind == collective_kind::gather || kind == collective_kind::scatter)
+    os << "(root " << f.root << ")";
   if (kind != collective_kind::barrier)
     os << " " << troupe::to_string(static_cast<troupe::dtype>(f.dtype)) << " numel " << f.numel;
   os << " #" << f.seq;

@@ -97,7 +97,9 @@ struct fingerprint {
   std::int64_t numel = 0;
 };
 
-enum class collective_kind : std::uint8_t { allreduce = 1, broadcast, allgather, reduce_scatter, barrier };
+enum class collective_kind : std::uint8_t {
+  allreduce = 1, broadcast, allgather, reduce_scatter, barrier, reduce, gather, scatter, all_to_all
+};
 const char* to_string(collective_kind k) noexcept;
 std::string describe(const fingerprint& f);
 

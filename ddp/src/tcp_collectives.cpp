@@ -125,6 +125,10 @@ void tcp_transport::p2p_recv_data(int src, std::byte* p, std::size_t n) {
 
 void run_allreduce(tcp_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op) {
   tp.enter(make_fp(seq, collective_kind::allreduce, op, &t, -1));
+  move_allreduce(tp, seq, t, op);
+}
+
+void move_allreduce(tcp_transport& tp, std::uint32_t, const tensor& t, reduce_op op) {
   const int w = tp.world(), r = tp.rank();
   if (w == 1) return;
   const std::size_t es = t.element_size(), n = static_cast<std::size_t>(t.numel()), c = chunk_elems(tp, es);
@@ -156,6 +160,10 @@ void run_allreduce(tcp_transport& tp, std::uint32_t seq, const tensor& t, reduce
 
 void run_broadcast(tcp_transport& tp, std::uint32_t seq, const tensor& t, int root) {
   tp.enter(make_fp(seq, collective_kind::broadcast, reduce_op::sum, &t, root));
+  move_broadcast(tp, t, root);
+}
+
+void move_broadcast(tcp_transport& tp, const tensor& t, int root) {
   if (tp.world() == 1) return;
   const bool forward = tp.next() != root;
   for_chunks(0, t.nbytes(), tp.chunk_bytes(), [&](std::size_t off, std::size_t m) {
@@ -168,6 +176,10 @@ void run_broadcast(tcp_transport& tp, std::uint32_t seq, const tensor& t, int ro
 
 void run_allgather(tcp_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in) {
   tp.enter(make_fp(seq, collective_kind::allgather, reduce_op::sum, &in, -1));
+  move_allgather(tp, out, in);
+}
+
+void move_allgather(tcp_transport& tp, const tensor& out, const tensor& in) {
   const int w = tp.world(), r = tp.rank();
   const std::size_t nb = in.nbytes();
   if (nb > 0) std::memcpy(bytes_of(out) + static_cast<std::size_t>(r) * nb, bytes_of(in), nb);

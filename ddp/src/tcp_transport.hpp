@@ -217,6 +217,10 @@ void run_broadcast(tcp_transport& tp, std::uint32_t seq, const tensor& t, int ro
 void run_allgather(tcp_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in);
 void run_reduce_scatter(tcp_transport& tp, std::uint32_t seq, const tensor& out, const tensor& in, reduce_op op);
 void run_barrier(tcp_transport& tp, std::uint32_t seq);
+// The data movement after the fingerprint exchange (as the shm move_* in collectives.hpp).
+void move_allreduce(tcp_transport& tp, std::uint32_t seq, const tensor& t, reduce_op op);
+void move_broadcast(tcp_transport& tp, const tensor& t, int root);
+void move_allgather(tcp_transport& tp, const tensor& out, const tensor& in);
 void run_send(tcp_transport& tp, p2p_counters& pc, const tensor& t, int dst, int tag);
 void run_recv(tcp_transport& tp, p2p_counters& pc, const tensor& t, int src, int tag);
 

@@ -50,6 +50,21 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
   return true;
 }
 
+std::shared_ptr<call_state> call_state::derive(const std::string& step, clock::time_point deadline) const {
+  return std::make_shared<call_state>(function_ + " (" + step + ")", to_, from_, deadline, post_);
+}
+
+bool call_state::complete_value(std::shared_ptr<void> value) {
+  {
+    std::lock_guard<std::mutex> lock(decode_mutex_);
+    if (done()) return false;
+    decoded_ = true;
+    decoded_value_ = std::move(value);
+    intercepted_ = true;  // get() takes the decoded value (decode_once)
+  }
+  return complete(errc::ok, {}, {});
+}
+
 bool call_state::wait_for(std::chrono::milliseconds timeout) const {
   const auto end = clock::now() + timeout;
   if (!done()) {

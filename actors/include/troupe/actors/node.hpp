@@ -12,6 +12,7 @@
 ///
 ///   new node --connect--> rank 0 --hello{token, info, agent}--> ack{info, agent, store} | refused
 ///   new node --store_set("troupe/addr/<name>", host:port)--> store
+///   new node --store_set("troupe/worker/<rank>", name)--> store   (the worker list, workers.hpp)
 ///   caller --store_get(addr)--> store; caller --connect + hello--> peer (cached)
 ///
 /// Lifetime: the constructor joins the job (bounded by join_timeout) or throws; shutdown() (or

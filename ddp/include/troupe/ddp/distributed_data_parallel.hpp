@@ -88,6 +88,8 @@ class distributed_data_parallel {
   /// difference and both ranks), broadcasts rank 0's parameters and buffers, builds the buckets
   /// and registers one post-accumulate-grad hook per parameter. Blocks (collectives).
   distributed_data_parallel(std::shared_ptr<nn::unary_module> module, process_group& group, ddp_options opts = {});
+  /// The same for a module with several inputs (forward(tensor_list)).
+  distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, process_group& group, ddp_options opts = {});
   ~distributed_data_parallel();
   distributed_data_parallel(const distributed_data_parallel&) = delete;
   distributed_data_parallel& operator=(const distributed_data_parallel&) = delete;
@@ -98,13 +100,19 @@ class distributed_data_parallel {
   /// broadcasts buffers. After it: prepare_for_backward on the output. Blocks (collectives).
   tensor forward(const tensor& input);
   tensor operator()(const tensor& input) { return forward(input); }
+  /// forward() with several inputs: a multi_input_module gets them all; a unary_module takes
+  /// exactly one (bad_argument naming the count otherwise, before any collective).
+  tensor forward(const tensor_list& inputs);
+  tensor operator()(const tensor_list& inputs) { return forward(inputs); }
   /// Arms the reducer for the backward of `outputs` (forward() calls it; call it yourself after
   /// running the module in another way). With find_unused_parameters, marks the parameters not
   /// reachable from `outputs` ready.
   void prepare_for_backward(const tensor_list& outputs);
 
-  /// The wrapped module.
+  /// The wrapped unary module; invalid_state when a multi_input_module is wrapped (see wrapped()).
   nn::unary_module& module() const;
+  /// The wrapped module, of either kind.
+  nn::module& wrapped() const;
   /// module().parameters()
   tensor_list parameters() const;
   /// Replaces the communication hook (the default is allreduce_hook()).
@@ -138,6 +146,8 @@ class distributed_data_parallel {
   struct impl;
 
  private:
+  /// The constructors' common part: checks, state broadcast, buckets, hooks.
+  void setup();
   std::unique_ptr<impl> impl_;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 /// \file process_group.hpp
-/// Process groups: collectives (allreduce, broadcast, allgather, reduce_scatter, barrier,
-/// send/recv) over a fixed set of ranks, created from the rendezvous store. The CPU backend moves
+/// Process groups: collectives (allreduce, broadcast, allgather, reduce_scatter, reduce, gather,
+/// scatter, all_to_all, barrier, send/recv) over a fixed set of ranks, and subgroups of them, created from the rendezvous store. The CPU backend moves
 /// every byte through shared memory on one host (Note [shm collectives] in shm_transport.hpp)
 /// or over a direct TCP ring across hosts (Note [tcp ring] in tcp_transport.hpp; see
 /// process_group_options::transport); the store and the CAF connection carry only the rendezvous.
@@ -28,7 +28,7 @@ namespace troupe::ddp {
 
 class file_store;
 
-/// Reduction applied by allreduce and reduce_scatter. `avg` divides the sum by the world size
+/// Reduction applied by allreduce, reduce and reduce_scatter. `avg` divides the sum by the world size
 /// (integer dtypes: truncating division). For bool, sum/max are "or", product/min are "and".
 enum class reduce_op : std::uint8_t { sum = 0, avg = 1, min = 2, max = 3, product = 4 };
 
@@ -127,6 +127,19 @@ class process_group {
   /// `output` receives block `rank` of op over every rank's `input` (world_size * output.numel()
   /// elements, same dtype).
   work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum);
+  /// In place on `root`: its `t` becomes op(t over all ranks); the other ranks' `t` stay as
+  /// they were. The same checks as allreduce, and bad_argument for a root outside the group.
+  work reduce(tensor t, int root, reduce_op op = reduce_op::sum);
+  /// On `root`, `output` (world_size * input.numel() elements, same dtype) receives every rank's
+  /// `input` in rank order. Other ranks ignore `output` (it may be undefined).
+  work gather(tensor output, tensor input, int root);
+  /// `output` receives block `rank` of `root`'s `input` (world_size * output.numel() elements,
+  /// same dtype). Other ranks ignore `input` (it may be undefined).
+  work scatter(tensor output, tensor input, int root);
+  /// `input` and `output` hold world_size blocks of input.numel() / world_size elements each
+  /// (same dtype and size): block j of rank r's `input` lands in block r of rank j's `output`.
+  /// shape_mismatch when the sizes differ or do not split into world_size blocks.
+  work all_to_all(tensor output, tensor input);
   /// Completes when every rank issued its barrier.
   work barrier();
   /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
@@ -149,6 +162,18 @@ class process_group {
   tensor empty_shared(shape_t shape, troupe::dtype dt = troupe::dtype::float32);
   /// True when `t`'s bytes lie in this rank's shared arena (empty_shared made them).
   bool is_shared(const tensor& t) const;
+
+  /// A subgroup of the ranks in `ranks` (this group's numbering), like torch's new_group. Every
+  /// rank of this group calls it, in the same order and with the same `ranks`: it first checks
+  /// that they agree (one allgather on this group; errc::collective_mismatch on every rank
+  /// when they do not), then the members meet through `store` as a new group named
+  /// "<name>-g<k>" (k counts this group's new_group calls). A member's rank in the subgroup is
+  /// its position in the sorted `ranks`; a rank not in `ranks` gets nullopt. Blocks up to
+  /// opts.timeout. Throws bad_argument for an empty list, a duplicate, or a rank outside the
+  /// group (before any collective), and what the constructor throws.
+  std::optional<process_group> new_group(store_client& store, std::vector<int> ranks, process_group_options opts = {});
+  /// The same through a file_store.
+  std::optional<process_group> new_group(const file_store& store, std::vector<int> ranks, process_group_options opts = {});
 
   struct impl;
 

@@ -1,9 +1,10 @@
 #pragma once
 /// \file future.hpp
-/// The result of an RPC: `future<R>` with wait(timeout), get(), then(), is_ready(), and
-/// wait_all. A call always completes (result, error, its deadline, or its peer's death), so
-/// get() never hangs; it blocks the calling user thread, never an actor.
+/// The result of an RPC: `future<R>` with wait(timeout), get(), then() (which chains), is_ready(),
+/// wait_all and collect_all. A call always completes (result, error, its deadline, or its peer's
+/// death), so get() never hangs; it blocks the calling user thread, never an actor.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "troupe/actors/rpc/codec.hpp"
@@ -52,6 +54,12 @@ class call_state {
   /// Completes the call; later completions are ignored. Returns whether this one won. `meta`:
   /// the response's interceptor bytes (Note [call interceptor]).
   bool complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta = {});
+  /// A state completed on this side (a continuation's result, collect_all's values): this
+  /// call's name with " (<step>)" appended, its workers and executor, bounded by `deadline`.
+  std::shared_ptr<call_state> derive(const std::string& step, clock::time_point deadline) const;
+  /// Completes with a value made on this side: get() returns it without decoding (the state
+  /// acts as an intercepted call whose value was decoded). Returns whether this one won.
+  bool complete_value(std::shared_ptr<void> value);
   /// Attaches the caller's interceptor scope (before the request is sent); the result is then
   /// decoded once, under it, by decode_once.
   void set_scope(std::shared_ptr<call_scope> scope);
@@ -121,7 +129,42 @@ class call_state {
   std::exception_ptr decode_error_;
 };
 
+/// Completes `st` with what `make()` returns, or with the exception it throws: a troupe::error
+/// keeps its code, another exception becomes remote_exception. Never throws.
+template <class U, class Make>
+void complete_with(call_state& st, Make&& make) noexcept {
+  try {
+    if constexpr (std::is_void_v<U>) {
+      make();
+      st.complete_value(nullptr);
+    } else {
+      st.complete_value(std::make_shared<U>(make()));
+    }
+  } catch (const error& e) {
+    st.complete(e.code(), e.message(), {});
+  } catch (const std::exception& e) {
+    st.complete(errc::remote_exception, "the continuation of " + st.what() + " threw: " + e.what(), {});
+  } catch (...) {
+    st.complete(errc::remote_exception, "the continuation of " + st.what() + " threw a non-standard exception", {});
+  }
+}
+
 }  // namespace detail
+
+template <class R>
+class future;
+
+/// What collect_all of futures of R yields: the values in order (nothing for R = void).
+template <class R>
+using collected_t = std::conditional_t<std::is_void_v<R>, void, std::vector<R>>;
+
+/// A future of every future's value, in the order of `fs`: it completes once all of them
+/// completed, with their values, or with the error of the first one (in `fs` order) that
+/// failed. Like torch.futures.collect_all followed by reading each value. get() on it waits up
+/// to the latest deadline of `fs` plus `budget`. Never blocks; throws invalid_state when one of
+/// `fs` is empty. An empty `fs` gives a completed future of no values.
+template <class R>
+future<collected_t<R>> collect_all(std::vector<future<R>> fs, std::chrono::milliseconds budget = std::chrono::seconds(60));
 
 /// The future result of an RPC. Copyable handle to shared state; thread-safe.
 template <class R>
@@ -163,12 +206,22 @@ class future {
     }
   }
   /// Runs `fn(future<R>)` on the node's executor once the call completes (never on a CAF
-  /// thread, never inline in the agent). `fn` must not throw.
+  /// thread, never inline in the agent), and returns the future of what `fn` returns, like
+  /// torch's Future.then: it completes with fn's value, or with the error fn threw (a
+  /// troupe::error keeps its code; any other exception becomes remote_exception with its text).
+  /// So this call's error reaches the returned future when `fn` calls get(). get() on the
+  /// returned future waits up to this call's deadline plus `budget` for `fn` to finish (then
+  /// errc::timeout). Chains: f.then(a).then(b). Throws invalid_state on an empty future.
   template <class F>
-  void then(F fn) const {
+  auto then(F fn, std::chrono::milliseconds budget = std::chrono::seconds(60)) const
+      -> future<std::decay_t<std::invoke_result_t<F&, future&>>> {
+    using U = std::decay_t<std::invoke_result_t<F&, future&>>;
     if (!st_) throw error(errc::invalid_state, "then() on an empty rpc future");
-    future self = *this;
-    st_->on_complete([self, fn = std::move(fn)]() mutable { fn(self); });
+    auto next = st_->derive("then", std::max(st_->deadline(), detail::call_state::clock::now()) + budget);
+    st_->on_complete([self = *this, next, fn = std::move(fn)]() mutable {
+      detail::complete_with<U>(*next, [&]() -> U { return fn(self); });
+    });
+    return future<U>(std::move(next));
   }
   /// Runs `fn(future<R>)` on the thread that completes the call (an I/O thread, a CAF thread,
   /// or a caller reading its own response), or at once on this thread if it is already
@@ -183,6 +236,8 @@ class future {
   }
 
  private:
+  template <class T>
+  friend future<collected_t<T>> collect_all(std::vector<future<T>> fs, std::chrono::milliseconds budget);
   std::shared_ptr<detail::call_state> st_;
 };
 
@@ -195,6 +250,40 @@ bool wait_all(const std::vector<future<R>>& fs, std::chrono::milliseconds timeou
     if (!f.wait(left.count() > 0 ? left : std::chrono::milliseconds(0))) return false;
   }
   return true;
+}
+
+template <class R>
+future<collected_t<R>> collect_all(std::vector<future<R>> fs, std::chrono::milliseconds budget) {
+  using U = collected_t<R>;
+  using clock = detail::call_state::clock;
+  auto all = std::make_shared<std::vector<future<R>>>(std::move(fs));
+  auto latest = clock::now();
+  for (const auto& f : *all) {
+    if (!f.st_) throw error(errc::invalid_state, "collect_all() of an empty rpc future");
+    latest = std::max(latest, f.st_->deadline());
+  }
+  if (all->empty()) {
+    auto done = std::make_shared<detail::call_state>("collect_all", "no worker", "this worker", latest, nullptr);
+    detail::complete_with<U>(*done, [] { return U(); });
+    return future<U>(std::move(done));
+  }
+  auto out = all->front().st_->derive("collect_all of " + std::to_string(all->size()), latest + budget);
+  auto left = std::make_shared<std::atomic<std::size_t>>(all->size());
+  for (const auto& f : *all)
+    f.st_->on_complete([all, out, left] {
+      if (left->fetch_sub(1) != 1) return;  // the last one to complete collects
+      detail::complete_with<U>(*out, [&]() -> U {
+        if constexpr (std::is_void_v<R>) {
+          for (const auto& g : *all) g.get();
+        } else {
+          U values;
+          values.reserve(all->size());
+          for (const auto& g : *all) values.push_back(g.get());
+          return values;
+        }
+      });
+    });
+  return future<U>(std::move(out));
 }
 
 }  // namespace troupe::rpc

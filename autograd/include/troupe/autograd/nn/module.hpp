@@ -19,7 +19,7 @@
 namespace troupe::nn {
 
 /// A container of named parameters, buffers and child modules (torch.nn.Module without forward;
-/// layers with one input derive from `unary_module`). Not copyable: parameters are tensors with
+/// layers with one input derive from `unary_module`, with several from `multi_input_module`). Not copyable: parameters are tensors with
 /// identity (optimizers and DDP hold them by handle), so change their values in place
 /// (load_state_dict, copy_ under no_grad) rather than assigning a new tensor to a layer's public
 /// member, which the registry would not see. Not thread-safe.
@@ -92,6 +92,17 @@ class unary_module : public module {
   virtual tensor forward(const tensor& input) = 0;
   /// forward(input).
   tensor operator()(const tensor& input) { return forward(input); }
+};
+
+/// A module with several tensor inputs and one tensor output (a torch module whose forward takes
+/// several tensors: a two-tower model, features plus a mask).
+class multi_input_module : public module {
+ public:
+  /// Runs the layer on `inputs` (their number and meaning are the module's contract; throw
+  /// bad_argument for a wrong count); records autograd as unary_module::forward does.
+  virtual tensor forward(const tensor_list& inputs) = 0;
+  /// forward(inputs).
+  tensor operator()(const tensor_list& inputs) { return forward(inputs); }
 };
 
 }  // namespace troupe::nn

@@ -1,0 +1,58 @@
+// A process group from the launcher environment (env_process_group.hpp).
+#include "troupe/ddp/env_process_group.hpp"
+
+namespace troupe::ddp {
+
+env_process_group::env_process_group(std::string name, process_group_options opts)
+    : env_process_group(node_options::from_env(), std::move(name), std::move(opts)) {}
+
+env_process_group::env_process_group(node_options node, std::string name, process_group_options opts)
+    : opts_(std::move(opts)), rank_(node.rank), world_size_(node.world_size) {
+  if (node.rank < 0 || node.rank >= node.world_size)
+    throw error(errc::bad_argument, "env_process_group: RANK " + std::to_string(node.rank) + " outside [0, WORLD_SIZE " +
+                                        std::to_string(node.world_size) + ")");
+  if (opts_.tcp_address == process_group_options{}.tcp_address) opts_.tcp_address = node.listen_addr;
+  node_ = std::make_unique<troupe::node>(std::move(node));
+  group_ = std::make_unique<process_group>(node_->store(), rank_, world_size_, std::move(name), opts_);
+}
+
+env_process_group::~env_process_group() {
+  group_.reset();
+  node_.reset();  // immediate shutdown when shutdown() was not called
+}
+
+env_process_group::env_process_group(env_process_group&&) noexcept = default;
+env_process_group& env_process_group::operator=(env_process_group&& o) noexcept {
+  if (this == &o) return *this;
+  group_.reset();  // the group before the node it met through
+  node_ = std::move(o.node_);
+  group_ = std::move(o.group_);
+  opts_ = std::move(o.opts_);
+  rank_ = o.rank_;
+  world_size_ = o.world_size_;
+  return *this;
+}
+
+process_group& env_process_group::group() {
+  if (!group_) throw error(errc::invalid_state, "env_process_group::group() after shutdown");
+  return *group_;
+}
+
+troupe::node& env_process_group::node() {
+  if (!node_) throw error(errc::invalid_state, "env_process_group::node() after shutdown");
+  return *node_;
+}
+
+std::optional<process_group> env_process_group::new_group(std::vector<int> ranks, process_group_options opts) {
+  if (opts.tcp_address == process_group_options{}.tcp_address) opts.tcp_address = opts_.tcp_address;
+  return group().new_group(node().store(), std::move(ranks), std::move(opts));
+}
+
+void env_process_group::shutdown(std::chrono::milliseconds timeout) {
+  group_.reset();
+  if (!node_) return;
+  auto n = std::move(node_);
+  n->shutdown(shutdown_mode::graceful, timeout);
+}
+
+}  // namespace troupe::ddp
