@@ -1,6 +1,8 @@
 #include "troupe/actors/node_options.hpp"
 
 #include <cstdlib>
+#include <exception>
+#include <random>
 
 #include "troupe/tensors/error.hpp"
 
@@ -28,6 +30,19 @@ node_options node_options::from_env() {
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) o.master_addr = a;
   if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) o.job_token = t;
   return o;
+}
+
+std::string node_options::random_token() {
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  try {
+    std::random_device rd;
+    for (int i = 0; i < 4; ++i)
+      for (auto v = rd(), k = 0u; k < 8; ++k) s += hex[(v >> (4 * k)) & 0xf];
+  } catch (const std::exception& e) {
+    throw error(errc::io_error, std::string("cannot make a random job token: ") + e.what());
+  }
+  return s;
 }
 
 }  // namespace troupe
