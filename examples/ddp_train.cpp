@@ -94,7 +94,7 @@ void train(int rank, const options& o, port_pipe& pipe) {
   node_options no;
   no.rank = rank;
   no.world_size = o.world_size;
-  no.job_token = std::getenv("TROUPE_JOB_TOKEN");  // random per run: spawn made it for its children
+  if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) no.job_token = t;  // random per run: spawn made it for its children
   if (rank != 0) no.master_port = pipe.read();
   node n(no);
   if (rank == 0) pipe.publish(n.port(), o.world_size - 1);

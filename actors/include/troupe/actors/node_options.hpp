@@ -33,8 +33,8 @@ struct node_options {
   /// A connection that has not authenticated by then is closed (the direct channel and the
   /// CAF port's gate, Note [connection hygiene]).
   std::chrono::milliseconds auth_deadline{2000};
-  /// At most this many connections wait to authenticate per listener; a new one beyond it
-  /// closes the oldest waiting one.
+  /// At most this many connections wait to authenticate per listener (0 counts as 1); a new
+  /// one beyond it closes the oldest waiting one.
   std::size_t max_unauthenticated = 64;
   /// Calls to other nodes travel over a direct, authenticated TCP connection per peer instead of
   /// the CAF agents (Note [rpc fast path]); false keeps every call on the CAF path.
