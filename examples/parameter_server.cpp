@@ -101,7 +101,7 @@ node_options node_opts(int rank, const options& o, std::uint16_t port) {
   no.rank = rank;
   no.world_size = o.trainers + 1;
   no.master_port = port;
-  no.job_token = "parameter_server";
+  if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) no.job_token = t;  // random per run: spawn made it for its children
   return no;
 }
 

@@ -6,11 +6,14 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/io/basp_broker.hpp>
 
+#include "caf_gate.hpp"
 #include "executor.hpp"
 #include "remote/remote_actors.hpp"
 #include "rpc/agent.hpp"
@@ -38,6 +41,8 @@ struct node::impl {
   std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]; null when disabled
   std::shared_ptr<detail::remote_actors> remote;  // Note [remote actors]; null without fast
   caf::actor agent;
+  caf::actor basp;  // the middleman's BASP broker: admitted sockets go to it (Note [CAF port gate])
+  std::unique_ptr<detail::caf_gate> gate;
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
@@ -59,6 +64,7 @@ struct node::impl {
 
   void configure();
   void start(std::shared_ptr<transport_hook> hook);
+  void open_gate();
   hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
   caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
@@ -93,22 +99,57 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
   return ack;
 }
 
+// Note [CAF port gate]: the gate hello first, then the socket goes to our BASP broker, which
+// answers with the agent published behind the peer's gate.
 caf::actor node::impl::connect(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
   // Retry with backoff until the deadline: the peer may not be listening yet (start-up race).
   const auto end = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::milliseconds(5);
   for (;;) {
-    auto r = sys->middleman().remote_actor(host, p);
-    if (r) return *r;
+    std::string why;
+    try {
+      // One attempt gets at least a second (a single attempt to a peer seen lost, on a loaded
+      // machine); a refused connection still fails at once.
+      const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()),
+                                 std::chrono::milliseconds(1000));
+      const int fd = detail::caf_gate::enter(host, p, opts.job_token, left);
+      caf::scoped_actor self{*sys};
+      caf::actor result;
+      self->request(basp, left, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
+          .receive(
+              [&](caf::node_id&, caf::strong_actor_ptr& addr, std::set<std::string>&) {
+                result = caf::actor_cast<caf::actor>(addr);
+                if (!result) why = "no agent behind the gate";
+              },
+              [&](caf::error& e) { why = sys->render(e); });
+      if (result) return result;
+    } catch (const error& e) {
+      if (e.code() == errc::unauthorized) throw error(errc::unauthorized, me.name + ": " + e.message());
+      why = e.message();
+    }
     if (std::chrono::steady_clock::now() + backoff >= end)
-      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + sys->render(r.error()));
+      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + why);
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
 }
 
+namespace {
+bool loopback(const std::string& addr) { return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0; }
+
+// Note [job token]: an empty token admits any process that can reach the port.
+void check_token(const node_options& o, const std::string& me) {
+  if (!o.job_token.empty()) return;
+  if (!loopback(o.listen_addr))
+    throw error(errc::unauthorized, me + ": an empty job token is refused when listening on " + o.listen_addr + " (not loopback)");
+  if (!o.allow_empty_token)
+    throw error(errc::unauthorized, me + ": an empty job token needs node_options::allow_empty_token (it admits any local process)");
+}
+}  // namespace
+
 void node::impl::start(std::shared_ptr<transport_hook> hook) {
   me = worker_info{opts.worker_name(), opts.rank, opts.world_size};
+  check_token(opts, me.name);
   configure();
   sys = std::make_unique<caf::actor_system>(cfg);
   auth->add(sys->node());
@@ -135,10 +176,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
     if (auto f = weak.lock()) f->peer_down(name, reason);
   };
   agent = detail::spawn_agent(*sys, std::move(ac));
-  const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
-  auto published = sys->middleman().publish(agent, want, opts.listen_addr.c_str(), true);
-  if (!published) throw error(errc::io_error, me.name + ": cannot listen on " + opts.listen_addr + ":" + std::to_string(want) + ": " + sys->render(published.error()));
-  port = *published;
+  open_gate();
   if (opts.rank != 0) {
     auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
     auto ack = say_hello(master, opts.join_timeout);
@@ -155,9 +193,24 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   store->set("troupe/worker/" + std::to_string(me.rank), me.name);  // the worker list (workers.hpp)
 }
 
+// Note [CAF port gate]: the agent is published behind the gate, on each admitted socket.
+void node::impl::open_gate() {
+  basp = sys->middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
+  gate = std::make_unique<detail::caf_gate>(
+      detail::caf_gate_config{me.name, opts.listen_addr, want, opts.job_token, opts.auth_deadline, opts.max_unauthenticated},
+      [this](int fd) {
+        caf::anon_send(basp, caf::publish_atom::value, sys->middleman().backend().new_scribe(fd), port,
+                       caf::actor_cast<caf::strong_actor_ptr>(agent), std::set<std::string>{});
+      });
+  port = gate->port();
+  gate->start();
+}
+
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
   try {
-    fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor});
+    fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
+                                                                    opts.auth_deadline, opts.max_unauthenticated});
   } catch (const error& e) {  // no direct channel: every call takes the CAF path
     std::fprintf(stderr, "[troupe] %s: %s; calls use the CAF path\n", me.name.c_str(), e.message().c_str());
     return;
@@ -263,6 +316,7 @@ void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
 
 void node::impl::teardown() {
   if (down.exchange(true)) return;
+  if (gate) gate->stop();  // admits nobody from now on
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
   if (remote) remote->shutdown();  // kills every proxy of a remote actor
@@ -284,6 +338,7 @@ void node::impl::teardown() {
   agent = nullptr;
   store_actor = nullptr;
   remote.reset();  // its proxy registry refers to the system
+  basp = nullptr;
   sys.reset();  // joins every CAF thread once all actors are gone
 }
 

@@ -1,6 +1,8 @@
 #include "troupe/actors/node_options.hpp"
 
 #include <cstdlib>
+#include <exception>
+#include <random>
 
 #include "troupe/actors/host_address.hpp"
 #include "troupe/tensors/error.hpp"
@@ -51,6 +53,19 @@ node_options node_options::from_env() {
   if (const char* l = env_text("TROUPE_LISTEN_ADDR")) o.listen_addr = l;
   else if (!is_loopback_address(o.master_addr)) o.listen_addr = routable_address(o.master_addr);
   return o;
+}
+
+std::string node_options::random_token() {
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  try {
+    std::random_device rd;
+    for (int i = 0; i < 4; ++i)
+      for (auto v = rd(), k = 0u; k < 8; ++k) s += hex[(v >> (4 * k)) & 0xf];
+  } catch (const std::exception& e) {
+    throw error(errc::io_error, std::string("cannot make a random job token: ") + e.what());
+  }
+  return s;
 }
 
 }  // namespace troupe

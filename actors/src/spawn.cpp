@@ -47,6 +47,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <string>
 #include <typeinfo>
 
 // A sanitizer build checks a child for leaks before its _exit (Note [leak check in children]).
@@ -60,6 +61,8 @@
 #ifdef TROUPE_LSAN
 #include <sanitizer/lsan_interface.h>
 #endif
+
+#include "troupe/actors/node_options.hpp"
 
 namespace troupe {
 
@@ -131,10 +134,12 @@ int leak_checked(int status) noexcept {
 }
 
 // Runs in the child after fork(): never returns, never runs the parent's static destructors.
-[[noreturn]] void run_child(int rank, const std::function<void(int)>& fn, int err_fd, pid_t parent) {
+// `token`: the job token the children share through TROUPE_JOB_TOKEN (Note [job token]).
+[[noreturn]] void run_child(int rank, const std::function<void(int)>& fn, int err_fd, pid_t parent, const std::string& token) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
   reset_signals();
+  ::setenv("TROUPE_JOB_TOKEN", token.c_str(), 1);
   int status = 0;
   try {
     fn(rank);
@@ -336,6 +341,10 @@ spawn_context spawn_children(int nprocs, const std::function<void(int)>& fn, con
   ctx.opts_ = opts;
   ctx.children_.reserve(static_cast<std::size_t>(nprocs));
   const pid_t parent = ::getpid();
+  // The children share the caller's job token, or a fresh random one (node_options::from_env
+  // reads it), so their nodes never run with an empty token.
+  const char* given = std::getenv("TROUPE_JOB_TOKEN");
+  const std::string token = given && *given ? given : node_options::random_token();
   std::fflush(nullptr);  // buffered output would otherwise be written once per child too
   // Signals stay blocked across fork() until the child has reset the parent's handlers, so an
   // early kill() never runs a parent handler in the child.
@@ -355,7 +364,7 @@ spawn_context spawn_children(int nprocs, const std::function<void(int)>& fn, con
     }
     if (pid == 0) {
       ::close(p[0]);
-      run_child(rank, fn, p[1], parent);
+      run_child(rank, fn, p[1], parent, token);
     }
     ::close(p[1]);
     ::fcntl(p[0], F_SETFL, ::fcntl(p[0], F_GETFL) | O_NONBLOCK);

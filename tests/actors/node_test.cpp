@@ -137,10 +137,11 @@ TEST_CASE("node options take the launcher environment as defaults", "[actors][no
 TEST_CASE("nodes with a busy direct channel shut down at once", "[actors][node][rpc]") {
   // Two nodes of one process; calls between them keep an executor thread leading on the direct
   // sockets (Note [rpc fast path]), which shutdown must stop without waiting for a poll timeout.
-  troupe::node n0(solo());
-  auto o1 = solo();
+  auto o0 = solo();
+  o0.world_size = 2;  // one job: both nodes claim the same world size (Note [worker identity])
+  troupe::node n0(o0);
+  auto o1 = o0;
   o1.rank = 1;
-  o1.world_size = 2;
   o1.master_port = n0.port();
   troupe::node n1(o1);
   n0.functions().add("inc", [](int x) { return x + 1; });

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
 #include <caf/all.hpp>
 
+#include "rpc/roster.hpp"
 #include "rpc/serve.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -35,6 +37,7 @@ struct agent_state {
   std::unordered_map<std::uint64_t, pending_call> pending;
   std::multimap<clock::time_point, std::uint64_t> deadlines;
   std::map<caf::actor_addr, std::string> peers;  // monitored peer agents -> worker name
+  std::optional<roster> identities;  // Note [worker identity]
   bool sweep_scheduled = false;
 
   ~agent_state() {
@@ -188,6 +191,7 @@ void on_peer_down(agent_actor* self, const caf::down_msg& dm) {
   if (it == s.peers.end()) return;
   const std::string name = it->second;
   s.peers.erase(it);
+  s.identities->forget(dm.source);
   std::vector<std::uint64_t> lost;
   for (const auto& [id, p] : s.pending)
     if (p.peer == dm.source) lost.push_back(id);
@@ -207,8 +211,16 @@ caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
                  h.info.name.c_str(), h.info.rank);
     return to_caf_error(errc::unauthorized, "worker " + s.cfg.me.name + " refused '" + h.info.name + "': wrong or missing job token");
   }
+  if (auto why = s.identities->conflict(h.info, sender->node())) {  // Note [worker identity]
+    std::fprintf(stderr, "[troupe] %s: refused hello from node %s: %s\n", s.cfg.me.name.c_str(), caf::to_string(sender->node()).c_str(),
+                 why->c_str());
+    return to_caf_error(errc::unauthorized, "worker " + s.cfg.me.name + " refused the hello: " + *why);
+  }
   s.cfg.auth->add(sender->node());
-  if (h.agent) watch_peer(self, h.agent, h.info.name);
+  if (h.agent) {
+    s.identities->admit(h.info, sender->node(), h.agent.address());
+    watch_peer(self, h.agent, h.info.name);
+  }
   hello_ack ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store, 0, {}, {}, false};
   if (s.cfg.issue_ticket) std::tie(ack.fast_port, ack.fast_secret) = s.cfg.issue_ticket(h.info.name, sender->node());
   // Note [shm reachability]: can we open the caller's memory? (Whether it can open ours, its
@@ -222,6 +234,7 @@ caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
 
 caf::behavior agent(agent_actor* self, agent_config cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.identities.emplace(self->state.cfg.me, self->node());
   self->set_down_handler([=](caf::down_msg& dm) { on_peer_down(self, dm); });
   return {
       [=](hello& h) { return on_hello(self, h); },

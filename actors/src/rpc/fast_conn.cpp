@@ -198,7 +198,7 @@ bool fast_conn::write_fragmented(const part* parts, std::size_t count) {
   return true;
 }
 
-bool fast_conn::read_available(bool block_first) {
+bool fast_conn::read_available(bool block_first, std::size_t budget) {
   std::size_t got = 0;
   int flags = block_first ? 0 : MSG_DONTWAIT;
   more_to_read = false;
@@ -206,7 +206,7 @@ bool fast_conn::read_available(bool block_first) {
     // Note [fragments]: while a large message streams in, what follows it (a small call between
     // two fragments) is parsed and served after at most this much, not after the whole message.
     // Poll is level-triggered: the rest is read on the next round.
-    if (got >= max_read_bytes) {
+    if (got >= budget) {
       more_to_read = true;
       return true;
     }
@@ -215,7 +215,8 @@ bool fast_conn::read_available(bool block_first) {
     // only a little after it into `in` (the next fragment's head, or small frames).
     const std::size_t direct = streams.direct_left();
     // 64 KiB, or the room a large frame's reservation left (fast_path::parse_frames).
-    const std::size_t chunk = direct > 0 ? direct_tail_bytes : std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes);
+    const std::size_t chunk = direct > 0 ? direct_tail_bytes
+                                         : std::min(std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes), budget - got);
     in.resize(at + chunk);
     ssize_t k = 0;
     if (direct > 0) {

@@ -92,8 +92,9 @@ class fast_conn {
 
   /// Reads what is available into `in` (until a recv returns less than it asked for); returns
   /// false on EOF or error. Whoever holds the reading role. `block_first`: the first recv waits
-  /// for data, up to first_read_slice (Note [blocking first read]).
-  bool read_available(bool block_first = false);
+  /// for data, up to first_read_slice (Note [blocking first read]). Reads at most about
+  /// `budget` bytes (Note [connection hygiene]: a small one before authentication).
+  bool read_available(bool block_first = false, std::size_t budget = max_read_bytes);
   /// The last read_available stopped with bytes possibly left in the socket (its budget used, or a
   /// fragment read straight into its stream: Note [direct fragment data]).
   bool more_to_read = false;

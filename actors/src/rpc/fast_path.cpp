@@ -77,7 +77,7 @@ int connect_to(const std::string& host, std::uint16_t port, std::chrono::millise
 
 }  // namespace
 
-fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)) {
+fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)), accept_(cfg_.me.name, "direct rpc") {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -262,17 +262,44 @@ int fast_path::poll_timeout_ms() {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     if (!deadlines_.empty()) next = std::min(next, deadlines_.begin()->first);
   }
+  if (!waiting_.empty()) next = std::min(next, waiting_.front().first);
+  if (!accept_.accepting(clock::now())) next = std::min(next, accept_.resume_at());
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
 }
 
+// Note [connection hygiene] (rpc/accept_guard.hpp).
 void fast_path::accept_all() {
   for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = accept_.accept_one(listen_fd_);
     if (fd < 0) return;
+    auto c = std::make_shared<fast_conn>(fd, false);
+    std::erase_if(waiting_, [](const auto& w) {
+      auto l = w.second.lock();
+      return !l || l->authed || l->closed();
+    });
+    if (waiting_.size() >= std::max<std::size_t>(cfg_.max_unauthenticated, 1)) {
+      if (auto oldest = waiting_.front().second.lock()) drop(oldest, "unauthenticated beyond the cap");
+      waiting_.pop_front();
+      accept_.closed_waiting(false);
+    }
+    waiting_.emplace_back(clock::now() + cfg_.auth_deadline, c);
     std::lock_guard<std::mutex> lock(conns_mutex_);
-    conns_.push_back(std::make_shared<fast_conn>(fd, false));
+    conns_.push_back(std::move(c));
     conns_gen_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void fast_path::expire_waiting() {
+  const auto now = clock::now();
+  while (!waiting_.empty()) {
+    auto c = waiting_.front().second.lock();
+    const bool done = !c || c->authed || c->closed();
+    if (!done && waiting_.front().first > now) return;
+    waiting_.pop_front();
+    if (done) continue;
+    drop(c, "did not authenticate in time");
+    accept_.closed_waiting(true);
   }
 }
 
@@ -289,7 +316,8 @@ void fast_path::run() {
     outgoing.clear();
     std::copy_if(polled.begin(), polled.end(), std::back_inserter(outgoing), [](const auto& c) { return c->outgoing(); });
     std::erase_if(polled, [&](const auto& c) { return !io_reads(*c); });  // a waiting caller reads it
-    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listen_fd_, POLLIN, 0}});
+    // Note [connection hygiene]: the listener is not polled while accepting backs off.
+    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{accept_.accepting(clock::now()) ? listen_fd_ : -1, POLLIN, 0}});
     for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR) break;
     if (fds[0].revents) {
@@ -302,6 +330,7 @@ void fast_path::run() {
         if (polled[i]->outgoing()) read_for_io(polled[i]);
         else on_readable(polled[i], nullptr);
       }
+    expire_waiting();
     run_timers();
     sweep_deadlines();
     read_unwaited(outgoing);
@@ -311,7 +340,9 @@ void fast_path::run() {
 
 void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs, bool block_first) {
   const std::uint64_t before = c->bytes_read.load(std::memory_order_relaxed);
-  bool open = c->read_available(block_first);
+  // Note [connection hygiene]: before its auth frame, a connection is read one frame's worth.
+  const auto budget = [&] { return c->outgoing() || c->authed ? max_read_bytes : frame_header_size + max_auth_body; };
+  bool open = c->read_available(block_first, budget());
   for (;;) {
     // Note [direct fragment data]: a fragment read straight into its stream comes before the
     // bytes read after it.
@@ -326,7 +357,7 @@ void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs,
     // Read on while a fragment's data goes straight into its stream and the budget of one round
     // (max_read_bytes, Note [fragments]) is not used up.
     if (!open || !c->more_to_read || c->bytes_read.load(std::memory_order_relaxed) - before >= max_read_bytes) break;
-    open = c->read_available(false);
+    open = c->read_available(false, budget());
   }
   if (!open) return drop(c, "connection closed");
   if (c->authed && !c->outgoing() && !c->led) {  // hand the connection (and its buffer) to the leader

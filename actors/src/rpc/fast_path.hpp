@@ -80,6 +80,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <cstdint>
 #include <map>
@@ -93,6 +94,7 @@
 #include <caf/node_id.hpp>
 
 #include "executor.hpp"
+#include "rpc/accept_guard.hpp"
 #include "rpc/actor_frames.hpp"
 #include "rpc/bulk.hpp"
 #include "rpc/fast_conn.hpp"
@@ -118,6 +120,9 @@ struct fast_path_config {
   std::shared_ptr<bulk_names> bulk;
   std::shared_ptr<transport_hook> hook;
   std::shared_ptr<rpc::detail::interceptor_slot> interceptor;
+  /// Note [connection hygiene] (rpc/accept_guard.hpp).
+  std::chrono::milliseconds auth_deadline{2000};
+  std::size_t max_unauthenticated = 64;
 };
 
 /// One node's direct RPC channel (see the note). Thread-safe.
@@ -188,6 +193,8 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void run();
   int poll_timeout_ms();
   void accept_all();
+  /// Note [connection hygiene]: closes the waiting connections past their deadline.
+  void expire_waiting();
   // `jobs`: where served calls go (the leader's list), or null: posted to the executor.
   using job_list = led_jobs;
   // `block_first`: wait in the first recv (Note [blocking first read] in rpc/fast_conn.hpp).
@@ -249,6 +256,10 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   std::atomic<bool> lead_interrupted_{false};  // set with lead_wake_fd_: the leader polls, it does not block in a recv
   std::uint16_t port_ = 0;
   std::thread io_;
+  accept_guard accept_;  // I/O thread
+  // Accepted connections that have not authenticated, oldest first, with their deadlines (I/O
+  // thread; entries that authenticated or closed since are skipped).
+  std::deque<std::pair<clock::time_point, std::weak_ptr<fast_conn>>> waiting_;
   frame_writer writer_;  // large frames, Note [fragments]
   std::atomic<bool> stopping_{false};
 

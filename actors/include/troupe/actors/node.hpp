@@ -7,10 +7,13 @@
 /// sender's CAF node has presented the job token: a hello with the right token adds the node to
 /// the authenticated set (shared by the agent and, on rank 0, the store) and returns the agent
 /// and store handles; a wrong or missing token is refused with `unauthorized` and logged on
-/// stderr, and every later request from that node is refused too. Bytes that are not CAF's
-/// protocol make the middleman drop the connection; the node keeps serving the others.
+/// stderr, and every later request from that node is refused too. Before any CAF byte, a
+/// connection passes the node's gate with the same token (Note [CAF port gate] in caf_gate.hpp);
+/// anything else is dropped, and the node keeps serving the others. A hello whose identity
+/// clashes with a live node's is refused too (Note [worker identity] in rpc/roster.hpp). An
+/// empty token is refused off loopback, and on loopback without node_options::allow_empty_token.
 ///
-///   new node --connect--> rank 0 --hello{token, info, agent}--> ack{info, agent, store} | refused
+///   new node --gate hello{token}--> rank 0 --hello{token, info, agent}--> ack{info, agent, store} | refused
 ///   new node --store_set("troupe/addr/<name>", host:port)--> store
 ///   new node --store_set("troupe/worker/<rank>", name)--> store   (the worker list, workers.hpp)
 ///   caller --store_get(addr)--> store; caller --connect + hello--> peer (cached)
@@ -57,8 +60,9 @@ enum class shutdown_mode {
 class node {
  public:
   /// Starts the actor system, publishes the agent (rank 0 also hosts the store) and joins the
-  /// store. Blocks up to opts.join_timeout. Throws troupe::error: unauthorized (wrong token),
-  /// timeout / peer_lost (rank 0 unreachable), io_error (cannot listen).
+  /// store. Blocks up to opts.join_timeout. Throws troupe::error: unauthorized (wrong or empty
+  /// token, a rank or name a live node holds, another world size), timeout / peer_lost (rank 0
+  /// unreachable), io_error (cannot listen).
   explicit node(node_options opts, const rpc::registry& functions = {}, std::shared_ptr<transport_hook> hook = nullptr);
   /// Immediate shutdown if shutdown() was not called. Never throws.
   ~node();

@@ -3,6 +3,7 @@
 /// Options of a node, from code, with the launcher conventions as defaults.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,7 +34,16 @@ struct node_options {
   /// to master_addr (Note [listen and advertise] in host_address.hpp).
   std::string listen_addr = "127.0.0.1";
   /// The shared secret every connection must present (hello) before it can call anything.
+  /// An empty token is refused off loopback, and on loopback unless allow_empty_token is set.
   std::string job_token;
+  /// Accept an empty job_token on a loopback listen_addr: any local process can then join.
+  bool allow_empty_token = false;
+  /// A connection that has not authenticated by then is closed (the direct channel and the
+  /// CAF port's gate, Note [connection hygiene]).
+  std::chrono::milliseconds auth_deadline{2000};
+  /// At most this many connections wait to authenticate per listener (0 counts as 1); a new
+  /// one beyond it closes the oldest waiting one.
+  std::size_t max_unauthenticated = 64;
   /// Calls to other nodes travel over a direct, authenticated TCP connection per peer instead of
   /// the CAF agents (Note [rpc fast path]); false keeps every call on the CAF path.
   bool rpc_fast_path = true;
@@ -71,6 +81,9 @@ struct node_options {
   /// Throws errc::bad_argument when a variable holds an unparsable number or node list, and
   /// io_error when no route leads to a remote master.
   static node_options from_env();
+  /// A fresh random job token (128 bits from std::random_device, as hex), for a job's processes
+  /// to share. Throws errc::io_error when no entropy source is available.
+  static std::string random_token();
   /// The effective worker name.
   std::string worker_name() const { return name.empty() ? "worker" + std::to_string(rank) : name; }
 };
