@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "rpc/dial.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::detail {
@@ -38,29 +39,6 @@ int ms_left(clock::time_point end) {
   return static_cast<int>(std::clamp<long long>(ms, 0, 1 << 30));
 }
 
-// A connected blocking socket to host:port, or -1; bounded by `end`.
-int dial(const std::string& host, std::uint16_t port, clock::time_point end) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
-  ::freeaddrinfo(res);
-  if (fd < 0) return -1;
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (::poll(&p, 1, ms_left(end)) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) rc = 0;
-  }
-  if (rc != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 }  // namespace
 
@@ -208,7 +186,7 @@ int caf_gate::enter(const std::string& host, std::uint16_t port, const std::stri
   const auto end = clock::now() + timeout;
   const std::string where = host + ":" + std::to_string(port);
   if (token.size() > max_gate_token) throw error(errc::bad_argument, "the job token is longer than " + std::to_string(max_gate_token) + " bytes");
-  const int fd = dial(host, port, end);
+  const int fd = dial_tcp(host, port, std::chrono::milliseconds(ms_left(end)));
   if (fd < 0) throw error(errc::peer_lost, "cannot connect to " + where);
   std::string hello(magic, sizeof magic);
   hello += static_cast<char>((token.size() >> 8) & 0xff);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 
+#include "rpc/dial.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
 
@@ -50,30 +51,6 @@ bool resolve_ipv4(const std::string& host, in_addr& out) {
   return true;
 }
 
-// A connected socket to host:port, or -1; bounded by `timeout`.
-int connect_to(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
-  ::freeaddrinfo(res);
-  if (fd < 0) return -1;
-  if (rc != 0 && errno == EINPROGRESS) {
-    pollfd p{fd, POLLOUT, 0};
-    int err = 0;
-    socklen_t len = sizeof err;
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-      rc = 0;
-  }
-  if (rc != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 }  // namespace
 
@@ -155,7 +132,7 @@ std::string fast_path::issue_ticket(const std::string& peer, const caf::node_id&
 
 std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
                                               std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout) {
-  const int fd = connect_to(host, port, timeout);
+  const int fd = dial_tcp(host, port, timeout);
   if (fd < 0) throw error(errc::peer_lost, cfg_.me.name + ": cannot open the direct rpc connection to " + peer + " at " + host + ":" + std::to_string(port));
   auto c = std::make_shared<fast_conn>(fd, true);
   c->waiter = make_waiter(c);
