@@ -13,7 +13,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -132,17 +134,22 @@ std::string describe(const caf::error& e) { return e ? from_caf_error(e, "down")
 
 // ---- worker0: the parameter server and the evaluator ----
 
+/// How many failure down_msg the server and the evaluator printed; worker0 finishes only after both
+/// reported a killed trainer, however early the other trainers are done.
+using down_count = std::shared_ptr<std::atomic<int>>;
+
 struct ps_state {
   tensor w;
   std::map<caf::actor_addr, std::string> trainers;
 };
 
-caf::behavior parameter_server(caf::stateful_actor<ps_state>* self) {
+caf::behavior parameter_server(caf::stateful_actor<ps_state>* self, down_count downs) {
   generator g(1);
   self->state.w = randn({features, 1}, g, {}, 0.0, 0.1);
-  self->set_down_handler([self](const caf::down_msg& d) {
+  self->set_down_handler([self, downs](const caf::down_msg& d) {
     std::printf("server: trainer on %s is down: %s\n", self->state.trainers[d.source].c_str(), describe(d.reason).c_str());
     std::fflush(stdout);
+    if (d.reason) ++*downs;  // a failure, not a trainer that finished
   });
   return {
       [self](join_atom, const std::string& worker) {
@@ -164,16 +171,17 @@ struct eval_state {
   std::map<caf::actor_addr, std::string> watched;
 };
 
-caf::behavior evaluator(caf::stateful_actor<eval_state>* self, caf::actor ps) {
+caf::behavior evaluator(caf::stateful_actor<eval_state>* self, caf::actor ps, down_count downs) {
   generator data(7), truth(42);
   const tensor w_true = randn({features, 1}, truth);
   self->state.x = randn({256, features}, data);
   self->state.y = matmul(self->state.x, w_true);
   self->monitor(ps);
   self->state.watched[ps.address()] = "the parameter server (worker0)";
-  self->set_down_handler([self](const caf::down_msg& d) {
+  self->set_down_handler([self, downs](const caf::down_msg& d) {
     std::printf("evaluator: %s is down: %s\n", self->state.watched[d.source].c_str(), describe(d.reason).c_str());
     std::fflush(stdout);
+    if (d.reason) ++*downs;  // a failure, not a trainer that finished
   });
   return {
       [self](watch_atom, const caf::actor& trainer, const std::string& worker) {
@@ -264,9 +272,10 @@ void run_server(const options& o, port_pipe& pipe) {
   double first = -1, last = -1;
   std::vector<std::string> done, left;
   {
-    auto ps = n.system().spawn(parameter_server);
+    auto downs = std::make_shared<std::atomic<int>>(0);
+    auto ps = n.system().spawn(parameter_server, downs);
     publish_actor(n, ps, "ps");
-    auto ev = n.system().spawn(evaluator, ps);
+    auto ev = n.system().spawn(evaluator, ps, downs);
     for (int r = 1; r <= o.trainers; ++r) {
       const auto worker = "worker" + std::to_string(r);
       caf::anon_send(ev, watch_atom::value, lookup_actor(n, worker, "trainer", 20s), worker);
@@ -279,14 +288,20 @@ void run_server(const options& o, port_pipe& pipe) {
       }
     self->request(ev, 10s, eval_atom::value).receive([&](double f, double l) { first = f, last = l; }, [](caf::error&) {});
     n.store().set("go", "1");
+    // The others may finish before the victim reaches its step: the killed trainer must also be
+    // reported by the server and the evaluator (two down_msg) before worker0 stops them.
+    const int downs_expected = o.kill_at > 0 ? 2 : 0;
+    const auto deadline = std::chrono::steady_clock::now() + 3min;
     for (bool finished = false; !finished;) {
       self->request(ev, 10s, eval_atom::value).receive([&](double f, double l) { first = f, last = l; }, [](caf::error&) {});
       try {
         n.store().wait(done, 20ms);
-        finished = true;
+        finished = *downs >= downs_expected;
       } catch (const error& e) {
         if (e.code() != errc::timeout) throw;
       }
+      if (!finished && std::chrono::steady_clock::now() > deadline)
+        throw error(errc::timeout, "actor_training: the trainers did not finish, or the killed trainer was not reported down, within 3 min");
     }
     self->request(ev, 10s, eval_atom::value).receive([&](double f, double l) { first = f, last = l; }, [](caf::error&) {});
     self->send_exit(ev, caf::exit_reason::user_shutdown);
