@@ -57,6 +57,10 @@ struct node::impl {
   // retries, so it fails at once when the peer is really gone (and reconnects if it was only a
   // dropped connection).
   std::map<std::string, std::string> lost;
+  // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
+  // its mutex; the first connects, the others find its link. Two concurrent BASP connections to
+  // one node make CAF keep one, and a hello sent over the other is lost.
+  std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting;  // under peers_mutex
   std::mutex calls_mutex;
   std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
   std::size_t calls_prune_at = 1024;
@@ -249,6 +253,19 @@ node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& 
 
 node::impl::link node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
   if (name == me.name) return link{agent, nullptr};
+  std::shared_ptr<std::timed_mutex> turn;
+  {
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    auto it = peers.find(name);
+    if (it != peers.end()) return it->second;
+    auto& t = connecting[name];
+    if (!t) t = std::make_shared<std::timed_mutex>();
+    turn = t;
+  }
+  // Note [one connect per peer]
+  std::unique_lock<std::timed_mutex> my_turn(*turn, std::defer_lock);
+  if (!my_turn.try_lock_for(timeout))
+    throw error(errc::timeout, me.name + ": connecting to worker " + name + " took longer than " + std::to_string(timeout.count()) + " ms");
   std::optional<std::string> lost_because;
   {
     std::lock_guard<std::mutex> lock(peers_mutex);

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -64,22 +66,31 @@ TEST_CASE("many in-flight calls from several threads all complete with their own
   n.store().wait({"ready/1"}, 10s);
   constexpr int threads = 4, per_thread = 500;
   std::atomic<int> wrong{0};
+  std::mutex first_wrong_mutex;
+  std::string first_wrong;  // what the first wrong call gave, for the failure message
+  auto note_wrong = [&](const std::string& what) {
+    ++wrong;
+    std::lock_guard<std::mutex> lock(first_wrong_mutex);
+    if (first_wrong.empty()) first_wrong = what;
+  };
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t)
     ts.emplace_back([&, t] {
       std::vector<troupe::rpc::future<std::int64_t>> fs;
       for (int i = 0; i < per_thread; ++i) fs.push_back(troupe::rpc_async<std::int64_t>(n, "worker1", "square", std::int64_t{t * per_thread + i}));
-      if (!troupe::rpc::wait_all(fs, 20s)) wrong += per_thread;
+      if (!troupe::rpc::wait_all(fs, 20s)) note_wrong("not all calls completed within 20 s");
       for (int i = 0; i < per_thread; ++i) {
         const std::int64_t x = t * per_thread + i;
         try {
-          if (fs[static_cast<std::size_t>(i)].get() != x * x) ++wrong;
-        } catch (const troupe::error&) {
-          ++wrong;
+          const std::int64_t got = fs[static_cast<std::size_t>(i)].get();
+          if (got != x * x) note_wrong("square(" + std::to_string(x) + ") gave " + std::to_string(got));
+        } catch (const troupe::error& e) {
+          note_wrong("square(" + std::to_string(x) + ") failed: " + e.what());
         }
       }
     });
   for (auto& th : ts) th.join();
+  INFO(first_wrong);
   CHECK(wrong == 0);
   // then() runs the continuation once the call completes.
   std::promise<std::int64_t> p;
