@@ -17,8 +17,7 @@ namespace {
 
 using scale_atom = caf::atom_constant<caf::atom("scale")>;
 
-// Answers with its host and the tensor times two; quits on an exit message like
-// any actor.
+// Answers with its host and the tensor times two; quits on an exit message like any actor.
 caf::behavior doubler(caf::event_based_actor*, std::string host) {
   return {[host](scale_atom, const troupe::tensor& t) { return caf::make_message(host, t * 2.0); }};
 }
