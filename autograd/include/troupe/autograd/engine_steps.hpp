@@ -1,7 +1,7 @@
 #pragma once
 /// \file engine_steps.hpp
 /// The steps every backward engine takes per node (the local engine, and the distributed FAST
-/// engine of autograd/dist): run a node, hand its gradients to its next edges, and the order in
+/// engine of dist_autograd/): run a node, hand its gradients to its next edges, and the order in
 /// which ready nodes run. Sharing them keeps error messages and CUDA stream ordering (Note
 /// [Backward streams] in src/engine_steps.cpp) the same in every engine.
 
