@@ -120,7 +120,7 @@ TEST_CASE("a chrome trace holds one complete event per kept operation", "[actors
   const auto dir = std::filesystem::temp_directory_path() / ("troupe_trace_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   rec.write_chrome_trace(dir.string(), 3, "worker3");
-  std::ifstream f(dir / "trace_rank3.json");
+  std::ifstream f(dir / "trace-rank3.json");
   std::stringstream ss;
   ss << f.rdbuf();
   // The running operation's duration grows between the two calls; the rest is the same.
