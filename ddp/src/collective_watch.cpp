@@ -102,11 +102,10 @@ void collective_watch::watch_once(clock::time_point now) {
   }
   if (publish_now) publish(current);
   if (!blame_now) return;
-  std::string text = report(current, waited);
+  const std::string text = report(current, waited);
   {
     std::lock_guard<std::mutex> lock(mu_);
     blamed_ = current.seq;
-    blame_ = text;
   }
   const std::string line = "process_group '" + group_ + "' rank " + std::to_string(rank_) + ": " + current.op + " #" +
                            std::to_string(current.seq) + " waits: " + text;
@@ -167,25 +166,21 @@ troupe::error collective_watch::explain(const troupe::error& e) {
   try {
     position current;
     milliseconds waited{0};
-    std::string known;
     {
       std::lock_guard<std::mutex> lock(mu_);
       current = entered_;
       waited = std::chrono::duration_cast<milliseconds>(clock::now() - since_);
-      if (blamed_ == entered_.seq) known = blame_;
       published_ = entered_.seq;
       published_at_ = clock::now();
     }
-    if (known.empty()) {
-      try {
-        publish(current);
-      } catch (...) {
-        // The store may be what failed; the report then says who did not answer.
-      }
-      known = report(current, waited);
+    try {
+      publish(current);
+    } catch (...) {
+      // The store may be what failed; the report then says who did not answer.
     }
+    const std::string text = report(current, waited);
     if (recorder_) recorder_->write_trace();
-    return troupe::error(e.code(), e.message() + "; who is where: " + known);
+    return troupe::error(e.code(), e.message() + "; who is where: " + text);
   } catch (...) {
     return e;
   }

@@ -15,8 +15,8 @@
 //   rank 0: allreduce #2 runs 1 s --read at/0..at/2--> "rank 2 never entered allreduce #2
 //           (bucket 0); its last was #1 (allreduce); ranks 0-1 waited 1.0 s"
 //
-// When the collective fails, its error message gets the report (the one already made for it,
-// or one made then) and the recorder writes its trace (node_options::trace_dir).
+// When the collective fails, this rank publishes its position, its error message gets a report
+// made then, and the recorder writes its trace (node_options::trace_dir).
 // Guarantees: a rank that waits at least blame_after has published its position, so a report
 // made by another waiting rank counts it in; a rank that never entered shows its position of at
 // most blame_after / 2 plus one tick earlier. Failure: a rank whose position cannot be read in
@@ -103,8 +103,7 @@ class collective_watch {
   std::chrono::steady_clock::time_point since_;
   std::uint32_t published_ = 0;
   std::chrono::steady_clock::time_point published_at_;
-  std::uint32_t blamed_ = 0;
-  std::string blame_;  // the report of collective #blamed_
+  std::uint32_t blamed_ = 0;  // the last collective reported
 
   std::mutex report_mu_;  // one report at a time (the watch thread and a failing collective)
   std::thread thread_;
