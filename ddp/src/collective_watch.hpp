@@ -72,6 +72,20 @@ class collective_watch {
   };
   [[nodiscard]] running enter(const std::string& op, std::uint32_t seq, const std::string& note, const std::string& detail);
 
+  /// Runs `fn` (collective `op` #`seq`) between enter() and the guard's end. A troupe::error it
+  /// throws, other than collective_mismatch (which every rank sees alike), is rethrown explained.
+  template <class Fn>
+  void run(const std::string& op, std::uint32_t seq, const std::string& note, const std::string& detail, Fn&& fn) {
+    auto guard = enter(op, seq, note, detail);
+    try {
+      fn();
+    } catch (const troupe::error& e) {
+      guard.fail();
+      if (e.code() == errc::collective_mismatch) throw;
+      throw explain(e);
+    }
+  }
+
   /// `e` with who is where for the running collective appended; writes the recorder's trace.
   /// Called on the collective's thread while its guard lives. Never throws.
   troupe::error explain(const troupe::error& e);

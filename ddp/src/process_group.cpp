@@ -148,15 +148,8 @@ struct process_group::impl {
     std::string note = std::move(next_note);
     next_note.clear();
     return submit(what + " #" + std::to_string(seq) + (note.empty() ? "" : " (" + note + ")") + detail,
-                  [this, seq, body, what, note, detail] {
-                    auto running = watch->enter(what, seq, note, detail);  // Note [hang blame]
-                    try {
-                      visit([&](auto& tp) { body(tp, seq); });
-                    } catch (const troupe::error& e) {
-                      running.fail();
-                      if (e.code() == errc::collective_mismatch) throw;
-                      throw watch->explain(e);
-                    }
+                  [this, seq, body, what, note, detail] {  // Note [hang blame]
+                    watch->run(what, seq, note, detail, [&] { visit([&](auto& tp) { body(tp, seq); }); });
                   });
   }
 
