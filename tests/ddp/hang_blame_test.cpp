@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,10 @@
 #include "ddp/ddp_harness.hpp"
 #include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/autograd/nn/linear.hpp"
+#include "troupe/autograd/nn/loss.hpp"
+#include "troupe/autograd/variable.hpp"
+#include "troupe/ddp/distributed_data_parallel.hpp"
 #include "troupe/ddp/env_process_group.hpp"
 
 using namespace troupe;
@@ -161,4 +166,19 @@ TEST_CASE("TROUPE_TRACE makes every rank write a chrome trace of its collectives
     CHECK(has(ss.str(), "\"cat\":\"rpc_call\""));
     CHECK(has(ss.str(), "\"cat\":\"rpc_serve\""));
   }
+}
+
+TEST_CASE("a ddp step records each bucket's allreduce with its bucket in the group's recorder", "[ddp][blame]") {
+  test::temp_store dir;
+  ddp::process_group_options opts;
+  opts.recorder = std::make_shared<flight_recorder>(64);
+  ddp::process_group pg(dir.store, 0, 1, "buckets", opts);
+  generator g(3);
+  auto model = std::make_shared<nn::linear>(8, 4, g);
+  ddp::distributed_data_parallel d(model, pg);
+  backward(nn::mse_loss(d(randn({2, 8}, g)), randn({2, 4}, g)));
+  const auto ops = opts.recorder->last();
+  CHECK(std::any_of(ops.begin(), ops.end(), [](const trace_entry& e) {
+    return e.kind == trace_kind::collective && e.name == "allreduce" && e.detail == "bucket 0" && e.ended && e.ok;
+  }));
 }
