@@ -83,8 +83,8 @@ std::string_view to_string(trace_kind k) noexcept {
   return "unknown";
 }
 
-flight_recorder::flight_recorder(std::size_t capacity)
-    : capacity_(std::max<std::size_t>(capacity, 1)), slots_(new slot[capacity_]), origin_(clock::now()) {}
+flight_recorder::flight_recorder(std::size_t capacity, trace_target target)
+    : capacity_(std::max<std::size_t>(capacity, 1)), slots_(new slot[capacity_]), origin_(clock::now()), target_(std::move(target)) {}
 
 flight_recorder::~flight_recorder() = default;
 
@@ -158,6 +158,9 @@ std::string flight_recorder::chrome_trace(int pid, std::string_view process_name
   os << "{\"traceEvents\":[";
   os << "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << pid << ",\"tid\":0,\"args\":{\"name\":\"" << json_escape(process_name)
      << "\"}}";
+  for (int k = 0; k <= static_cast<int>(trace_kind::step); ++k)
+    os << ",{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << pid << ",\"tid\":" << k << ",\"args\":{\"name\":\""
+       << to_string(static_cast<trace_kind>(k)) << "\"}}";
   const auto now = clock::now();
   for (const auto& e : last()) {
     const auto ts = std::chrono::duration_cast<std::chrono::microseconds>(e.started - origin_).count();
@@ -171,11 +174,31 @@ std::string flight_recorder::chrome_trace(int pid, std::string_view process_name
 }
 
 void flight_recorder::write_chrome_trace(const std::string& dir, int pid, std::string_view process_name) const {
-  const std::string path = dir + "/trace_rank" + std::to_string(pid) + ".json";
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw error(errc::io_error, "flight recorder: cannot write the trace file " + path);
-  f << chrome_trace(pid, process_name);
-  if (!f) throw error(errc::io_error, "flight recorder: writing the trace file " + path + " failed");
+  const std::string path = dir + "/trace-rank" + std::to_string(pid) + ".json";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) throw error(errc::io_error, "flight recorder: cannot write the trace file " + tmp);
+    f << chrome_trace(pid, process_name);
+    f.flush();
+    if (!f) throw error(errc::io_error, "flight recorder: writing the trace file " + tmp + " failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw error(errc::io_error, "flight recorder: cannot rename " + tmp + " to " + path);
+  }
+}
+
+bool flight_recorder::write_trace() const noexcept {
+  if (target_.dir.empty()) return false;
+  try {
+    write_chrome_trace(target_.dir, target_.pid, target_.process_name);
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe: %s\n", e.what());
+  } catch (...) {
+  }
+  return false;
 }
 
 std::string rank_ranges(std::vector<int> ranks) {

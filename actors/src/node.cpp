@@ -65,6 +65,8 @@ struct node::impl {
   std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
   std::size_t calls_prune_at = 1024;
   std::atomic<bool> down{false};
+  std::shared_ptr<flight_recorder> recorder;  // Note [flight recorder]; lives as long as the node
+  std::atomic<std::uint64_t> calls_made{0};   // numbers the recorded calls
 
   void configure();
   void start(std::shared_ptr<transport_hook> hook);
@@ -162,7 +164,7 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   exec = std::make_shared<detail::executor>(opts.executor_threads);
   poster = std::make_shared<const rpc::detail::call_state::poster>([exec = exec](std::function<void()> f) { return exec->post(std::move(f)); });
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
-  detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr};
+  detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr, recorder.get()};
   if (opts.rpc_fast_path) start_fast_path(hook, ac);
   if (fast) {
     remote = std::make_shared<detail::remote_actors>(*sys, me, fast, bulk, [this](const std::string& w, std::chrono::milliseconds t) {
@@ -214,7 +216,7 @@ void node::impl::open_gate() {
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
   try {
     fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
-                                                                    opts.auth_deadline, opts.max_unauthenticated});
+                                                                    opts.auth_deadline, opts.max_unauthenticated, recorder.get()});
   } catch (const error& e) {  // no direct channel: every call takes the CAF path
     std::fprintf(stderr, "[troupe] %s: %s; calls use the CAF path\n", me.name.c_str(), e.message().c_str());
     return;
@@ -357,10 +359,13 @@ void node::impl::teardown() {
   remote.reset();  // its proxy registry refers to the system
   basp = nullptr;
   sys.reset();  // joins every CAF thread once all actors are gone
+  recorder->write_trace();
 }
 
 node::node(node_options opts, const rpc::registry& functions, std::shared_ptr<transport_hook> hook) : impl_(std::make_unique<impl>()) {
   impl_->opts = std::move(opts);
+  impl_->recorder = std::make_shared<flight_recorder>(
+      impl_->opts.recorder_capacity, trace_target{impl_->opts.trace_dir, impl_->opts.rank, impl_->opts.worker_name()});
   impl_->functions = std::make_shared<rpc::registry>(functions);
   try {
     impl_->start(std::move(hook));
@@ -396,6 +401,8 @@ store_client& node::store() {
   return *impl_->store;
 }
 std::chrono::milliseconds node::default_timeout() const { return impl_->opts.default_timeout; }
+flight_recorder& node::recorder() { return *impl_->recorder; }
+std::shared_ptr<flight_recorder> node::shared_recorder() { return impl_->recorder; }
 
 namespace {
 std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::call_interceptor>& ic, const std::string& to,
@@ -409,6 +416,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
                                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
   auto& im = *impl_;
   auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster);
+  st->set_trace(im.recorder, im.recorder->begin(trace_kind::rpc_call, function, ++im.calls_made, to));
   if (im.down) {
     st->complete(errc::invalid_state, st->what() + ": the node is shut down", {});
     return st;

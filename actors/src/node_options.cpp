@@ -50,6 +50,7 @@ node_options node_options::from_env() {
   o.master_port = static_cast<std::uint16_t>(env_number("MASTER_PORT", o.master_port, 0, 65535));
   if (const char* a = env_text("MASTER_ADDR")) o.master_addr = a;
   if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) o.job_token = t;
+  if (const char* d = env_text("TROUPE_TRACE")) o.trace_dir = d;
   if (const char* l = env_text("TROUPE_LISTEN_ADDR")) o.listen_addr = l;
   else if (!is_loopback_address(o.master_addr)) o.listen_addr = routable_address(o.master_addr);
   return o;

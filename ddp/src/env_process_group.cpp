@@ -13,6 +13,7 @@ env_process_group::env_process_group(node_options node, std::string name, proces
                                         std::to_string(node.world_size) + ")");
   if (opts_.tcp_address == process_group_options{}.tcp_address) opts_.tcp_address = node.listen_addr;
   node_ = std::make_unique<troupe::node>(std::move(node));
+  if (!opts_.recorder) opts_.recorder = node_->shared_recorder();
   group_ = std::make_unique<process_group>(node_->store(), rank_, world_size_, std::move(name), opts_);
 }
 
@@ -45,6 +46,7 @@ troupe::node& env_process_group::node() {
 
 std::optional<process_group> env_process_group::new_group(std::vector<int> ranks, process_group_options opts) {
   if (opts.tcp_address == process_group_options{}.tcp_address) opts.tcp_address = opts_.tcp_address;
+  if (!opts.recorder) opts.recorder = node().shared_recorder();
   return group().new_group(node().store(), std::move(ranks), std::move(opts));
 }
 

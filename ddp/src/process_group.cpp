@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collective_watch.hpp"
 #include "collectives.hpp"
 #include "composed_collectives.hpp"
 #include "shm_transport.hpp"
@@ -55,6 +56,8 @@ struct process_group::impl {
   std::mutex issue_mu;      // a sequence number and its queue position go together
   std::uint32_t issued = 0;  // sequence numbers of group collectives
   std::uint32_t subgroups = 0;  // new_group calls so far (names the next subgroup)
+  std::string next_note;        // note_next(); taken by the next issue()
+  std::unique_ptr<detail::collective_watch> watch;  // Note [hang blame]
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
@@ -62,6 +65,8 @@ struct process_group::impl {
       tcp = std::make_unique<detail::tcp_transport>(store, rank, world, name, opts);
     else
       shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
+    watch = std::make_unique<detail::collective_watch>(detail::watch_store{store.set, store.get}, name, rank, world, opts.recorder,
+                                                       opts.blame_after, opts.on_blame);
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
@@ -140,7 +145,12 @@ struct process_group::impl {
   work issue(const std::string& what, const std::string& detail, Body body) {
     std::lock_guard<std::mutex> lock(issue_mu);
     const std::uint32_t seq = ++issued;
-    return submit(what + " #" + std::to_string(seq) + detail, [this, seq, body] { visit([&](auto& tp) { body(tp, seq); }); });
+    std::string note = std::move(next_note);
+    next_note.clear();
+    return submit(what + " #" + std::to_string(seq) + (note.empty() ? "" : " (" + note + ")") + detail,
+                  [this, seq, body, what, note, detail] {  // Note [hang blame]
+                    watch->run(what, seq, note, detail, [&] { visit([&](auto& tp) { body(tp, seq); }); });
+                  });
   }
 
   troupe::error fail(const troupe::error& e) {
@@ -207,9 +217,9 @@ process_group::process_group(store_client& store, int rank, int world_size, std:
 
 process_group::process_group(const file_store& store, int rank, int world_size, std::string name,
                              process_group_options opts) {
-  detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
-                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+  detail::rendezvous rv{[store](const std::string& k, const std::string& v) { store.set(k, v); },
+                        [store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
+                        [store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
 }
 process_group::~process_group() = default;
@@ -289,6 +299,11 @@ work process_group::all_to_all(tensor output, tensor input) {
                                           std::to_string(w) + ")");
   return impl_->issue("all_to_all", typed(input),
                       [output, input](auto& tp, std::uint32_t seq) { detail::run_all_to_all(tp, seq, output, input); });
+}
+
+void process_group::note_next(std::string note) {
+  std::lock_guard<std::mutex> lock(impl_->issue_mu);
+  impl_->next_note = std::move(note);
 }
 
 work process_group::barrier() {

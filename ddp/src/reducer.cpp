@@ -168,7 +168,9 @@ void reducer::launch(int b) {
   const auto launched_at = std::chrono::steady_clock::now();  // before the hook: a small work may finish at once
   comm_result r;
   try {
+    group_.note_next("bucket " + std::to_string(b));  // Note [hang blame]: reports name the bucket
     r = hook_(group_, hook_views_[static_cast<std::size_t>(b)]);
+    group_.note_next({});
   } catch (const std::exception& e) {
     // The failure surfaces in the final wait, as the error of backward.
     const error err = dynamic_cast<const error*>(&e) != nullptr
@@ -192,6 +194,7 @@ work reducer::launch_used_map() {
   tensor used = empty({static_cast<std::int64_t>(params_.size())}, {dtype::uint8});
   std::copy(locally_used_.begin(), locally_used_.end(), used.data<std::uint8_t>());
   used_map_ = used;
+  group_.note_next("unused parameters");
   return group_.allreduce(used, reduce_op::max);
 }
 

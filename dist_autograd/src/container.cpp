@@ -221,6 +221,9 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
     grads.push_back(ones_like(r));
   }
   auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
+  // Note [flight recorder]: the backward is recorded from its start to its last propagation.
+  trace_scope traced(&impl_->n.recorder(), trace_kind::backward, "dist_backward", ctx_id,
+                     std::to_string(roots.size()) + (roots.size() == 1 ? " root" : " roots"));
   const caf::actor a = impl_->actor_of(ctx_id);
   propagation_outbox outbox{a, impl_->new_id(), {}};
   std::exception_ptr err;
@@ -237,6 +240,7 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
       err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
   }
   if (!err) return;
+  traced.fail();
   // A failed backward releases the context on the other workers, keeps it here.
   release_through(impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false);
   std::rethrow_exception(err);

@@ -120,7 +120,7 @@ TEST_CASE("a chrome trace holds one complete event per kept operation", "[actors
   const auto dir = std::filesystem::temp_directory_path() / ("troupe_trace_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   rec.write_chrome_trace(dir.string(), 3, "worker3");
-  std::ifstream f(dir / "trace_rank3.json");
+  std::ifstream f(dir / "trace-rank3.json");
   std::stringstream ss;
   ss << f.rdbuf();
   // The running operation's duration grows between the two calls; the rest is the same.
@@ -128,4 +128,19 @@ TEST_CASE("a chrome trace holds one complete event per kept operation", "[actors
   CHECK(ss.str().find("\"name\":\"backward #2\"") != std::string::npos);
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(rec.write_chrome_trace("/nonexistent/dir", 3, "w"), troupe::error);
+}
+
+TEST_CASE("a recorder writes its trace to the target it was given, and nowhere without one", "[actors][recorder]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_target_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  flight_recorder rec(4, troupe::trace_target{dir.string(), 7, "worker7"});
+  rec.end(rec.begin(trace_kind::rpc_call, "f", 1, "worker1"));
+  CHECK(rec.write_trace());
+  CHECK(std::filesystem::exists(dir / "trace-rank7.json"));
+  CHECK_FALSE(std::filesystem::exists(dir / "trace-rank7.json.tmp"));
+  const flight_recorder untargeted(4);
+  CHECK_FALSE(untargeted.write_trace());
+  const flight_recorder misdirected(4, troupe::trace_target{(dir / "missing").string(), 1, "w"});
+  CHECK_FALSE(misdirected.write_trace());
+  std::filesystem::remove_all(dir);
 }

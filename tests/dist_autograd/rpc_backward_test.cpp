@@ -1,6 +1,7 @@
 // Distributed backward through plain RPCs recorded automatically (Note [dist autograd recording]):
 // forwards split over in-process workers equal the local computation bitwise, nested calls,
 // errors, retain_graph, concurrent contexts, release on every worker.
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -193,4 +194,24 @@ TEST_CASE("an rpc outside any context records nothing and creates no context", "
   tensor y = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "fwd", x, false);
   CHECK_FALSE(y.requires_grad());
   CHECK(t.job.contexts() == 0);
+}
+
+TEST_CASE("the node's flight recorder holds each distributed backward and the rpcs it made and served",
+          "[dist_autograd][recorder]") {
+  two_workers t;
+  tensor x = leaf(make_x());
+  da::context ctx(t.job[0]);
+  t.job[0].backward(ctx.id(), {distributed_loss(t.job.at(0), x, false)});
+  const auto mine = t.job.at(0).recorder().last();
+  const auto backward_of = [&](const troupe::trace_entry& e) {
+    return e.kind == troupe::trace_kind::backward && e.name == "dist_backward" && e.seq == ctx.id() && e.ended && e.ok;
+  };
+  CHECK(std::any_of(mine.begin(), mine.end(), backward_of));
+  CHECK(std::any_of(mine.begin(), mine.end(), [](const troupe::trace_entry& e) {
+    return e.kind == troupe::trace_kind::rpc_call && e.name == "fwd" && e.detail == "worker1" && e.ended && e.ok;
+  }));
+  const auto served = t.job.at(1).recorder().last();
+  CHECK(std::any_of(served.begin(), served.end(), [](const troupe::trace_entry& e) {
+    return e.kind == troupe::trace_kind::rpc_serve && e.name == "fwd" && e.detail == "worker0" && e.ended;
+  }));
 }

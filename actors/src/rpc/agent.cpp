@@ -152,9 +152,9 @@ void serve_request(agent_actor* self, rpc_request& req) {
   // once, its large inline tensors may view its payload (Note [adopted payload]).
   auto held = std::make_shared<rpc_request>(std::move(req));
   for (int i = 0; i < d.copies; ++i) {
-    auto job = [fn, held, adopt = d.copies == 1, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk,
+    auto job = [fn, held, adopt = d.copies == 1, reply_to, me, name = s.cfg.me.name, bulk = s.cfg.bulk, rec = s.cfg.recorder,
                 local = same_host(reply_to.node(), self->node()), ic = s.cfg.interceptor ? s.cfg.interceptor->get() : nullptr] {
-      serve_adopting(*fn, *held, adopt, name, {local, bulk, reply_to.node()}, ic.get(), [me, reply_to, caller = held->caller](rpc_response r) {
+      serve_adopting(*fn, *held, adopt, name, {local, bulk, reply_to.node(), rec}, ic.get(), [me, reply_to, caller = held->caller](rpc_response r) {
         caf::anon_send(me, outgoing_response{reply_to, caller, std::move(r)});
       });
     };

@@ -69,6 +69,8 @@ struct agent_config {
   /// The direct rpc port and a one-use secret for a peer that presented the token (Note [rpc
   /// fast path]); unset: no fast path.
   std::function<std::pair<std::uint16_t, std::string>(const std::string& peer, const caf::node_id& node)> issue_ticket;
+  /// The node's recorder (Note [flight recorder]): served calls are recorded there.
+  flight_recorder* recorder = nullptr;
 };
 
 /// Asks the agent to monitor a peer agent it has not called through CAF (local only).

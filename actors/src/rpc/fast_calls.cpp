@@ -209,7 +209,7 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
   // Built in place (its destructor leaves it without a move constructor: a temporary would be
   // copied, payload and all).
   auto held = std::make_shared<served_request>(std::move(req_in), std::move(fn),
-                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node},
+                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node, cfg_.recorder},
                                                cfg_.interceptor ? cfg_.interceptor->get() : nullptr);
   for (int i = 0; i < copies; ++i) {
     auto job = [self = shared_from_this(), c, held, adopt = copies == 1] {

@@ -100,6 +100,7 @@
 #include "rpc/fast_conn.hpp"
 #include "rpc/frame_writer.hpp"
 #include "rpc/intercept.hpp"
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/messages.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/registry.hpp"
@@ -123,6 +124,8 @@ struct fast_path_config {
   /// Note [connection hygiene] (rpc/accept_guard.hpp).
   std::chrono::milliseconds auth_deadline{2000};
   std::size_t max_unauthenticated = 64;
+  /// The node's recorder (Note [flight recorder]): served calls are recorded there.
+  flight_recorder* recorder = nullptr;
 };
 
 /// One node's direct RPC channel (see the note). Thread-safe.

@@ -44,6 +44,7 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
     completed_.store(true, std::memory_order_release);  // last: done() then sees the whole answer
   }
   cv_.notify_all();
+  if (recorder_) recorder_->end(trace_token_, code == errc::ok);
   for (auto& c : inline_conts) c();
   for (auto& c : conts)
     if (!post_ || !(*post_)(c)) c();  // executor gone (shutdown): run here rather than lose it
@@ -103,6 +104,11 @@ bool call_state::queue_if_pending(std::vector<std::function<void()>>& list, std:
   }
   if (helper_) helper_->unattended(helper_id_);  // nobody may wait for it: its response must be read
   return true;
+}
+
+void call_state::set_trace(std::shared_ptr<flight_recorder> recorder, std::uint64_t token) {
+  recorder_ = std::move(recorder);
+  trace_token_ = token;
 }
 
 void call_state::on_complete(std::function<void()> fn) {

@@ -103,7 +103,8 @@ struct deferral_point {
 };
 thread_local deferral_point* tls_point = nullptr;
 
-rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me) {
+rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, flight_recorder* rec) {
+  trace_scope traced(rec, trace_kind::rpc_serve, fn.name, req.id, req.caller);
   rpc_response resp;
   resp.id = req.id;
   bool started = false;
@@ -127,6 +128,7 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
   } catch (...) {
     fail(errc::bad_argument, "unknown exception");
   }
+  if (resp.code != 0) traced.fail();
   return resp;
 }
 
@@ -135,7 +137,7 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
 void run_and_answer(deferral_point& point, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
   deferral_point* previous = tls_point;
   tls_point = &point;
-  rpc_response resp = run_function(*point.fn, *point.req, *point.me);
+  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder);
   tls_point = previous;
   if (point.deferred) {
     if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as the caller's `point` goes)

@@ -9,6 +9,7 @@
 #include <caf/node_id.hpp>
 
 #include "rpc/bulk.hpp"
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/messages.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/actors/rpc/registry.hpp"
@@ -20,6 +21,7 @@ struct serve_target {
   bool same_host = false;
   std::shared_ptr<bulk_names> bulk;  ///< shared: a deferred reply may encode after the call returned
   caf::node_id node;
+  flight_recorder* recorder = nullptr;  ///< the node's (Note [flight recorder]); records the serve
 };
 
 /// Decodes, runs and encodes one call with the caller's name as rref current_caller(), the bulk

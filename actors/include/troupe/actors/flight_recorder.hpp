@@ -50,14 +50,21 @@ struct trace_entry {
   bool ok = true;  ///< false when it ended in an error
 };
 
+/// Where a recorder writes its Chrome trace: `dir`/trace-rank<pid>.json. An empty `dir`: nowhere.
+struct trace_target {
+  std::string dir;
+  int pid = 0;                ///< the rank
+  std::string process_name;   ///< its label in the trace, e.g. the worker name
+};
+
 /// A rank's ring of its last operations (see the note). Thread-safe; writers never block.
 class flight_recorder {
  public:
   static constexpr std::size_t max_name = 40;
   static constexpr std::size_t max_detail = 40;
 
-  /// A recorder of the last `capacity` operations (at least 1).
-  explicit flight_recorder(std::size_t capacity = 512);
+  /// A recorder of the last `capacity` operations (at least 1) that writes its trace to `target`.
+  explicit flight_recorder(std::size_t capacity = 512, trace_target target = {});
   ~flight_recorder();
   flight_recorder(const flight_recorder&) = delete;
   flight_recorder& operator=(const flight_recorder&) = delete;
@@ -74,10 +81,15 @@ class flight_recorder {
   /// The kept operations as a Chrome trace ("traceEvents" JSON) that Perfetto opens; `pid` is
   /// the rank and `process_name` its label.
   std::string chrome_trace(int pid, std::string_view process_name) const;
-  /// Writes chrome_trace() to `dir`/trace_rank<pid>.json. Throws io_error naming the path.
+  /// Writes chrome_trace() to `dir`/trace-rank<pid>.json (through a temporary file and a rename,
+  /// so a reader never sees half a file). Throws io_error naming the path.
   void write_chrome_trace(const std::string& dir, int pid, std::string_view process_name) const;
+  /// Writes the trace to the target given at construction; does nothing without one. Never
+  /// throws: a failure is printed on stderr. Returns whether a file was written.
+  bool write_trace() const noexcept;
 
   std::size_t capacity() const noexcept { return capacity_; }
+  const trace_target& target() const noexcept { return target_; }
 
  private:
   struct slot;
@@ -85,6 +97,7 @@ class flight_recorder {
   std::unique_ptr<slot[]> slots_;
   std::atomic<std::uint64_t> next_{0};
   std::chrono::steady_clock::time_point origin_;
+  trace_target target_;
 };
 
 /// RAII: begins an operation on construction and ends it on destruction (ok unless `fail()`).

@@ -21,6 +21,7 @@
 /// Lifetime: the constructor joins the job (bounded by join_timeout) or throws; shutdown() (or
 /// the destructor, immediate) fails every pending call, stops the agent, the store and the
 /// executor, and destroys the actor system: afterwards no thread or actor of the node is left.
+/// It then writes the recorder's Chrome trace when node_options::trace_dir is set.
 
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/node_options.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
@@ -86,6 +88,12 @@ class node {
   rpc::registry& functions();
   /// The blocking store client.
   store_client& store();
+  /// The node's flight recorder (Note [flight recorder]): RPCs it calls and serves, and what the
+  /// layers above record through it (collectives, backward passes). Valid for the node's whole
+  /// life, shutdown included; thread-safe. Its trace goes to node_options::trace_dir.
+  flight_recorder& recorder();
+  /// The same recorder as a shared handle, for objects that may outlive the node.
+  std::shared_ptr<flight_recorder> shared_recorder();
   /// The default call deadline (node_options::default_timeout).
   std::chrono::milliseconds default_timeout() const;
 

@@ -17,7 +17,7 @@ class actor_system_config;
 namespace troupe {
 
 /// How a node starts. `from_env()` fills the launcher conventions (RANK, WORLD_SIZE, LOCAL_RANK,
-/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR, or Slurm's); every field can
+/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR, TROUPE_TRACE, or Slurm's); every field can
 /// then be overridden in code.
 struct node_options {
   /// Worker name; empty means "worker<rank>".
@@ -66,6 +66,12 @@ struct node_options {
   std::string scheduler_policy = "sharing";
   std::size_t scheduler_threads = 2;
   std::size_t middleman_workers = 0;
+  /// Operations the node's flight recorder keeps (Note [flight recorder]): the last collectives,
+  /// RPCs and backward passes of this rank.
+  std::size_t recorder_capacity = 1024;
+  /// A directory: the node writes its recorder's Chrome trace there as trace-rank<rank>.json at
+  /// shutdown, and process groups write it when a collective fails. Empty: no trace file.
+  std::string trace_dir;
   /// Extra CAF settings (name -> value as text) applied last, for measured overrides.
   std::map<std::string, std::string> caf_overrides;
   /// Run on the actor system's config before it starts, in order: announces the message types
@@ -73,7 +79,7 @@ struct node_options {
   std::vector<std::function<void(caf::actor_system_config&)>> actor_setup;
 
   /// Options from the launcher environment variables; missing ones keep the defaults above.
-  /// TROUPE_LISTEN_ADDR sets listen_addr; without it, a node whose master is not on loopback
+  /// TROUPE_TRACE sets trace_dir. TROUPE_LISTEN_ADDR sets listen_addr; without it, a node whose master is not on loopback
   /// listens on the local address that routes to the master. Without RANK, Slurm's variables
   /// give the job: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
   /// SLURM_JOB_NODELIST as master (MASTER_ADDR wins when set), and MASTER_PORT or else

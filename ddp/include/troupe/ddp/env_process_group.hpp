@@ -9,7 +9,8 @@
 ///   dist.shutdown();                               // waits for every rank, then leaves
 ///
 /// It owns what the group needs: the runtime node (its store is the rendezvous; rank 0 hosts
-/// it) and the group itself. The group goes first, then the node.
+/// it) and the group itself. The group goes first, then the node. The group records its
+/// collectives in the node's flight recorder unless the options name another.
 
 #include <chrono>
 #include <memory>

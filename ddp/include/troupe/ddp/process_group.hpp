@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include "troupe/tensors/tensor.hpp"
 
 namespace troupe {
+class flight_recorder;
 class store_client;
 }
 
@@ -87,6 +89,16 @@ struct process_group_options {
   /// Shared memory: address space of this rank's shared arena (empty_shared); memory is taken
   /// only for the tensors allocated in it. 0 disables it.
   std::size_t shared_arena_bytes = std::size_t{1} << 30;
+  /// Where collectives are recorded (node::shared_recorder(), Note [flight recorder]); null
+  /// records nothing. A failed collective writes its trace (node_options::trace_dir).
+  std::shared_ptr<flight_recorder> recorder;
+  /// A collective that runs this long makes this rank tell who is where (Note [hang blame] in
+  /// src/collective_watch.hpp); zero turns the report off. Keep it below `timeout`. A failed
+  /// collective's error names who is where in any case.
+  std::chrono::milliseconds blame_after{5000};
+  /// Receives each hang report (on the group's watch thread; it must not block long); null
+  /// prints it on stderr.
+  std::function<void(const std::string&)> on_blame;
 };
 
 /// A group of `world_size` processes, identified by `name` in the store. Move-only.
@@ -94,7 +106,8 @@ struct process_group_options {
 /// different op, dtype or size into errc::collective_mismatch on every rank, not a hang).
 class process_group {
  public:
-  /// Rendezvous through `store` (blocks up to opts.timeout): each rank maps one shared segment
+  /// Rendezvous through `store` (blocks up to opts.timeout; the group keeps using it for hang
+  /// blame, so it must outlive the group): each rank maps one shared segment
   /// and publishes its name and pid under "troupe/pg/<name>/<rank>"; every rank maps every
   /// peer's segment, then the names are unlinked (nothing leaks if a process dies later).
   /// Throws bad_argument (rank outside [0, world_size), bad name), timeout (a rank never came),
@@ -142,6 +155,10 @@ class process_group {
   work all_to_all(tensor output, tensor input);
   /// Completes when every rank issued its barrier.
   work barrier();
+  /// Names the next collective issued on this group, e.g. "bucket 2" (DDP's reducer names its
+  /// bucket allreduces): its description, its recorder entry and hang reports carry `note`.
+  /// Thread-safe; the note goes to whichever collective is issued next.
+  void note_next(std::string note);
   /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
   /// names the ranks that did not arrive. Blocks the calling thread.
   void monitored_barrier(std::chrono::milliseconds timeout);

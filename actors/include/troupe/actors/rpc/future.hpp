@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/rpc/codec.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/tensors/error.hpp"
@@ -95,6 +96,9 @@ class call_state {
   /// `recycle` gets the response payload's buffer when this state dies (Note [byte pool] in
   /// src/rpc/byte_pool.hpp). Set before complete().
   void set_recycler(std::function<void(std::vector<char>&&)> recycle);
+  /// Ends the recorded operation `token` of `recorder` when the call completes (Note [flight
+  /// recorder]). Set before the call is shared.
+  void set_trace(std::shared_ptr<flight_recorder> recorder, std::uint64_t token);
 
  private:
   /// Appends `fn` to `list` (and tells the helper) unless complete; false: complete, `fn` untouched.
@@ -119,6 +123,8 @@ class call_state {
   std::shared_ptr<call_helper> helper_;
   std::uint64_t helper_id_ = 0;
   std::function<void(std::vector<char>&&)> recycle_;
+  std::shared_ptr<flight_recorder> recorder_;
+  std::uint64_t trace_token_ = 0;
   // Note [call interceptor]: the caller's scope and the response's meta; decoded at most once.
   bool intercepted_ = false;
   std::shared_ptr<call_scope> scope_;
