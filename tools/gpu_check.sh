@@ -10,8 +10,9 @@
 #                                           (not glibc, the driver or the CUDA toolkit's, which
 #                                           are too large to carry) into dest (default
 #                                           gpu-carry), for a GPU machine with no package registry
-#   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir, or a build
-#                                           dir; nothing is built or installed
+#                                           and dest.tar.gz (stripped binaries, gzip)
+#   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
+#                                           .tar.gz, or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
 # JSON lines of every benchmark) and summary.txt. Exits 2 without a visible device, 1 when a
 # check failed, 0 otherwise.
@@ -46,7 +47,10 @@ pack() {
     esac
     cp -L "$lib" "$dest/lib/"
   done
-  du -sh "$dest"
+  strip --strip-unneeded "$dest"/bin/troupe_*_tests "$dest"/bin/*_bench 2>/dev/null || true
+  # One archive keeps the carried files small (the libraries compress well).
+  tar -C "$(dirname "$dest")" -czf "$dest.tar.gz" "$(basename "$dest")"
+  du -sh "$dest" "$dest.tar.gz"
 }
 
 # Adds the directories that hold the CUDA runtime, cuBLAS and NCCL on this machine (a toolkit,
@@ -75,6 +79,10 @@ run_checks() {
   local dir=${1:-build-gpu}
   local out=${OUT:-gpu-check-out}
   mkdir -p "$out"
+  if [ -f "$dir" ] && [[ "$dir" == *.tar.gz ]]; then  # a packed archive: unpack beside the results
+    tar -C "$out" -xzf "$dir" || return 1
+    dir="$out/$(basename "$dir" .tar.gz)"
+  fi
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$out/device.txt" 2>&1; then
     echo "gpu-check: no NVIDIA device visible (nvidia-smi -L failed); nothing was run" | tee "$out/summary.txt" >&2
     return 2
