@@ -17,7 +17,7 @@ DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catc
 CLANG_DEB_PACKAGES := clang libclang-rt-14-dev llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz demo bench chaos gpu-check clean
+.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz demo bench chaos gpu-check gpu-pack clean
 
 all: build
 
@@ -89,9 +89,19 @@ demo: build
 bench: build
 	@set -e; for b in $(BUILD)/bench/*_bench; do echo "== $$b"; $$b $(BENCH_ARGS); done
 
-# The [cuda]/[nccl] tests and the CUDA benchmark on this machine's GPU (CI has none).
+GPU_BUILD ?= build-gpu
+# The [cuda]/[nccl] tests and the GPU benchmarks (tensor_bench's CUDA section, gpu_bench, PyTorch's
+# figures where torch is installed) on this machine's GPU (CI has none); results in $$OUT.
 gpu-check: deps
-	./tools/gpu_check.sh
+	./tools/gpu_check.sh $(GPU_BUILD)
+
+# Builds the same binaries with CUDA on this machine (no GPU needed) and packs them with the
+# libraries they link into $(GPU_BUILD)/carry.tar.gz; on a GPU machine without a package registry
+# `OUT=dir tools/gpu_check.sh run $(GPU_BUILD)/carry.tar.gz` runs every check from it.
+gpu-pack: deps
+	cmake -S . -B $(GPU_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON $(LAUNCHER) $(CMAKE_FLAGS)
+	cmake --build $(GPU_BUILD) -j $(JOBS) --target troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests tensor_bench gpu_bench
+	./tools/gpu_check.sh pack $(GPU_BUILD) $(GPU_BUILD)/carry
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(CLANG_BUILD) $(FUZZ_BUILD)

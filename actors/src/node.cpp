@@ -18,16 +18,19 @@
 #include "remote/remote_actors.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/bulk.hpp"
+#include "rpc/device_scope.hpp"
 #include "rpc/fast_path.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/host_address.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
 #include "troupe/actors/remote_actor.hpp"
+#include "troupe/actors/workers.hpp"
 
 namespace troupe {
 
 struct node::impl {
+  rpc::device_maps device_maps;  // Note [rpc device map]
   node_options opts;
   worker_info me;
   caf::actor_system_config cfg;
@@ -367,12 +370,21 @@ node::node(node_options opts, const rpc::registry& functions, std::shared_ptr<tr
   impl_->recorder = std::make_shared<flight_recorder>(
       impl_->opts.recorder_capacity, trace_target{impl_->opts.trace_dir, impl_->opts.rank, impl_->opts.worker_name()});
   impl_->functions = std::make_shared<rpc::registry>(functions);
+  for (const auto& [peer, map] : impl_->opts.device_maps) rpc::validate_device_map(peer, map);
   try {
     impl_->start(std::move(hook));
+    // Peer names are checked against the worker list, which needs every rank to have started.
+    for (const auto& [peer, map] : impl_->opts.device_maps) set_device_map(peer, map, impl_->opts.join_timeout);
   } catch (...) {
     if (impl_->sys) impl_->teardown();
     throw;
   }
+}
+
+void node::set_device_map(const std::string& worker, const rpc::device_map& map, std::chrono::milliseconds timeout) {
+  rpc::validate_device_map(worker, map);
+  static_cast<void>(get_worker_info(*this, worker, timeout));  // bad_argument naming the workers
+  impl_->device_maps.set(worker, map);
 }
 
 node::~node() {
@@ -432,6 +444,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
   std::vector<char> payload, meta;
   try {
     detail::bulk_scope scope(detail::same_host(peer.agent.node(), im.sys->node()), im.bulk.get(), peer.agent.node());
+    rpc::detail::device_scope devices(im.device_maps, to);
     auto intercepted = begin_call_scope(im.interceptor->get(), to, function);
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
@@ -440,6 +453,10 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->set_scope(std::move(intercepted));
   } catch (const rpc::detail::interceptor_failure& e) {
     st->complete(e.code(), st->what() + ": " + e.message(), {});
+    return st;
+  } catch (const error& e) {
+    const errc code = e.code() == errc::device_mismatch ? e.code() : errc::bad_argument;  // Note [rpc device map]
+    st->complete(code, st->what() + ": cannot encode the arguments: " + e.what(), {});
     return st;
   } catch (const std::exception& e) {
     st->complete(errc::bad_argument, st->what() + ": cannot encode the arguments: " + e.what(), {});

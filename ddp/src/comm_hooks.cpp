@@ -8,7 +8,7 @@ namespace troupe::ddp {
 namespace {
 
 comm_hook compress_hook(troupe::dtype wire) {
-  return [wire](process_group& pg, grad_bucket& b) {
+  return [wire](collective_group& pg, grad_bucket& b) {
     no_grad_guard guard;
     // Divide first so the 16-bit sum cannot overflow where the average would not.
     tensor compressed = (b.buffer / static_cast<double>(pg.world_size())).to(wire);
@@ -26,7 +26,7 @@ comm_hook compress_hook(troupe::dtype wire) {
 }  // namespace
 
 comm_hook allreduce_hook() {
-  return [](process_group& pg, grad_bucket& b) { return comm_result{pg.allreduce(b.buffer, reduce_op::avg), nullptr}; };
+  return [](collective_group& pg, grad_bucket& b) { return comm_result{pg.allreduce(b.buffer, reduce_op::avg), nullptr}; };
 }
 
 comm_hook fp16_compress_hook() { return compress_hook(troupe::dtype::float16); }

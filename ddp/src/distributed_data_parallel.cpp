@@ -25,17 +25,20 @@ std::vector<std::string> split_lines(const std::string& s) {
 }
 
 /// Every rank's text, gathered through the group (lengths first, then padded bytes).
-std::vector<std::string> allgather_strings(process_group& pg, const std::string& mine, std::chrono::milliseconds timeout) {
+std::vector<std::string> allgather_strings(collective_group& pg, const std::string& mine, std::chrono::milliseconds timeout) {
   const int w = pg.world_size();
-  tensor len = full({1}, static_cast<double>(mine.size()), {dtype::int64});
-  tensor lens = zeros({w}, {dtype::int64});
+  const troupe::device dev = pg.device();
+  tensor len = full({1}, static_cast<double>(mine.size()), {dtype::int64, dev});
+  tensor lens = zeros({w}, {dtype::int64, dev});
   pg.allgather(lens, len).wait(timeout);
+  lens = lens.cpu();
   std::int64_t max_len = 0;
   for (int r = 0; r < w; ++r) max_len = std::max(max_len, lens.data<std::int64_t>()[r]);
   tensor bytes = zeros({max_len}, {dtype::uint8});
   if (!mine.empty()) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-  tensor all = zeros({max_len * w}, {dtype::uint8});
-  pg.allgather(all, bytes).wait(timeout);
+  tensor all = zeros({max_len * w}, {dtype::uint8, dev});
+  pg.allgather(all, bytes.to(dev)).wait(timeout);
+  all = all.cpu();
   std::vector<std::string> out;
   for (int r = 0; r < w; ++r)
     out.emplace_back(static_cast<const char*>(all.data_ptr()) + r * max_len,
@@ -44,7 +47,7 @@ std::vector<std::string> allgather_strings(process_group& pg, const std::string&
 }
 
 /// Throws on every rank when some rank's parameter list differs from rank 0's.
-void verify_same_model(process_group& pg, const std::vector<std::pair<std::string, tensor>>& named,
+void verify_same_model(collective_group& pg, const std::vector<std::pair<std::string, tensor>>& named,
                        std::chrono::milliseconds timeout) {
   std::string mine;
   for (const auto& [n, t] : named) mine += describe_param(n, t) + "\n";
@@ -68,7 +71,7 @@ void verify_same_model(process_group& pg, const std::vector<std::pair<std::strin
   }
 }
 
-void broadcast_all(process_group& pg, const std::vector<std::pair<std::string, tensor>>& named,
+void broadcast_all(collective_group& pg, const std::vector<std::pair<std::string, tensor>>& named,
                    std::chrono::milliseconds timeout) {
   std::vector<work> works;
   for (const auto& [n, t] : named) works.push_back(pg.broadcast(t.detach(), 0));
@@ -81,14 +84,14 @@ struct distributed_data_parallel::impl {
   std::shared_ptr<nn::module> module;
   std::shared_ptr<nn::unary_module> unary;  // exactly one of unary and multi is set
   std::shared_ptr<nn::multi_input_module> multi;
-  process_group& group;
+  collective_group& group;
   ddp_options opts;
   tensor_list params;
   bool sync = true;
   std::vector<hook_handle> hooks;
   std::unique_ptr<detail::reducer> reducer;
 
-  impl(std::shared_ptr<nn::unary_module> u, std::shared_ptr<nn::multi_input_module> m, process_group& g, ddp_options o)
+  impl(std::shared_ptr<nn::unary_module> u, std::shared_ptr<nn::multi_input_module> m, collective_group& g, ddp_options o)
       : unary(std::move(u)), multi(std::move(m)), group(g), opts(o) {
     if (unary) module = unary;
     else module = multi;
@@ -98,7 +101,9 @@ struct distributed_data_parallel::impl {
     const auto& order = reducer->ready_order();
     tensor t = zeros({static_cast<std::int64_t>(params.size())}, {dtype::int64});
     for (std::size_t i = 0; i < order.size() && i < params.size(); ++i) t.data<std::int64_t>()[i] = static_cast<std::int64_t>(order[i]);
+    if (group.device() != t.device()) t = t.to(group.device());
     group.broadcast(t, 0).wait(opts.timeout);
+    t = t.cpu();
     std::vector<std::size_t> ord;
     for (std::size_t i = 0; i < params.size(); ++i) ord.push_back(static_cast<std::size_t>(t.data<std::int64_t>()[i]));
     reducer->build(detail::assign_buckets(params, ord, opts.first_bucket_cap_mb, opts.bucket_cap_mb));
@@ -106,20 +111,20 @@ struct distributed_data_parallel::impl {
   }
 };
 
-distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::unary_module> module, process_group& group,
+distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::unary_module> module, collective_group& group,
                                                      ddp_options opts)
     : impl_(std::make_unique<impl>(std::move(module), nullptr, group, opts)) {
   setup();
 }
 
-distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, process_group& group,
+distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, collective_group& group,
                                                      ddp_options opts)
     : impl_(std::make_unique<impl>(nullptr, std::move(module), group, opts)) {
   setup();
 }
 
 void distributed_data_parallel::setup() {
-  process_group& group = impl_->group;
+  collective_group& group = impl_->group;
   const ddp_options& opts = impl_->opts;
   if (!impl_->module) throw error(errc::bad_argument, "distributed_data_parallel: null module");
   if (opts.bucket_cap_mb <= 0 || opts.first_bucket_cap_mb <= 0)
@@ -128,9 +133,11 @@ void distributed_data_parallel::setup() {
   if (named.empty()) throw error(errc::bad_argument, "distributed_data_parallel: the module has no parameters");
   std::vector<std::string> names;
   for (const auto& [n, t] : named) {
-    if (!t.is_cpu() || !t.is_contiguous())
-      throw error(errc::device_mismatch, "distributed_data_parallel: parameter '" + n +
-                                             "' must be a contiguous CPU tensor for the CPU process group");
+    if (t.device() != group.device() || !t.is_contiguous())
+      throw error(errc::device_mismatch, "distributed_data_parallel: parameter '" + n + "' is a " +
+                                             (t.is_contiguous() ? "" : "non-contiguous ") + troupe::to_string(t.device()) +
+                                             " tensor; group '" + group.name() + "' reduces contiguous " +
+                                             troupe::to_string(group.device()) + " tensors");
     if (!t.requires_grad())
       throw error(errc::bad_argument, "distributed_data_parallel: parameter '" + n + "' does not require grad");
     impl_->params.push_back(t);

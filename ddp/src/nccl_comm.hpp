@@ -74,6 +74,9 @@ struct communicator {
   void settle_locked(ncclResult_t r, const char* call, const char* file, int line, clock::time_point deadline);
 };
 
+/// A `work` that delegates to `w` (wait, poll, error, synchronize_stream).
+work as_work(nccl_work w);
+
 }  // namespace troupe::ddp::nccl_detail
 
 /// Evaluates an NCCL call that does not involve a non-blocking communicator; throws
@@ -101,6 +104,7 @@ namespace troupe::ddp {
 
 /// One collective in flight: its completion event and the tensors it keeps alive.
 struct nccl_work::state {
+  using clock_point = nccl_detail::clock::time_point;
   std::shared_ptr<nccl_detail::communicator> comm;
   std::string description;
   cuda::event done;  // recorded on the NCCL stream after the launch
@@ -108,6 +112,7 @@ struct nccl_work::state {
   bool completed = false;
   std::optional<troupe::error> err;
   std::vector<tensor> keep;  // released once the completion was observed
+  clock_point launched_at = nccl_detail::clock::now();  // the watchdog's reference
 
   state(std::shared_ptr<nccl_detail::communicator> c, std::string d);
   /// True once finished (successfully or not); checks the communicator's death and
@@ -116,6 +121,9 @@ struct nccl_work::state {
   bool poll();
   /// Marks the work finished with `e` (nullopt: success) and releases the tensors.
   void finish_locked(std::optional<troupe::error> e);
+  /// Fails the work with `e` and aborts the communicator, unless it finished already (the
+  /// watchdog and a timed-out wait). Never throws.
+  void expire(const troupe::error& e);
 };
 
 }  // namespace troupe::ddp

@@ -3,6 +3,8 @@
 #include "troupe/ddp/nccl_process_group.hpp"
 
 #include "shm_transport.hpp"  // detail::rendezvous
+#include "store_checks.hpp"
+#include "work_state.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
 
@@ -12,6 +14,7 @@
 #include <functional>
 
 #include "nccl_comm.hpp"
+#include "periodic_thread.hpp"
 #include "troupe/tensors/factories.hpp"
 
 namespace troupe::ddp {
@@ -104,16 +107,43 @@ struct nccl_process_group::impl {
   std::uint64_t issued = 0;  // under comm->mu
   std::mutex inflight_mu;
   std::deque<std::shared_ptr<nccl_work::state>> inflight;
+  detail::store_checks checks;       // Note [NCCL fingerprints]; used under launch_mu
+  std::mutex launch_mu;              // one fingerprint exchange + launch at a time
+  std::uint64_t fingerprinted = 0;   // under launch_mu
+  std::unique_ptr<detail::periodic_thread> watchdog;  // Note [NCCL watchdog]
 
-  impl(const detail::rendezvous& rv, int r, int w, std::string n, troupe::device d, const process_group_options& o)
-      : rank(r), world(w), name(std::move(n)), dev(checked_device(d, r, w, name)), opts(o), stream(dev.index), ready(dev.index) {
+  impl(const detail::rendezvous& rv, detail::check_store cs, int r, int w, std::string n, troupe::device d,
+       const process_group_options& o)
+      : rank(r), world(w), name(std::move(n)), dev(checked_device(d, r, w, name)), opts(o), stream(dev.index), ready(dev.index),
+        checks(std::move(cs), "troupe/nccl/" + name, r, w, label_of(name, r, dev)) {
     comm->device = dev.index;
-    comm->label = "nccl_process_group '" + name + "' rank " + std::to_string(rank) + " on " + troupe::to_string(dev);
+    comm->label = label_of(name, rank, dev);
     init_comm(exchange_id(rv));
     barrier_buf = empty({1}, {dtype::uint8, dev});  // its value is never read
+    const auto tick = std::clamp(opts.timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+    watchdog = std::make_unique<detail::periodic_thread>(tick, [this] { watch(); });
   }
 
-  ~impl() { shutdown(); }
+  ~impl() {
+    watchdog.reset();  // before the teardown: the watchdog reads the in-flight list
+    shutdown();
+  }
+
+  static std::string label_of(const std::string& n, int r, troupe::device d) {
+    return "nccl_process_group '" + n + "' rank " + std::to_string(r) + " on " + troupe::to_string(d);
+  }
+
+  /// The watchdog's step: drops completed works, fails the oldest one that outlived the timeout.
+  void watch() {
+    std::lock_guard<std::mutex> lock(inflight_mu);
+    while (!inflight.empty() && inflight.front()->poll()) inflight.pop_front();
+    if (inflight.empty()) return;
+    const auto& s = inflight.front();
+    if (clock::now() - s->launched_at <= opts.timeout) return;
+    s->expire(troupe::error(errc::timeout, s->description + ": the watchdog found it still running " +
+                                               std::to_string(opts.timeout.count()) +
+                                               " ms after its launch (a rank died or hangs); the communicator was aborted"));
+  }
 
   const std::string& label() const { return comm->label; }
 
@@ -149,8 +179,27 @@ struct nccl_process_group::impl {
     while (!inflight.empty() && inflight.front()->poll()) inflight.pop_front();
   }
 
-  nccl_work launch(const std::string& what, std::vector<tensor> keep, const char* call, const launch_fn& body) {
+  /// Compares the fingerprint `what` across ranks; the error for the work, if any. A rank that
+  /// never came aborts the communicator.
+  std::optional<troupe::error> check_fingerprint(const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      comm->ensure_alive_locked(what);
+    }
+    auto e = checks.compare(++fingerprinted, what, opts.timeout);
+    if (e && e->code() == errc::timeout) {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      comm->abort_locked(*e);
+    }
+    return e;
+  }
+
+  /// `collective`: every rank issues it, so its fingerprint is compared first.
+  work launch(const std::string& what, std::vector<tensor> keep, const char* call, const launch_fn& body, bool collective = true) {
     prune();  // outside comm->mu: poll() locks a work state, then comm->mu
+    std::lock_guard<std::mutex> order(launch_mu);
+    if (collective && opts.check_fingerprints && world > 1)
+      if (auto e = check_fingerprint(what)) return detail::failed_work(label() + ": " + what, std::move(*e));
     std::shared_ptr<nccl_work::state> s;
     {
       std::lock_guard<std::mutex> lock(comm->mu);
@@ -166,7 +215,7 @@ struct nccl_process_group::impl {
     }
     std::lock_guard<std::mutex> lock(inflight_mu);
     inflight.push_back(s);
-    return nccl_work(s);
+    return nccl_detail::as_work(nccl_work(s));
   }
 
   void check_tensor(const char* op, const tensor& t) const {
@@ -235,14 +284,16 @@ nccl_process_group::nccl_process_group(store_client& store, int rank, int world_
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
                         [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr};
-  impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), device, opts);
+  detail::check_store cs{rv.set, rv.get, [&store](const std::string& k) { store.erase(k); }};
+  impl_ = std::make_unique<impl>(rv, std::move(cs), rank, world_size, std::move(name), device, opts);
 }
 
 nccl_process_group::nccl_process_group(const file_store& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
                         [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr};
-  impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), device, opts);
+  detail::check_store cs{rv.set, rv.get, nullptr};  // a file_store keeps its keys in its directory
+  impl_ = std::make_unique<impl>(rv, std::move(cs), rank, world_size, std::move(name), device, opts);
 }
 
 nccl_process_group::~nccl_process_group() = default;
@@ -254,7 +305,7 @@ int nccl_process_group::world_size() const noexcept { return impl_->world; }
 const std::string& nccl_process_group::name() const noexcept { return impl_->name; }
 troupe::device nccl_process_group::device() const noexcept { return impl_->dev; }
 
-nccl_work nccl_process_group::allreduce(tensor t, reduce_op op) {
+work nccl_process_group::allreduce(tensor t, reduce_op op) {
   impl_->check_tensor("allreduce", t);
   const auto dt = to_nccl(t.dtype(), "allreduce");
   const auto rop = to_nccl(op, t.dtype());
@@ -264,7 +315,7 @@ nccl_work nccl_process_group::allreduce(tensor t, reduce_op op) {
                        [=](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(p, p, n, dt, rop, c, s); });
 }
 
-nccl_work nccl_process_group::broadcast(tensor t, int root) {
+work nccl_process_group::broadcast(tensor t, int root) {
   impl_->check_tensor("broadcast", t);
   impl_->check_rank("broadcast", root);
   const auto dt = to_nccl(t.dtype(), "broadcast");
@@ -274,7 +325,7 @@ nccl_work nccl_process_group::broadcast(tensor t, int root) {
                        [=](ncclComm_t c, cudaStream_t s) { return ncclBroadcast(p, p, n, dt, root, c, s); });
 }
 
-nccl_work nccl_process_group::allgather(tensor output, tensor input) {
+work nccl_process_group::allgather(tensor output, tensor input) {
   impl_->check_tensor("allgather", output);
   impl_->check_tensor("allgather", input);
   impl_->check_pair("allgather", output, input);
@@ -286,7 +337,7 @@ nccl_work nccl_process_group::allgather(tensor output, tensor input) {
                        [=](ncclComm_t c, cudaStream_t s) { return ncclAllGather(in, out, n, dt, c, s); });
 }
 
-nccl_work nccl_process_group::reduce_scatter(tensor output, tensor input, reduce_op op) {
+work nccl_process_group::reduce_scatter(tensor output, tensor input, reduce_op op) {
   impl_->check_tensor("reduce_scatter", output);
   impl_->check_tensor("reduce_scatter", input);
   impl_->check_pair("reduce_scatter", input, output);
@@ -299,25 +350,25 @@ nccl_work nccl_process_group::reduce_scatter(tensor output, tensor input, reduce
                        "ncclReduceScatter", [=](ncclComm_t c, cudaStream_t s) { return ncclReduceScatter(in, out, n, dt, rop, c, s); });
 }
 
-nccl_work nccl_process_group::barrier() {
+work nccl_process_group::barrier() {
   void* p = impl_->barrier_buf.data_ptr();
   return impl_->launch("barrier", {impl_->barrier_buf}, "ncclAllReduce (barrier)",
                        [=](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(p, p, 1, ncclUint8, ncclMax, c, s); });
 }
 
-nccl_work nccl_process_group::send(tensor t, int dst) {
+work nccl_process_group::send(tensor t, int dst) {
   if (dst == rank())
     throw troupe::error(errc::bad_argument, impl_->label() + ": send: a lone send to self never completes; use batch_p2p");
   return batch_p2p({p2p_op::send(std::move(t), dst)});
 }
 
-nccl_work nccl_process_group::recv(tensor t, int src) {
+work nccl_process_group::recv(tensor t, int src) {
   if (src == rank())
     throw troupe::error(errc::bad_argument, impl_->label() + ": recv: a lone receive from self never completes; use batch_p2p");
   return batch_p2p({p2p_op::recv(std::move(t), src)});
 }
 
-nccl_work nccl_process_group::batch_p2p(std::vector<p2p_op> ops) {
+work nccl_process_group::batch_p2p(std::vector<p2p_op> ops) {
   if (ops.empty()) throw troupe::error(errc::bad_argument, impl_->label() + ": batch_p2p: no operations");
   std::vector<tensor> keep;
   std::string what = "p2p";
@@ -339,8 +390,19 @@ nccl_work nccl_process_group::batch_p2p(std::vector<p2p_op> ops) {
     const ncclResult_t end = ncclGroupEnd();  // always closes the group, even after an error
     return first != ncclSuccess ? first : end;
   };
-  return impl_->launch(what, std::move(keep), "ncclGroupStart; ncclSend/ncclRecv...; ncclGroupEnd", body);
+  return impl_->launch(what, std::move(keep), "ncclGroupStart; ncclSend/ncclRecv...; ncclGroupEnd", body, false);
 }
+
+void nccl_process_group::monitored_barrier(std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->comm->mu);
+    impl_->comm->ensure_alive_locked("monitored_barrier");
+  }
+  std::lock_guard<std::mutex> order(impl_->launch_mu);
+  impl_->checks.monitored_barrier(timeout);
+}
+
+tensor nccl_process_group::make_buffer(shape_t shape, troupe::dtype dt) { return zeros(std::move(shape), {dt, impl_->dev}); }
 
 void nccl_process_group::abort(const std::string& reason) {
   std::lock_guard<std::mutex> lock(impl_->comm->mu);
@@ -351,49 +413,6 @@ std::optional<troupe::error> nccl_process_group::failure() const {
   std::lock_guard<std::mutex> lock(impl_->comm->mu);
   return impl_->comm->dead;
 }
-
-}  // namespace troupe::ddp
-
-#else  // a build without NCCL: the type exists, constructing it says why it cannot work
-
-namespace troupe::ddp {
-
-struct nccl_process_group::impl {};
-
-namespace {
-[[noreturn]] void no_nccl(const std::string& name) {
-  throw troupe::error(errc::not_supported, "nccl_process_group '" + name +
-                                               "': this build has no NCCL backend (configure with TROUPE_CUDA=ON and NCCL installed)");
-}
-}  // namespace
-
-nccl_process_group::nccl_process_group(store_client&, int, int, std::string name, troupe::device, process_group_options) {
-  no_nccl(name);
-}
-nccl_process_group::nccl_process_group(const file_store&, int, int, std::string name, troupe::device, process_group_options) {
-  no_nccl(name);
-}
-nccl_process_group::~nccl_process_group() = default;
-nccl_process_group::nccl_process_group(nccl_process_group&&) noexcept = default;
-nccl_process_group& nccl_process_group::operator=(nccl_process_group&&) noexcept = default;
-// No object can exist in this build, so the members below are unreachable.
-int nccl_process_group::rank() const noexcept { return 0; }
-int nccl_process_group::world_size() const noexcept { return 0; }
-const std::string& nccl_process_group::name() const noexcept {
-  static const std::string none;
-  return none;
-}
-troupe::device nccl_process_group::device() const noexcept { return {}; }
-nccl_work nccl_process_group::allreduce(tensor, reduce_op) { no_nccl(""); }
-nccl_work nccl_process_group::broadcast(tensor, int) { no_nccl(""); }
-nccl_work nccl_process_group::allgather(tensor, tensor) { no_nccl(""); }
-nccl_work nccl_process_group::reduce_scatter(tensor, tensor, reduce_op) { no_nccl(""); }
-nccl_work nccl_process_group::barrier() { no_nccl(""); }
-nccl_work nccl_process_group::send(tensor, int) { no_nccl(""); }
-nccl_work nccl_process_group::recv(tensor, int) { no_nccl(""); }
-nccl_work nccl_process_group::batch_p2p(std::vector<p2p_op>) { no_nccl(""); }
-void nccl_process_group::abort(const std::string&) {}
-std::optional<troupe::error> nccl_process_group::failure() const { return std::nullopt; }
 
 }  // namespace troupe::ddp
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "nccl_comm.hpp"
+#include "work_state.hpp"
 
 namespace troupe::ddp {
 
@@ -101,6 +102,15 @@ void communicator::settle_locked(ncclResult_t r, const char* call, const char* f
   }
 }
 
+work as_work(nccl_work w) {
+  auto s = std::make_shared<work::state>();
+  s->description = w.description();
+  s->device = work::state::device_completion{[w](std::chrono::milliseconds t) { w.wait(t); },
+                                             [w] { return w.is_completed(); }, [w] { return w.error(); },
+                                             [w] { w.synchronize_stream(); }};
+  return work(std::move(s));
+}
+
 }  // namespace nccl_detail
 
 nccl_work::state::state(std::shared_ptr<nccl_detail::communicator> c, std::string d)
@@ -141,20 +151,23 @@ bool nccl_work::state::poll() {
   return true;
 }
 
+void nccl_work::state::expire(const troupe::error& e) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (completed) return;
+  std::lock_guard<std::mutex> comm_lock(comm->mu);
+  comm->abort_locked(e);
+  finish_locked(e);
+}
+
 void nccl_work::wait(std::chrono::milliseconds timeout) const {
   if (!state_) throw troupe::error(errc::invalid_state, "nccl_work::wait on an empty work handle");
   const auto deadline = nccl_detail::clock::now() + timeout;
   nccl_detail::backoff b;
   while (!state_->poll()) {
     if (nccl_detail::clock::now() >= deadline) {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      if (!state_->completed) {  // it may have completed since the poll
-        troupe::error e(errc::timeout, state_->description + " did not complete within " +
-                                           std::to_string(timeout.count()) + " ms; the communicator was aborted");
-        std::lock_guard<std::mutex> comm_lock(state_->comm->mu);
-        state_->comm->abort_locked(e);
-        state_->finish_locked(e);
-      }
+      // A no-op when it completed since the poll.
+      state_->expire(troupe::error(errc::timeout, state_->description + " did not complete within " +
+                                                      std::to_string(timeout.count()) + " ms; the communicator was aborted"));
       break;
     }
     b.pause();

@@ -37,7 +37,7 @@ std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, 
   return out;
 }
 
-reducer::reducer(tensor_list params, std::vector<std::string> names, process_group& group, const ddp_options& opts)
+reducer::reducer(tensor_list params, std::vector<std::string> names, collective_group& group, const ddp_options& opts)
     : params_(std::move(params)), names_(std::move(names)), group_(group), opts_(opts), hook_(allreduce_hook()) {
   cfg_.set("scheduler.policy", caf::atom("sharing"));
   cfg_.set("scheduler.max-threads", std::size_t{1});
@@ -45,6 +45,7 @@ reducer::reducer(tensor_list params, std::vector<std::string> names, process_gro
   system_ = std::make_unique<caf::actor_system>(cfg_);
   ready_.assign(params_.size(), false);
   locally_used_.assign(params_.size(), 0);
+  events_.reset(group_.device(), params_.size());
 }
 
 reducer::~reducer() {
@@ -70,7 +71,7 @@ void reducer::build(const std::vector<std::vector<std::size_t>>& assignment) {
       bk.offsets.push_back(n);
       n += params_[i].numel();
     }
-    bk.buffer = opts_.shared_buckets ? group_.empty_shared({n}, bk.dtype) : zeros({n}, {bk.dtype});
+    bk.buffer = opts_.shared_buckets ? group_.make_buffer({n}, bk.dtype) : zeros({n}, {bk.dtype, group_.device()});
     grad_bucket gb;
     gb.index = static_cast<int>(b);
     gb.buffer = bk.buffer;
@@ -157,6 +158,7 @@ void reducer::mark_ready(std::size_t i) {
   const tensor g = grad(params_[i]);
   if (!g.defined()) view.zero_();
   else if (g.data_ptr() != view.data_ptr()) view.copy_(g);
+  events_.record(i);  // Note [DDP on CUDA]
   ready_[i] = true;
   ++ready_count_;
   ready_order_.push_back(i);
@@ -168,6 +170,7 @@ void reducer::launch(int b) {
   const auto launched_at = std::chrono::steady_clock::now();  // before the hook: a small work may finish at once
   comm_result r;
   try {
+    events_.wait(buckets_[static_cast<std::size_t>(b)].params);  // Note [DDP on CUDA]
     group_.note_next("bucket " + std::to_string(b));  // Note [hang blame]: reports name the bucket
     r = hook_(group_, hook_views_[static_cast<std::size_t>(b)]);
     group_.note_next({});
@@ -193,6 +196,7 @@ void reducer::launch(int b) {
 work reducer::launch_used_map() {
   tensor used = empty({static_cast<std::int64_t>(params_.size())}, {dtype::uint8});
   std::copy(locally_used_.begin(), locally_used_.end(), used.data<std::uint8_t>());
+  if (group_.device() != used.device()) used = used.to(group_.device());
   used_map_ = used;
   group_.note_next("unused parameters");
   return group_.allreduce(used, reduce_op::max);
@@ -226,7 +230,8 @@ void reducer::finalize() {
   }
   if (used_work.valid()) {
     used_work.wait(opts_.timeout);
-    std::copy_n(used_map_.data<std::uint8_t>(), params_.size(), globally_used.begin());
+    const tensor used = used_map_.cpu();
+    std::copy_n(used.data<std::uint8_t>(), params_.size(), globally_used.begin());
     for (auto& bk : buckets_) write_back(bk, globally_used);
   }
   record_timeline(results, last_grad);

@@ -14,7 +14,7 @@
 //
 //   waiting(pending = n, turn = index == 0)
 //      --ready(param)--> pending - 1        --turn--> turn = true
-//   pending == 0 && turn:  launch(index) -> comm hook -> process_group work (async, issue order)
+//   pending == 0 && turn:  launch(index) -> comm hook -> collective_group work (async, issue order)
 //                          send turn to bucket index + 1; back to waiting(n, index == 0)
 //
 // So the reductions are launched in bucket-index order on every rank, whatever order the
@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "grad_events.hpp"
 #include "troupe/ddp/distributed_data_parallel.hpp"
 
 namespace troupe::ddp::detail {
@@ -72,7 +73,7 @@ std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, 
 
 class reducer {
  public:
-  reducer(tensor_list params, std::vector<std::string> names, process_group& group, const ddp_options& opts);
+  reducer(tensor_list params, std::vector<std::string> names, collective_group& group, const ddp_options& opts);
   ~reducer();
 
   /// Rebuilds buckets and actors for `assignment`.
@@ -107,10 +108,11 @@ class reducer {
 
   tensor_list params_;
   std::vector<std::string> names_;
-  process_group& group_;
+  collective_group& group_;
   ddp_options opts_;
   comm_hook hook_;
   std::vector<bucket> buckets_;
+  grad_events events_;  // Note [DDP on CUDA]
   std::vector<std::pair<std::size_t, std::size_t>> slot_of_;  // param -> (bucket, position)
   std::vector<bool> ready_;
   std::vector<std::uint8_t> locally_used_;  // got a gradient since the last synchronised backward

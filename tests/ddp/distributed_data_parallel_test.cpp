@@ -252,7 +252,7 @@ TEST_CASE("fp16, bf16 and user communication hooks average within their toleranc
   REQUIRE(test::run_group(2, [](int rank, const ddp::file_store&, ddp::process_group& pg) {
     struct variant { const char* name; ddp::comm_hook hook; double tol; };
     auto calls = std::make_shared<int>(0);
-    ddp::comm_hook user = [calls](ddp::process_group& g, ddp::grad_bucket& b) {
+    ddp::comm_hook user = [calls](ddp::collective_group& g, ddp::grad_bucket& b) {
       ++*calls;
       ddp::comm_result r{g.allreduce(b.buffer, ddp::reduce_op::sum), nullptr};
       tensor buf = b.buffer;

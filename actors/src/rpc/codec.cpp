@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <memory>
 
+#include "device_scope.hpp"
 #include "executor.hpp"
 #include "intercept.hpp"
 #include "rpc/bulk.hpp"
+#include "troupe/tensors/cuda.hpp"
 #include "troupe/tensors/factories.hpp"
 
 namespace troupe::rpc::detail {
@@ -66,10 +68,15 @@ void write_tensor(writer& w, const tensor& t) {
   }
   // A large copy ahead: a leading executor thread running quick jobs hands the lead off first.
   if (t.nbytes() >= long_copy_bytes) troupe::detail::long_work_ahead();
+  // Note [rpc device map]: a CUDA tensor goes to the peer device its map names (kind 3).
+  std::int32_t to_device = -1;
+  if (t.device().is_cuda())
+    if (const auto* d = device_scope::active()) to_device = d->target(t.device()).index;
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
-  if (write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
-  w.pod(std::uint8_t{0});  // kind 0: inline bytes
+  if (to_device < 0 && write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
+  w.pod(std::uint8_t{to_device < 0 ? std::uint8_t{0} : std::uint8_t{3}});  // kind 0: inline bytes; 3: for a device
   w.pod(std::uint8_t{1});  // defined
+  if (to_device >= 0) w.pod(to_device);
   write_tensor_header(w, h);
   // Note [adopted payload]: the data at a 64-byte offset of the buffer (a u8 count, then zeros).
   const auto pad = static_cast<std::uint8_t>((64 - (w.buffer().size() + 1) % 64) % 64);
@@ -104,12 +111,24 @@ const payload_keeper* payload_keeper::holding(const char* p, std::size_t n) {
 }
 
 namespace {
-tensor read_tensor_bytes(reader& r) {
-  std::uint8_t kind = 0, defined = 0, dt = 0;
-  r.pod(kind);
-  r.pod(defined);
-  if (kind > 2) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
-  if (!defined) return tensor();
+/// A received kind-3 tensor on the device its sender mapped it to, ready on every stream.
+tensor to_mapped_device(const tensor& host, std::int32_t index) {
+  const int visible = cuda::device_count();
+  if (index < 0 || index >= visible)
+    throw error(errc::device_mismatch, "an rpc tensor " + shape_to_string(host.shape()) + " was mapped to cuda:" +
+                                           std::to_string(index) + " by its sender's device map; this process sees " +
+                                           std::to_string(visible) + " CUDA device(s)");
+  tensor t = host.to(cuda_device(index));
+#if defined(TROUPE_WITH_CUDA)
+  cuda::event ready(index);  // the stream rule: ready on every stream before the function runs
+  ready.record();
+  ready.synchronize();
+#endif
+  return t;
+}
+
+tensor read_tensor_body(reader& r, std::uint8_t kind) {
+  std::uint8_t dt = 0;
   std::uint32_t rank = 0;
   r.pod(dt);
   r.pod(rank);
@@ -139,6 +158,18 @@ tensor read_tensor_bytes(reader& r) {
   tensor t = empty(sizes, tensor_options{type});
   r.raw(t.data_ptr(), nbytes);
   return t;
+}
+
+tensor read_tensor_bytes(reader& r) {
+  std::uint8_t kind = 0, defined = 0;
+  r.pod(kind);
+  r.pod(defined);
+  if (kind > 3) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
+  if (!defined) return tensor();
+  if (kind != 3) return read_tensor_body(r, kind);
+  std::int32_t index = -1;
+  r.pod(index);
+  return to_mapped_device(read_tensor_body(r, 0), index);
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 
 #include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/node_options.hpp"
+#include "troupe/actors/rpc/device_map.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/actors/rpc/registry.hpp"
@@ -96,6 +97,13 @@ class node {
   std::shared_ptr<flight_recorder> shared_recorder();
   /// The default call deadline (node_options::default_timeout).
   std::chrono::milliseconds default_timeout() const;
+
+  /// Sets the device map for calls to `worker` (Note [rpc device map]): a CUDA tensor argument
+  /// on local device i arrives on the peer's device map[i]. Replaces an earlier map of that
+  /// worker. Blocks reading the worker list (up to `timeout`). Throws bad_argument (a negative
+  /// index, two devices mapped to one, a worker not in the job, naming it), timeout.
+  void set_device_map(const std::string& worker, const rpc::device_map& map,
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
   /// Installs the node's call interceptor (Note [call interceptor]); null uninstalls it.
   /// Thread-safe; calls already encoded keep the scopes they began with.

@@ -51,6 +51,11 @@ struct node_options {
   /// the peer can open this process's memory (Note [shm reachability], checked at the first
   /// contact); false sends every tensor as bytes on the connection, both ways.
   bool shared_memory_rpc = true;
+  /// Device maps of RPC per peer worker name: local CUDA index -> the peer's CUDA index
+  /// (Note [rpc device map] in troupe/actors/rpc/device_map.hpp). The node checks them when it
+  /// starts: the indices at once, the worker names once every rank joined (bounded by
+  /// join_timeout); bad_argument naming the entry or the worker.
+  std::map<std::string, std::map<int, int>> device_maps;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;
   /// Default deadline of an RPC and of store operations.

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "troupe/autograd/nn/module.hpp"
-#include "troupe/ddp/process_group.hpp"
+#include "troupe/ddp/collective_group.hpp"
 
 namespace troupe::ddp {
 
@@ -38,7 +38,7 @@ struct comm_result {
 
 /// A communication hook: starts the reduction of one bucket. Runs on the bucket's actor (never
 /// block in it); must issue the same collectives on every rank.
-using comm_hook = std::function<comm_result(process_group&, grad_bucket&)>;
+using comm_hook = std::function<comm_result(collective_group&, grad_bucket&)>;
 
 /// The default hook: allreduce(avg) of the buffer in place.
 comm_hook allreduce_hook();
@@ -58,10 +58,10 @@ struct ddp_options {
   bool find_unused_parameters = false;
   /// Broadcast rank 0's buffers before every forward.
   bool broadcast_buffers = true;
-  /// Make every .grad a view into its bucket (saves the copy back).
+  /// Make every .grad a view into its bucket (saves the copy back; on CUDA too).
   bool gradient_as_bucket_view = false;
-  /// Allocate the bucket buffers in the group's shared arena (process_group::empty_shared), so
-  /// their allreduce works in place (Note [shm zero copy]). No effect over TCP.
+  /// Allocate the bucket buffers with the group's make_buffer (a shared-memory group: its shared
+  /// arena, so their allreduce works in place, Note [shm zero copy]). No effect over TCP or NCCL.
   bool shared_buckets = true;
   /// Bound of every wait of the reducer (bucket launch, collective completion).
   std::chrono::milliseconds timeout{60000};
@@ -79,17 +79,21 @@ struct reduction_timeline {
   double finished_ms = 0;
 };
 
-/// Data-parallel wrapper of a module. Not copyable, not movable (hooks refer to it); use from one
-/// thread. The module and the process group must outlive it.
+/// Data-parallel wrapper of a module over any collective_group (the CPU process groups and the
+/// NCCL group). Not copyable, not movable (hooks refer to it); use from one thread. The module
+/// and the group must outlive it.
 class distributed_data_parallel {
  public:
+  /// Parameters must be contiguous tensors on the group's device (device_mismatch naming the
+  /// parameter and both devices otherwise): CPU for a process_group, the rank's CUDA device for
+  /// an nccl_process_group (Note [DDP on CUDA] in grad_events.hpp).
   /// Checks that every rank has the same parameter names, shapes and dtypes (throws on every
   /// rank: bad_argument for names or counts, shape_mismatch, dtype_mismatch, naming the first
   /// difference and both ranks), broadcasts rank 0's parameters and buffers, builds the buckets
   /// and registers one post-accumulate-grad hook per parameter. Blocks (collectives).
-  distributed_data_parallel(std::shared_ptr<nn::unary_module> module, process_group& group, ddp_options opts = {});
+  distributed_data_parallel(std::shared_ptr<nn::unary_module> module, collective_group& group, ddp_options opts = {});
   /// The same for a module with several inputs (forward(tensor_list)).
-  distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, process_group& group, ddp_options opts = {});
+  distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, collective_group& group, ddp_options opts = {});
   ~distributed_data_parallel();
   distributed_data_parallel(const distributed_data_parallel&) = delete;
   distributed_data_parallel& operator=(const distributed_data_parallel&) = delete;

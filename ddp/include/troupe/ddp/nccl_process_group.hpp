@@ -27,12 +27,24 @@
 ///    the completion) keeps the tensors alive, so the caching allocator cannot hand their memory
 ///    out while NCCL still uses it.
 ///
-/// Failure: `nccl_work::wait(timeout)` polls `done` and ncclCommGetAsyncError. An asynchronous
+/// Before step 2, with opts.check_fingerprints, the ranks compare the collective's fingerprint
+/// through the store (Note [NCCL fingerprints] in store_checks.hpp): a mismatch fails the work
+/// with collective_mismatch on every rank before anything launches; a rank that never issues the
+/// collective fails it with timeout naming that rank, and the communicator is aborted.
+///
+/// Failure: `work::wait(timeout)` polls `done` and ncclCommGetAsyncError. An asynchronous
 /// NCCL error, or the deadline, aborts the communicator (ncclCommAbort ends the kernels, so
 /// nothing hangs) and throws nccl_failure / timeout. An aborted group is dead: every later call
 /// throws invalid_state naming the cause; recovery means building a new group under a new name.
-/// Assumes: one rank per device, the same collectives in the same order on every rank (NCCL has
-/// no fingerprint check: a mismatch hangs until the deadline, then aborts).
+///
+/// Note [NCCL watchdog]
+/// --------------------
+/// A watchdog thread per group polls the oldest collective in flight every
+/// clamp(timeout / 20, 10 ms, 1 s): an asynchronous NCCL error, or a collective still running
+/// opts.timeout after its launch, aborts the communicator and fails the work (nccl_failure,
+/// timeout), whether or not anybody waits on it. So a rank that dies or hangs inside a
+/// collective fails every other rank within about opts.timeout, never a hang.
+/// Assumes: one rank per device, the same collectives in the same order on every rank.
 
 #include <chrono>
 #include <memory>
@@ -40,6 +52,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/ddp/collective_group.hpp"
 #include "troupe/ddp/process_group.hpp"
 #include "troupe/tensors/device.hpp"
 #include "troupe/tensors/error.hpp"
@@ -56,7 +69,8 @@ class file_store;
 /// True when this build has the NCCL backend (TROUPE_WITH_NCCL). Never throws.
 bool nccl_compiled() noexcept;
 
-/// The handle of one NCCL collective. Copyable (copies share the state); thread-safe.
+/// The NCCL side of one collective; the group's collectives return a `work` that delegates to
+/// it. Copyable (copies share the state); thread-safe.
 class nccl_work {
  public:
   struct state;
@@ -101,10 +115,11 @@ struct p2p_op {
 /// calling thread (they return once NCCL enqueued them) and must be issued in the same order
 /// on every rank. Dtypes: float32/64, float16, bfloat16, int32, int64, uint8 and bool (as
 /// uint8: sum/avg/max are "or", product/min are "and"); avg on integers truncates.
-class nccl_process_group {
+class nccl_process_group : public collective_group {
  public:
   /// Bootstraps the communicator through `store` (blocks up to opts.timeout; only
-  /// opts.timeout is used). Throws bad_argument (rank outside [0, world_size), bad name),
+  /// opts.timeout and opts.check_fingerprints are used; with the latter the store must outlive
+  /// the group) and starts the watchdog (Note [NCCL watchdog]). Throws bad_argument (rank outside [0, world_size), bad name),
   /// device_mismatch (`device` is not a visible CUDA device), cuda_failure, timeout (the unique
   /// id or a rank never came), nccl_failure, not_supported (a build without NCCL).
   nccl_process_group(store_client& store, int rank, int world_size, std::string name, troupe::device device,
@@ -114,42 +129,47 @@ class nccl_process_group {
                      process_group_options opts = {});
   /// Waits (up to opts.timeout) for the collectives in flight, then finalizes and destroys the
   /// communicator; aborts it instead when they do not finish or it failed. Never throws.
-  ~nccl_process_group();
+  ~nccl_process_group() override;
   nccl_process_group(nccl_process_group&&) noexcept;
   nccl_process_group& operator=(nccl_process_group&&) noexcept;
   nccl_process_group(const nccl_process_group&) = delete;
   nccl_process_group& operator=(const nccl_process_group&) = delete;
 
-  int rank() const noexcept;
-  int world_size() const noexcept;
-  const std::string& name() const noexcept;
+  int rank() const noexcept override;
+  int world_size() const noexcept override;
+  const std::string& name() const noexcept override;
   /// The CUDA device of this rank.
-  troupe::device device() const noexcept;
+  troupe::device device() const noexcept override;
 
   /// In place: every rank's `t` becomes op(t over all ranks). Every collective validates on the
   /// calling thread and throws: bad_argument (undefined, non-contiguous, bad rank, unsupported
   /// dtype), device_mismatch (not on this group's device), shape_mismatch / dtype_mismatch
   /// (sizes or dtypes that do not fit), invalid_state (the group was aborted), nccl_failure (the
   /// launch failed: the group is aborted), timeout (the launch stayed in progress).
-  nccl_work allreduce(tensor t, reduce_op op = reduce_op::sum);
+  work allreduce(tensor t, reduce_op op = reduce_op::sum) override;
   /// In place: every rank's `t` becomes `root`'s `t`.
-  nccl_work broadcast(tensor t, int root);
+  work broadcast(tensor t, int root) override;
   /// `output` (world_size * input.numel() elements, same dtype) receives every rank's `input`
   /// in rank order.
-  nccl_work allgather(tensor output, tensor input);
+  work allgather(tensor output, tensor input) override;
   /// `output` receives block `rank` of op over every rank's `input` (world_size *
   /// output.numel() elements, same dtype).
-  nccl_work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum);
+  work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum) override;
   /// Completes when every rank issued its barrier (an allreduce of one byte on the device).
-  nccl_work barrier();
+  work barrier() override;
+  /// Through the store (Note [NCCL fingerprints]): blocks until every rank arrived; timeout
+  /// naming the ranks that did not; invalid_state when the group was aborted.
+  void monitored_barrier(std::chrono::milliseconds timeout) override;
+  /// zeros(shape, {dt, device()}).
+  tensor make_buffer(shape_t shape, troupe::dtype dt) override;
   /// Sends `t` to `dst` (!= rank). NCCL blocks the stream until `dst` receives: two ranks
   /// sending to each other must use batch_p2p.
-  nccl_work send(tensor t, int dst);
+  work send(tensor t, int dst);
   /// Receives into `t` from `src` (!= rank); the sender's dtype and count must match.
-  nccl_work recv(tensor t, int src);
+  work recv(tensor t, int src);
   /// Runs the sends and receives as one NCCL group (ncclGroupStart/End), so they progress
   /// together: exchanges between pairs, rings, and sends to self. bad_argument when empty.
-  nccl_work batch_p2p(std::vector<p2p_op> ops);
+  work batch_p2p(std::vector<p2p_op> ops);
 
   /// Aborts the communicator (ncclCommAbort): collectives in flight end with an error and every
   /// later call throws invalid_state naming `reason`. Idempotent; blocks only for the abort.

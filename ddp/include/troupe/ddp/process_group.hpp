@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/ddp/collective_group.hpp"
 #include "troupe/tensors/error.hpp"
 #include "troupe/tensors/tensor.hpp"
 
@@ -29,40 +30,6 @@ class store_client;
 namespace troupe::ddp {
 
 class file_store;
-
-/// Reduction applied by allreduce, reduce and reduce_scatter. `avg` divides the sum by the world size
-/// (integer dtypes: truncating division). For bool, sum/max are "or", product/min are "and".
-enum class reduce_op : std::uint8_t { sum = 0, avg = 1, min = 2, max = 3, product = 4 };
-
-/// "sum", "avg", ...
-const char* to_string(reduce_op op) noexcept;
-
-/// The handle of one asynchronous collective. Copyable (copies share the state); thread-safe.
-class work {
- public:
-  struct state;
-  work() = default;
-  explicit work(std::shared_ptr<state> s) : state_(std::move(s)) {}
-
-  /// Blocks the calling thread until the collective finished or `timeout` passed. Throws the
-  /// collective's error (peer_lost, collective_mismatch, timeout, bad_argument, ...), or
-  /// errc::timeout naming the collective when it is still running at the deadline (it keeps
-  /// running). Throws invalid_state for a default-constructed work.
-  void wait(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
-  /// True once the collective finished (successfully or not). Never blocks.
-  bool is_completed() const;
-  /// The error the collective failed with; nullopt while running or after success.
-  std::optional<troupe::error> error() const;
-  /// False for a default-constructed work.
-  bool valid() const noexcept { return state_ != nullptr; }
-  /// What the collective was ("allreduce(sum) #12 float32[1024]"), for messages.
-  std::string description() const;
-  /// When the collective finished (steady clock); nullopt while it runs. Never blocks.
-  std::optional<std::chrono::steady_clock::time_point> completed_at() const;
-
- private:
-  std::shared_ptr<state> state_;
-};
 
 /// Which transport a CPU process group moves its bytes over.
 enum class transport_kind : std::uint8_t {
@@ -99,12 +66,17 @@ struct process_group_options {
   /// Receives each hang report (on the group's watch thread; it must not block long); null
   /// prints it on stderr.
   std::function<void(const std::string&)> on_blame;
+  /// NCCL: compare every collective's fingerprint across ranks through the store before it
+  /// launches (Note [NCCL fingerprints]); costs one store write and world_size - 1 reads per
+  /// collective, and the store must outlive the group. CPU groups always compare, in band.
+  bool check_fingerprints = true;
 };
 
-/// A group of `world_size` processes, identified by `name` in the store. Move-only.
+/// A CPU group of `world_size` processes, identified by `name` in the store (a collective_group:
+/// Note [Collective group guarantees]). Move-only.
 /// Collectives must be issued in the same order on every rank (the fingerprint check turns a
 /// different op, dtype or size into errc::collective_mismatch on every rank, not a hang).
-class process_group {
+class process_group : public collective_group {
  public:
   /// Rendezvous through `store` (blocks up to opts.timeout; the group keeps using it for hang
   /// blame, so it must outlive the group): each rank maps one shared segment
@@ -115,15 +87,17 @@ class process_group {
   process_group(store_client& store, int rank, int world_size, std::string name, process_group_options opts = {});
   /// The same rendezvous through a file_store (ranks on one host without a runtime node).
   process_group(const file_store& store, int rank, int world_size, std::string name, process_group_options opts = {});
-  ~process_group();
+  ~process_group() override;
   process_group(process_group&&) noexcept;
   process_group& operator=(process_group&&) noexcept;
   process_group(const process_group&) = delete;
   process_group& operator=(const process_group&) = delete;
 
-  int rank() const noexcept;
-  int world_size() const noexcept;
-  const std::string& name() const noexcept;
+  int rank() const noexcept override;
+  int world_size() const noexcept override;
+  const std::string& name() const noexcept override;
+  /// Always cpu.
+  troupe::device device() const noexcept override;
 
   /// In place: every rank's `t` becomes op(t over all ranks). `t`: contiguous CPU tensor, any
   /// dtype. Every collective validates its arguments on the calling thread and throws at once
@@ -131,15 +105,15 @@ class process_group {
   /// sizes that do not fit), consuming no sequence number. Errors of the run come through the
   /// work: collective_mismatch (ranks disagree; the group stays usable), peer_lost (a rank died
   /// or failed), timeout (the group is broken afterwards: later works fail at once).
-  work allreduce(tensor t, reduce_op op = reduce_op::sum);
+  work allreduce(tensor t, reduce_op op = reduce_op::sum) override;
   /// In place: every rank's `t` becomes `root`'s `t`.
-  work broadcast(tensor t, int root);
+  work broadcast(tensor t, int root) override;
   /// `output` (world_size * input.numel() elements, same dtype) receives every rank's `input`
   /// in rank order.
-  work allgather(tensor output, tensor input);
+  work allgather(tensor output, tensor input) override;
   /// `output` receives block `rank` of op over every rank's `input` (world_size * output.numel()
   /// elements, same dtype).
-  work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum);
+  work reduce_scatter(tensor output, tensor input, reduce_op op = reduce_op::sum) override;
   /// In place on `root`: its `t` becomes op(t over all ranks); the other ranks' `t` stay as
   /// they were. The same checks as allreduce, and bad_argument for a root outside the group.
   work reduce(tensor t, int root, reduce_op op = reduce_op::sum);
@@ -154,14 +128,14 @@ class process_group {
   /// shape_mismatch when the sizes differ or do not split into world_size blocks.
   work all_to_all(tensor output, tensor input);
   /// Completes when every rank issued its barrier.
-  work barrier();
+  work barrier() override;
   /// Names the next collective issued on this group, e.g. "bucket 2" (DDP's reducer names its
   /// bucket allreduces): its description, its recorder entry and hang reports carry `note`.
   /// Thread-safe; the note goes to whichever collective is issued next.
-  void note_next(std::string note);
+  void note_next(std::string note) override;
   /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
   /// names the ranks that did not arrive. Blocks the calling thread.
-  void monitored_barrier(std::chrono::milliseconds timeout);
+  void monitored_barrier(std::chrono::milliseconds timeout) override;
   /// Sends `t` to rank `dst`; messages between a pair with the same tag arrive in order. A send
   /// larger than the mailbox completes only when `dst` runs the matching recv.
   work send(tensor t, int dst, int tag = 0);
@@ -179,6 +153,8 @@ class process_group {
   tensor empty_shared(shape_t shape, troupe::dtype dt = troupe::dtype::float32);
   /// True when `t`'s bytes lie in this rank's shared arena (empty_shared made them).
   bool is_shared(const tensor& t) const;
+  /// empty_shared(shape, dt).
+  tensor make_buffer(shape_t shape, troupe::dtype dt) override;
 
   /// A subgroup of the ranks in `ranks` (this group's numbering), like torch's new_group. Every
   /// rank of this group calls it, in the same order and with the same `ranks`: it first checks

@@ -13,7 +13,8 @@
 /// Values: arithmetic types as their native bytes; strings as a u64 length and the bytes; vectors
 /// of arithmetic types as a u64 count and one binary blob; vectors, maps, pairs and tuples element-wise; tensors as
 /// kind (0 = inline bytes; 1 = the name of a shared-memory segment, between processes of one host,
-/// see Note [tensor over shared memory] in src/rpc/bulk.hpp), dtype, rank, sizes, bytes of
+/// see Note [tensor over shared memory] in src/rpc/bulk.hpp; 3 = inline bytes for a CUDA device
+/// of the receiver, with its index, Note [rpc device map] in device_map.hpp), dtype, rank, sizes, bytes of
 /// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
 /// inside a user struct uses troupe/tensors/boost_tensor.hpp).
 
@@ -202,9 +203,12 @@ inline constexpr unsigned archive_flags = boost::archive::no_header | boost::arc
 
 /// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
 /// of the buffer, raw bytes of its contiguous CPU copy.
+/// Under a call's device map a CUDA tensor is written as kind 3 for the mapped device, or
+/// throws device_mismatch naming its device and the peer (Note [rpc device map]).
 void write_tensor(writer& w, const tensor& t);
 /// Reads a tensor written by write_tensor into a new contiguous CPU tensor, or one that views the
-/// payload itself (Note [adopted payload]).
+/// payload itself (Note [adopted payload]). Kind 3 gives a tensor on the mapped CUDA device; device_mismatch when
+/// this process does not have it.
 tensor read_tensor(reader& r);
 
 /// Note [adopted payload]

@@ -1,0 +1,59 @@
+#pragma once
+/// \file device_map.hpp
+/// Device maps of RPC, as torch's TensorPipeRpcBackendOptions.set_device_map: for each peer,
+/// which CUDA device of the peer receives a tensor that lives on a CUDA device of this worker.
+///
+/// Note [rpc device map]
+/// ---------------------
+/// A map belongs to the caller and names one peer: {local CUDA index -> peer CUDA index}.
+///
+///   caller: arg on cuda:1 --map[peer]{1 -> 0}--> staged to host --wire (kind 3, "cuda:0")-->
+///   callee: bytes -> cuda:0 on the decoding thread's current stream -> synchronised -> fn(arg)
+///
+/// - Set time: node_options::device_maps and node::set_device_map validate at once: a negative
+///   index, two local devices mapped to one peer device, or a peer that is not a worker of the
+///   job is bad_argument naming the peer and the entry.
+/// - Call time: a CUDA argument whose device has no entry in the map of the callee fails the
+///   call with device_mismatch naming the device and the peer (the future carries it; nothing
+///   is sent). A CPU argument is unaffected by the map.
+/// - Transfer: the tensor is staged through host memory (one device-to-host copy on the
+///   caller's current stream, which the encoder waits for), sent as bytes, and copied to the
+///   mapped device on the receiver. A receiver without that device fails the call with
+///   device_mismatch naming it.
+/// - Stream rule: the receiver's tensor is ready on every stream when the function runs (the
+///   decoder synchronises its copy). The caller may reuse or free its tensor once the call
+///   returned its future (the staging copy is complete by then).
+/// - Results and RRef values travel back to the caller staged as CPU tensors (no reverse map).
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "troupe/tensors/device.hpp"
+
+namespace troupe::rpc {
+
+/// Local CUDA device index -> the peer's CUDA device index.
+using device_map = std::map<int, int>;
+
+/// Throws bad_argument naming `peer` and the entry: a negative index on either side, or two
+/// local devices mapped to the same peer device. Never blocks.
+void validate_device_map(const std::string& peer, const device_map& map);
+
+/// The device maps of one node, per peer (Note [rpc device map]). Thread-safe.
+class device_maps {
+ public:
+  /// Replaces the map of `peer` after validate_device_map (throws as it does; the old map stays).
+  void set(const std::string& peer, device_map map);
+  /// The device on `peer` that a tensor on `local` (a CUDA device) goes to. Throws
+  /// device_mismatch naming the device and the peer when the map of `peer` has no entry for it.
+  troupe::device target(const std::string& peer, troupe::device local) const;
+  /// The map of `peer` (empty when none was set).
+  device_map of(const std::string& peer) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, device_map> maps_;
+};
+
+}  // namespace troupe::rpc
