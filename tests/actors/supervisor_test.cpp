@@ -71,8 +71,8 @@ std::vector<std::string> tail(const std::vector<std::string>& v, std::size_t fro
 
 // A node with a spawn service of children a, b, c, d and an event log.
 struct fixture {
+  event_log log;  // outlives the node: children log until they exit
   troupe::node n{solo()};
-  event_log log;
   troupe::spawn_service spawner{n, {{"a", child_named("a", log)}, {"b", child_named("b", log)}, {"c", child_named("c", log)}, {"d", child_named("d", log)}}};
 
   troupe::supervisor_options options(troupe::restart_strategy s, const std::vector<std::string>& names) {
@@ -193,8 +193,8 @@ TEST_CASE("restart types: permanent children always restart, transient ones only
 }
 
 TEST_CASE("a nested supervisor's failure reaches its parent, which gives up naming both", "[actors][supervisor]") {
-  troupe::node n{solo()};
   event_log log;
+  troupe::node n{solo()};
   troupe::supervisor_options inner;
   inner.name = "inner";
   inner.max_restarts = 0;
