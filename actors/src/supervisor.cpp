@@ -109,6 +109,9 @@ std::optional<error> start_child(self_ptr self, child_state& c) {
     } catch (const error& e) {
       code = e.code();
       causes += (causes.empty() ? "" : "; ") + w + ": " + std::string(to_string(e.code())) + ": " + e.message();
+    } catch (const std::exception& e) {
+      code = errc::protocol_violation;
+      causes += (causes.empty() ? "" : "; ") + w + ": " + e.what();
     }
   }
   return error(code, "cannot start child '" + c.spec.name + "' (factory '" + c.spec.factory + "'): " + causes);

@@ -79,7 +79,7 @@ struct supervisor_options {
   std::chrono::milliseconds stop_timeout{5000};
   /// Children in start order.
   std::vector<child_spec> children;
-  /// Called in the supervisor's thread after each event, in order. Must not block for long.
+  /// Called in the supervisor's thread after each event, in order. Must not block for long or throw.
   std::function<void(const supervisor_event&)> on_event;
 };
 
