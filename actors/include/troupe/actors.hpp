@@ -1,7 +1,8 @@
 #pragma once
 /// \file actors.hpp
 /// The runtime in one include: nodes, their options and addresses, the rendezvous store, RPC and its
-/// futures, remote references, worker processes (spawn) and shared-memory tensors.
+/// futures, remote references, worker processes (spawn), supervisors with their spawn
+/// service, and shared-memory tensors.
 /// Link `troupe::actors`.
 
 #include "troupe/actors/host_address.hpp"
@@ -11,7 +12,9 @@
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rref/rref.hpp"
 #include "troupe/actors/shared_memory.hpp"
+#include "troupe/actors/spawn_service.hpp"
 #include "troupe/actors/spawn.hpp"
 #include "troupe/actors/store.hpp"
+#include "troupe/actors/supervisor.hpp"
 #include "troupe/actors/worker_info.hpp"
 #include "troupe/tensors.hpp"
