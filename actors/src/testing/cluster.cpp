@@ -71,7 +71,8 @@ std::uint16_t read_port(int fd, std::chrono::milliseconds timeout) {
 
 // Waits for every pid up to `end`; fills outcomes. Returns whether some rank was still running.
 bool reap(std::vector<pid_t>& pids, std::vector<rank_outcome>& out, clock_type::time_point end) {
-  std::size_t left = pids.size();
+  std::size_t left = 0;
+  for (pid_t p : pids) left += p > 0;
   while (left > 0 && clock_type::now() < end) {
     for (std::size_t r = 0; r < pids.size(); ++r) {
       if (pids[r] <= 0) continue;
@@ -120,7 +121,10 @@ cluster_result run_cluster(const cluster_options& o, const std::function<int(nod
       ::setpgid(0, 0);
       run_rank(o, r, fds, job);
     }
-    if (pid < 0) break;
+    if (pid < 0) {
+      std::fprintf(stderr, "run_cluster: cannot fork rank %d\n", r);
+      break;  // the rank stays "never ended" in the result
+    }
     ::setpgid(pid, pid);  // either side may win; both set the same group
     pids[static_cast<std::size_t>(r)] = pid;
   }
