@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,23 @@ std::uint16_t read_port(int fd, std::chrono::milliseconds timeout) {
   }
   std::fflush(nullptr);
   ::_exit(code);
+}
+
+// Whether a segment name carries one of the ranks' pids (a `_PID_`, `_PID` or `-PID` token), so
+// segments of other processes on the machine are not counted.
+bool ours(const std::string& name, const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) {
+    if (p <= 0) continue;
+    const std::string id = std::to_string(p);
+    for (const char* sep : {"_", "-"}) {
+      const std::string tok = sep + id;
+      for (auto at = name.find(tok); at != std::string::npos; at = name.find(tok, at + 1)) {
+        const std::size_t end = at + tok.size();
+        if (end == name.size() || !std::isdigit(static_cast<unsigned char>(name[end]))) return true;
+      }
+    }
+  }
+  return false;
 }
 
 // Waits for every pid up to `end`; fills outcomes. Returns whether some rank was still running.
@@ -144,7 +162,7 @@ cluster_result run_cluster(const cluster_options& o, const std::function<int(nod
       ::kill(-g, SIGKILL);
     }
   for (const auto& s : shm_segments())
-    if (!shm_before.count(s)) res.leaks.push_back("/dev/shm/" + s);
+    if (!shm_before.count(s) && ours(s, groups)) res.leaks.push_back("/dev/shm/" + s);
   return res;
 }
 

@@ -16,7 +16,8 @@
 /// job's code. A troupe::error escaping the job prints its message and exits with 2.
 /// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
 /// result says so. Then it checks what was left: a process still in a rank's group (a helper),
-/// or a new /dev/shm/troupe-* segment. Every child is reaped before run_cluster returns.
+/// or a new /dev/shm/troupe* segment whose name carries a rank's pid (segments of other
+/// processes on the machine are not counted). Every child is reaped before run_cluster returns.
 /// Ranks run on the local host only.
 
 #include <chrono>
