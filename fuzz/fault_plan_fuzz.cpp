@@ -1,7 +1,8 @@
 // Harness: the fault-plan parser (troupe/actors/fault_plan.hpp, Note [fault plan]).
 // Input: the plan's text.
-// Beyond "no crash": a parsed plan reads back equal from its to_string(), and an injector of it
-// decides a few requests and responses of every rule's key.
+// Beyond "no crash": a parsed plan reads back equal from its to_string() (rules, partitions, kill
+// and pause events), and an injector of it decides a few requests and responses of every rule's
+// key and a message across its first partition. Kill and pause events are parsed, never fired.
 #include "fuzz_input.hpp"
 #include "troupe/actors/fault_plan.hpp"
 
@@ -12,11 +13,24 @@ bool same(const troupe::fault_rule& a, const troupe::fault_rule& b) {
          a.duplicate == b.duplicate && a.delay_min == b.delay_min && a.delay_max == b.delay_max && a.reorder == b.reorder;
 }
 
-bool same(const troupe::fault_plan& a, const troupe::fault_plan& b) {
-  if (a.seed != b.seed || a.rules.size() != b.rules.size()) return false;
-  for (std::size_t i = 0; i < a.rules.size(); ++i)
-    if (!same(a.rules[i], b.rules[i])) return false;
+bool same(const troupe::fault_partition& a, const troupe::fault_partition& b) {
+  return a.side_a == b.side_a && a.side_b == b.side_b && a.duration == b.duration && a.hold == b.hold;
+}
+
+bool same(const troupe::fault_point_event& a, const troupe::fault_point_event& b) {
+  return a.action == b.action && a.point == b.point && a.step == b.step && a.worker == b.worker && a.duration == b.duration;
+}
+
+template <class T>
+bool same_all(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!same(a[i], b[i])) return false;
   return true;
+}
+
+bool same(const troupe::fault_plan& a, const troupe::fault_plan& b) {
+  return a.seed == b.seed && same_all(a.rules, b.rules) && same_all(a.partitions, b.partitions) && same_all(a.points, b.points);
 }
 
 void decide(const troupe::fault_plan& plan) {
@@ -27,6 +41,11 @@ void decide(const troupe::fault_plan& plan) {
       const auto d = injector.on_send(request);
       troupe::fuzz::require(d.copies >= 0 && d.copies <= 2 && d.delay.count() >= 0, "an injector decided nonsense");
       troupe::envelope response{troupe::message_kind::rpc_response, "b", "a", id, {}, {}, {}};
+      if (!plan.partitions.empty()) {  // a message across the first cut (kill and pause events are never fired here)
+        troupe::envelope cut{troupe::message_kind::actor_message, plan.partitions[0].side_a[0], plan.partitions[0].side_b[0], id, {}, {}, {}};
+        const auto c = injector.on_send(cut);
+        troupe::fuzz::require(c.copies >= 0 && c.copies <= 2 && c.delay.count() >= 0, "an injector decided nonsense across a cut");
+      }
       (void)injector.on_receive(request);
       (void)injector.on_send(response);
     }

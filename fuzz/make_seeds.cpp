@@ -209,6 +209,8 @@ void fault_plan_seeds() {
       "seed 7\nrule troupe.rref.fork_request fail_first=2 drop=0.1\nrule * delay=1..5 reorder=10\n",
       "# a comment\nseed 0\nrule rpc_response drop_reply=0.5 duplicate=0.25 # trailing\n",
       "rule rpc_request delay=3\nrule echo fail_first=1 drop=1 drop_reply=0 duplicate=1 delay=0..0 reorder=0\n",
+      "seed 3\npartition worker0 worker1,worker2 for=500 hold\npartition a b\nrule actor_message drop=0.5\n",
+      "kill allreduce step=40 worker=worker1\npause step step=2 for=300\nkill checkpoint step=0\n",
   };
   for (std::size_t i = 0; i < plans.size(); ++i)
     write("fault_plan", "plan-" + std::to_string(i), 0, bytes(plans[i].begin(), plans[i].end()), false);

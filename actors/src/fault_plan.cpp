@@ -1,10 +1,18 @@
 // The seeded fault plan (Note [fault plan] in fault_plan.hpp).
 #include "troupe/actors/fault_plan.hpp"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include "troupe/actors/node.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe {
@@ -85,6 +93,85 @@ void parse_field(fault_rule& r, const std::string& kv, int line) {
   }
 }
 
+std::vector<std::string> split_names(const std::string& v) {
+  std::vector<std::string> out;
+  std::istringstream in(v);
+  for (std::string w; std::getline(in, w, ',');)
+    if (!w.empty()) out.push_back(w);
+  return out;
+}
+
+std::string line_prefix(int line) { return "fault plan line " + std::to_string(line) + ": "; }
+
+// `partition A B [for=MS] [hold]` (Note [fault events]).
+fault_partition parse_partition(std::istringstream& words, int line) {
+  fault_partition p;
+  std::string a, b;
+  if (!(words >> a >> b)) throw error(errc::bad_argument, line_prefix(line) + "partition needs two worker lists");
+  p.side_a = split_names(a);
+  p.side_b = split_names(b);
+  if (p.side_a.empty() || p.side_b.empty()) throw error(errc::bad_argument, line_prefix(line) + "partition needs two worker lists");
+  for (std::string w; words >> w;) {
+    if (w == "hold") p.hold = true;
+    else if (w.rfind("for=", 0) == 0) p.duration = parse_ms(w.substr(4), "for", line);
+    else throw error(errc::bad_argument, line_prefix(line) + "unknown partition field '" + w + "'");
+  }
+  if (p.hold && p.duration.count() == 0) throw error(errc::bad_argument, line_prefix(line) + "a held partition needs for=MS");
+  return p;
+}
+
+// `kill POINT step=N [worker=W]` and `pause POINT step=N for=MS [worker=W]`.
+fault_point_event parse_point(point_action action, std::istringstream& words, int line) {
+  fault_point_event e;
+  e.action = action;
+  const char* what = action == point_action::kill ? "kill" : "pause";
+  if (!(words >> e.point) || e.point.find('=') != std::string::npos)
+    throw error(errc::bad_argument, line_prefix(line) + what + " needs a point name");
+  bool has_step = false;
+  for (std::string w; words >> w;) {
+    if (w.rfind("step=", 0) == 0) {
+      e.step = parse_count(w.substr(5), "step", line, std::numeric_limits<long>::max());
+      has_step = true;
+    } else if (w.rfind("worker=", 0) == 0 && w.size() > 7) {
+      e.worker = w.substr(7);
+    } else if (w.rfind("for=", 0) == 0 && action == point_action::pause) {
+      e.duration = parse_ms(w.substr(4), "for", line);
+    } else {
+      throw error(errc::bad_argument, line_prefix(line) + "unknown " + what + " field '" + w + "'");
+    }
+  }
+  if (!has_step) throw error(errc::bad_argument, line_prefix(line) + what + " needs step=N");
+  if (action == point_action::pause && e.duration.count() == 0) throw error(errc::bad_argument, line_prefix(line) + "pause needs for=MS");
+  return e;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& w : v) out += (out.empty() ? "" : ",") + w;
+  return out;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& w) { return std::find(v.begin(), v.end(), w) != v.end(); }
+
+// Stops this process for `d`: a forked helper sleeps and sends SIGCONT; the helper only makes
+// async-signal-safe calls. Returns once continued, after reaping the helper.
+void pause_self(std::chrono::milliseconds d) {
+  const pid_t parent = ::getpid();
+  const pid_t helper = ::fork();
+  if (helper < 0) throw error(errc::io_error, "fault plan: cannot fork the pause helper");
+  if (helper == 0) {
+    timespec ts{static_cast<time_t>(d.count() / 1000), static_cast<long>(d.count() % 1000) * 1'000'000L};
+    while (::nanosleep(&ts, &ts) != 0) {
+    }
+    ::kill(parent, SIGCONT);
+    ::_exit(0);
+  }
+  ::kill(parent, SIGSTOP);
+  int status = 0;
+  while (::waitpid(helper, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
 std::chrono::milliseconds uniform_ms(double u, std::chrono::milliseconds lo, std::chrono::milliseconds hi) {
   const auto span = hi.count() - lo.count() + 1;
   return lo + std::chrono::milliseconds(static_cast<long>(u * static_cast<double>(span)));
@@ -117,8 +204,12 @@ fault_plan fault_plan::parse(const std::string& text) {
       if (!(words >> r.match)) throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": rule without a key");
       for (std::string kv; words >> kv;) parse_field(r, kv, line);
       plan.rules.push_back(std::move(r));
+    } else if (head == "partition") {
+      plan.partitions.push_back(parse_partition(words, line));
+    } else if (head == "kill" || head == "pause") {
+      plan.points.push_back(parse_point(head == "kill" ? point_action::kill : point_action::pause, words, line));
     } else {
-      throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": expected 'seed' or 'rule', got '" + head + "'");
+      throw error(errc::bad_argument, line_prefix(line) + "expected 'seed', 'rule', 'partition', 'kill' or 'pause', got '" + head + "'");
     }
   }
   return plan;
@@ -129,7 +220,11 @@ fault_plan fault_plan::load(const std::string& path) {
   if (!f) throw error(errc::io_error, "fault plan: cannot read " + path);
   std::ostringstream s;
   s << f.rdbuf();
-  return parse(s.str());
+  try {
+    return parse(s.str());
+  } catch (const error& e) {
+    throw error(e.code(), path + ": " + e.message());
+  }
 }
 
 std::string fault_plan::to_string() const {
@@ -141,10 +236,88 @@ std::string fault_plan::to_string() const {
         << " duplicate=" << r.duplicate << " delay=" << r.delay_min.count() << ".." << r.delay_max.count()
         << " reorder=" << r.reorder.count() << "\n";
   }
+  for (const auto& p : partitions)
+    out << "partition " << join(p.side_a) << " " << join(p.side_b) << " for=" << p.duration.count() << (p.hold ? " hold" : "") << "\n";
+  for (const auto& e : points) {
+    out << (e.action == point_action::kill ? "kill " : "pause ") << e.point << " step=" << e.step;
+    if (!e.worker.empty()) out << " worker=" << e.worker;
+    if (e.action == point_action::pause) out << " for=" << e.duration.count();
+    out << "\n";
+  }
   return out.str();
 }
 
-fault_injector::fault_injector(fault_plan plan) : plan_(std::move(plan)) {}
+fault_injector::fault_injector(fault_plan plan, log_sink log) : plan_(std::move(plan)), log_(std::move(log)) {
+  if (log_) log_("troupe-fault: plan seed " + std::to_string(plan_.seed) + ", " + std::to_string(plan_.rules.size()) + " rules, " +
+                 std::to_string(plan_.partitions.size()) + " partitions, " + std::to_string(plan_.points.size()) + " point events");
+}
+
+fault_injector::~fault_injector() {
+  const auto c = counters();
+  log("troupe-fault: summary seen=" + std::to_string(c.seen) + " dropped_requests=" + std::to_string(c.dropped_requests) +
+      " dropped_replies=" + std::to_string(c.dropped_replies) + " duplicated=" + std::to_string(c.duplicated) +
+      " delayed=" + std::to_string(c.delayed) + " partitioned=" + std::to_string(c.partitioned) + " held=" + std::to_string(c.held) +
+      " points_fired=" + std::to_string(c.points_fired));
+}
+
+fault_injector::log_sink fault_injector::stderr_log() {
+  return [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+}
+
+void fault_injector::log(const std::string& line) {
+  if (log_) log_(line);
+}
+
+void fault_injector::heal() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  healed_ = std::chrono::steady_clock::now();
+  log("troupe-fault: heal");
+}
+
+// Note [fault events]: a message between the two sides of a live cut is dropped or held.
+// Called under mutex_.
+bool fault_injector::partition_decision(const envelope& msg, transport_decision& d) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= healed_) return false;
+  for (const auto& p : plan_.partitions) {
+    const bool across = (contains(p.side_a, msg.from) && contains(p.side_b, msg.to)) || (contains(p.side_b, msg.from) && contains(p.side_a, msg.to));
+    if (!across) continue;
+    const auto end = p.duration.count() == 0 ? healed_ : std::min(healed_, start_ + p.duration);
+    if (now >= end) continue;
+    if (p.hold) {
+      d.delay = std::chrono::duration_cast<std::chrono::milliseconds>(end - now) + std::chrono::milliseconds(1);
+      ++counters_.held;
+      log("troupe-fault: hold " + msg.from + "->" + msg.to + " " + std::to_string(d.delay.count()) + "ms");
+    } else {
+      d.copies = 0;
+      ++counters_.partitioned;
+      log("troupe-fault: cut " + msg.from + "->" + msg.to);
+    }
+    return true;
+  }
+  return false;
+}
+
+void fault_injector::on_point(const std::string& worker, const std::string& point, std::int64_t step) {
+  const fault_point_event* hit = nullptr;
+  for (const auto& e : plan_.points)
+    if (e.point == point && e.step == step && (e.worker.empty() || e.worker == worker)) hit = &e;
+  if (!hit) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++counters_.points_fired;
+    log("troupe-fault: " + std::string(hit->action == point_action::kill ? "kill " : "pause ") + worker + " at " + point + " step " +
+        std::to_string(step) + (hit->action == point_action::pause ? " for " + std::to_string(hit->duration.count()) + "ms" : ""));
+  }
+  if (hit->action == point_action::kill) {
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+    ::pause();  // not reached
+  }
+  pause_self(hit->duration);
+  std::lock_guard<std::mutex> lock(mutex_);
+  log("troupe-fault: resumed " + worker + " at " + point + " step " + std::to_string(step));
+}
 
 const fault_rule* fault_injector::rule_for(message_kind kind, const std::string& function) const {
   const char* kind_key = kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
@@ -173,6 +346,7 @@ transport_decision fault_injector::on_receive(envelope& msg) {
 transport_decision fault_injector::on_send(envelope& msg) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++counters_.seen;
+  if (transport_decision cut; !plan_.partitions.empty() && partition_decision(msg, cut)) return cut;
   // Actor messages are faulted as requests (Note [remote actors]: drop, fail_first, duplicate,
   // delay, reorder), keyed by their kind.
   const bool request = msg.kind != message_kind::rpc_response;
@@ -185,18 +359,24 @@ transport_decision fault_injector::on_send(envelope& msg) {
   if (request && n < static_cast<std::uint64_t>(r->fail_first)) d.copies = 0;
   const double p_drop = request ? r->drop : r->drop_reply;
   if (p_drop > 0 && fault_random(plan_.seed, key, n, s_drop) < p_drop) d.copies = 0;
+  const std::string what = key + " #" + std::to_string(n) + " " + msg.from + "->" + msg.to;
   if (d.copies == 0) {
     ++(request ? counters_.dropped_requests : counters_.dropped_replies);
+    log("troupe-fault: drop " + what);
     return d;
   }
   if (r->duplicate > 0 && fault_random(plan_.seed, key, n, s_duplicate) < r->duplicate) {
     d.copies = 2;
     ++counters_.duplicated;
+    log("troupe-fault: duplicate " + what);
   }
   if (r->delay_max.count() > 0) d.delay = uniform_ms(fault_random(plan_.seed, key, n, s_delay), r->delay_min, r->delay_max);
   if (r->reorder.count() > 0)
     d.delay += uniform_ms(fault_random(plan_.seed, key, n, s_reorder), std::chrono::milliseconds(0), r->reorder);
-  if (d.delay.count() > 0) ++counters_.delayed;
+  if (d.delay.count() > 0) {
+    ++counters_.delayed;
+    log("troupe-fault: delay " + what + " " + std::to_string(d.delay.count()) + "ms");
+  }
   return d;
 }
 
@@ -204,5 +384,11 @@ fault_counters fault_injector::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return counters_;
 }
+
+}  // namespace troupe
+
+namespace troupe {
+
+void fault_point(node& n, const std::string& point, std::int64_t step) { n.fault_point(point, step); }
 
 }  // namespace troupe

@@ -1,8 +1,11 @@
 // The node (Note [job token] in troupe/actors/node.hpp).
 #include "troupe/actors/node.hpp"
 
+#include "troupe/actors/fault_plan.hpp"
+
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -42,6 +45,7 @@ struct node::impl {
   std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
   std::shared_ptr<rpc::detail::interceptor_slot> interceptor = std::make_shared<rpc::detail::interceptor_slot>();
   std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]; null when disabled
+  std::shared_ptr<transport_hook> hook;     // the fault plan and other interception; may be null
   std::shared_ptr<detail::remote_actors> remote;  // Note [remote actors]; null without fast
   caf::actor agent;
   caf::actor basp;  // the middleman's BASP broker: admitted sockets go to it (Note [CAF port gate])
@@ -156,8 +160,12 @@ void check_token(const node_options& o, const std::string& me) {
 }
 }  // namespace
 
-void node::impl::start(std::shared_ptr<transport_hook> hook) {
+void node::impl::start(std::shared_ptr<transport_hook> given) {
   me = worker_info{opts.worker_name(), opts.rank, opts.world_size};
+  // Note [fault events]: a program run with TROUPE_FAULTS=FILE runs under that plan.
+  if (const char* plan = std::getenv("TROUPE_FAULTS"); !given && plan && *plan)
+    given = std::make_shared<fault_injector>(fault_plan::load(plan), fault_injector::stderr_log());
+  hook = given;
   check_token(opts, me.name);
   configure();
   sys = std::make_unique<caf::actor_system>(cfg);
@@ -415,6 +423,9 @@ store_client& node::store() {
 std::chrono::milliseconds node::default_timeout() const { return impl_->opts.default_timeout; }
 flight_recorder& node::recorder() { return *impl_->recorder; }
 std::shared_ptr<flight_recorder> node::shared_recorder() { return impl_->recorder; }
+void node::fault_point(const std::string& point, std::int64_t step) {
+  if (impl_->hook) impl_->hook->on_point(impl_->me.name, point, step);
+}
 
 namespace {
 std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::call_interceptor>& ic, const std::string& to,

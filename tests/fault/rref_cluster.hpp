@@ -28,6 +28,9 @@ class switch_hook : public transport_hook {
     auto c = get();
     return c ? c->on_receive(m) : transport_decision{};
   }
+  void on_point(const std::string& worker, const std::string& point, std::int64_t step) override {
+    if (auto c = get()) c->on_point(worker, point, step);
+  }
 
  private:
   std::shared_ptr<fault_injector> get() {

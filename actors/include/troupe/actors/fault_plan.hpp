@@ -24,6 +24,25 @@
 ///                  overtake earlier ones within a window of w ms
 /// Counts are at most 2^31 - 1 (fail_first) and times at most fault_rule::max_delay_ms (an hour);
 /// anything else is refused like any malformed field.
+/// Note [fault events]
+/// Beside rules, a plan holds events:
+///   partition A B [for=MS] [hold]   cuts workers A and B apart in both directions (A and B are
+///                  comma-separated worker names) from the injector's start for MS ms (0 or no
+///                  `for`: until heal()). Without `hold` the traffic between them is dropped;
+///                  with `hold` it is delayed until the cut ends (arrives after the heal).
+///   kill POINT step=N [worker=W]    SIGKILLs the process of worker W (any worker when absent)
+///                  when it reaches fault_point(POINT, N).
+///   pause POINT step=N for=MS [worker=W]  stops that process (SIGSTOP) for MS ms at that point;
+///                  a forked helper sends SIGCONT and the process reaps it on resuming.
+/// A partition applies to the messages that pass the hook (RPC and actor messages); it does not
+/// close connections or stop heartbeats, so a dropping cut makes calls time out, not peer_lost.
+/// Points are reported by fault_point(); a node whose hook has no event there does nothing.
+///
+/// Note [fault schedule]
+/// An injector with a log sink writes one line per fault it applies, when it applies it:
+/// `troupe-fault: drop|duplicate|delay|cut|hold|kill|pause|resumed|heal ...`, after a first line
+/// with the plan's seed and before a last line with its counters. Same seed and same message
+/// sequence per key: the same lines.
 /// Decisions are taken on send only (on_receive passes everything), so one injector shared by
 /// every node of a test process faults each message once.
 ///
@@ -37,6 +56,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -46,6 +67,8 @@
 #include "troupe/actors/transport.hpp"
 
 namespace troupe {
+
+class node;
 
 /// The faults applied to messages of one key (Note [fault plan]).
 struct fault_rule {
@@ -61,15 +84,37 @@ struct fault_rule {
   std::chrono::milliseconds reorder{0};    ///< extra uniform delay in [0, reorder]
 };
 
-/// A seed and its rules (first match wins).
+/// A cut between two sets of workers (Note [fault events]).
+struct fault_partition {
+  std::vector<std::string> side_a, side_b;  ///< worker names
+  std::chrono::milliseconds duration{0};    ///< 0: until fault_injector::heal()
+  bool hold = false;                        ///< delay traffic until the cut ends instead of dropping it
+};
+
+/// What a process does at a fault point (Note [fault events]).
+enum class point_action : std::uint8_t { kill = 0, pause = 1 };
+
+/// A kill or pause at a named fault point (fault_point(node, point, step)).
+struct fault_point_event {
+  point_action action = point_action::kill;
+  std::string point;                      ///< "step", "forward", "backward", "allreduce", "checkpoint" or a user name
+  std::int64_t step = 0;                  ///< the step the point must report
+  std::string worker;                     ///< the worker it applies to; empty: any
+  std::chrono::milliseconds duration{0};  ///< pause length
+};
+
+/// A seed, its rules (first match wins) and its events.
 struct fault_plan {
   std::uint64_t seed = 0;
   std::vector<fault_rule> rules;
+  std::vector<fault_partition> partitions;
+  std::vector<fault_point_event> points;
 
   /// Parses the text format of Note [fault plan]: lines `seed N` and `rule KEY k=v...`; `#`
   /// starts a comment. Throws troupe::error(bad_argument) naming the line and the bad field.
   static fault_plan parse(const std::string& text);
-  /// Reads and parses a file. Throws io_error (unreadable) or bad_argument.
+  /// Reads and parses a file. Throws io_error (unreadable) or bad_argument naming the file and
+  /// the line.
   static fault_plan load(const std::string& path);
   /// The plan in the text format (parse(to_string()) gives an equal plan).
   std::string to_string() const;
@@ -78,6 +123,7 @@ struct fault_plan {
 /// What an injector has done so far (for tests and logs).
 struct fault_counters {
   std::uint64_t seen = 0, dropped_requests = 0, dropped_replies = 0, duplicated = 0, delayed = 0;
+  std::uint64_t partitioned = 0, held = 0, points_fired = 0;
 };
 
 /// A counter-based random number in [0, 1) for (seed, key, n, stream): the plan's only source of
@@ -86,12 +132,28 @@ double fault_random(std::uint64_t seed, const std::string& key, std::uint64_t n,
 
 /// The transport hook that applies a fault_plan. Thread-safe, never blocks (one mutex around
 /// counters). Share one instance among the nodes of a process.
+/// Every fault it applies is written to its log as one line (`troupe-fault: ...`) when it
+/// happens, and a summary line when it is destroyed (Note [fault schedule]). A kill or pause
+/// event fires on the thread that calls on_point.
 class fault_injector : public transport_hook {
  public:
-  explicit fault_injector(fault_plan plan);
+  /// Receives one line of the schedule (no newline).
+  using log_sink = std::function<void(const std::string&)>;
+
+  explicit fault_injector(fault_plan plan, log_sink log = nullptr);
+  /// Writes the summary line to the log.
+  ~fault_injector() override;
 
   transport_decision on_send(envelope& msg) override;
   transport_decision on_receive(envelope& msg) override;
+  /// Applies a kill or pause event of the plan that names (worker, point, step). A kill does
+  /// not return. A pause returns after the process was continued.
+  void on_point(const std::string& worker, const std::string& point, std::int64_t step) override;
+
+  /// Ends every partition now (those without a duration included); held traffic is delivered.
+  void heal();
+  /// A log sink writing lines to stderr.
+  static log_sink stderr_log();
 
   /// Counters so far.
   fault_counters counters() const;
@@ -101,12 +163,21 @@ class fault_injector : public transport_hook {
  private:
   const fault_rule* rule_for(message_kind kind, const std::string& function) const;
   std::string function_of(envelope& msg, bool forget);
+  bool partition_decision(const envelope& msg, transport_decision& d);
+  void log(const std::string& line);
 
   fault_plan plan_;
   mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t> sequence_;  // per key
   std::map<std::pair<std::string, std::uint64_t>, std::string> calls_;  // (peer, call id) -> function
   fault_counters counters_;
+  log_sink log_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point healed_ = std::chrono::steady_clock::time_point::max();
 };
+
+/// Reports that `n`'s process reached the named point at `step` (Note [fault events]). Applies
+/// a kill or pause of the node's fault plan; a no-op without one. Cheap; call it from any thread.
+void fault_point(node& n, const std::string& point, std::int64_t step);
 
 }  // namespace troupe

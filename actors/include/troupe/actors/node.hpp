@@ -65,7 +65,9 @@ class node {
   /// Starts the actor system, publishes the agent (rank 0 also hosts the store) and joins the
   /// store. Blocks up to opts.join_timeout. Throws troupe::error: unauthorized (wrong or empty
   /// token, a rank or name a live node holds, another world size), timeout / peer_lost (rank 0
-  /// unreachable), io_error (cannot listen).
+  /// unreachable), io_error (cannot listen). Without a hook, a plan named by the environment
+  /// variable TROUPE_FAULTS is loaded and logged to stderr (bad_argument naming the file and
+  /// line when it is malformed, io_error when unreadable).
   explicit node(node_options opts, const rpc::registry& functions = {}, std::shared_ptr<transport_hook> hook = nullptr);
   /// Immediate shutdown if shutdown() was not called. Never throws.
   ~node();
@@ -104,6 +106,10 @@ class node {
   /// index, two devices mapped to one, a worker not in the job, naming it), timeout.
   void set_device_map(const std::string& worker, const rpc::device_map& map,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+  /// Reports that this process reached a named fault point at `step` (Note [fault events]): the
+  /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
+  /// user code (troupe::fault_point) and by the library's own points.
+  void fault_point(const std::string& point, std::int64_t step);
 
   /// Installs the node's call interceptor (Note [call interceptor]); null uninstalls it.
   /// Thread-safe; calls already encoded keep the scopes they began with.

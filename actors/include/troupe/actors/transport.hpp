@@ -62,6 +62,9 @@ class transport_hook {
   virtual transport_decision on_send(envelope& /*msg*/) { return {}; }
   /// Called when a message arrives at this node, before it is handled.
   virtual transport_decision on_receive(envelope& /*msg*/) { return {}; }
+  /// Called when the process of `worker` reaches a named fault point (fault_point()). May not
+  /// return (a kill) or block for a while (a pause).
+  virtual void on_point(const std::string& /*worker*/, const std::string& /*point*/, std::int64_t /*step*/) {}
 };
 
 }  // namespace troupe

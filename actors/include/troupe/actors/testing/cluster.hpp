@@ -1,0 +1,71 @@
+#pragma once
+/// \file cluster.hpp
+/// A test fixture that runs a job of N ranks as local processes under a fault plan and checks
+/// its invariants (Note [cluster fixture]).
+///
+///   troupe::testing::cluster_options o;
+///   o.world = 3;
+///   o.plan_file = "plan.txt";  // TROUPE_FAULTS of every rank
+///   auto r = troupe::testing::run_cluster(o, [](troupe::node& n) { ...; return 0; });
+///   REQUIRE(r.finished_in_bound());
+///   CHECK(r.leaks.empty());
+///
+/// Note [cluster fixture]
+/// Each rank is a forked process in its own process group. It starts a node on loopback (rank 0
+/// first; it hands its port to the others through a pipe), runs the job and exits with the
+/// job's code. A troupe::error escaping the job prints its message and exits with 2.
+/// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
+/// result says so. Then it checks what was left: a process still in a rank's group (a helper),
+/// or a new /dev/shm/troupe* segment whose name carries a rank's pid (segments of other
+/// processes on the machine are not counted). Every child is reaped before run_cluster returns.
+/// Ranks run on the local host only.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "troupe/actors/node.hpp"
+
+namespace troupe::testing {
+
+/// How to run a cluster.
+struct cluster_options {
+  int world = 2;                                  ///< number of ranks
+  std::chrono::milliseconds bound{30000};         ///< the whole job's time limit
+  std::string plan_file;                          ///< TROUPE_FAULTS of every rank; empty: none
+  std::string job_token = "troupe-cluster";       ///< the job token
+  std::chrono::milliseconds call_timeout{10000};  ///< node_options::default_timeout
+  std::chrono::milliseconds peer_timeout{1000};   ///< node_options::connection_timeout (a frozen peer is lost after it)
+};
+
+/// How one rank ended.
+struct rank_outcome {
+  int rank = 0;
+  bool exited = false;  ///< exited normally (else killed by `signal`, or never ended)
+  int exit_code = -1;
+  int signal = 0;
+};
+
+/// What a cluster run did.
+struct cluster_result {
+  std::vector<rank_outcome> ranks;
+  bool timed_out = false;           ///< some rank had not ended within the bound
+  std::vector<std::string> leaks;   ///< left-over processes and shared-memory segments
+  std::chrono::milliseconds took{0};
+
+  /// No rank ran past the bound.
+  bool finished_in_bound() const { return !timed_out; }
+  /// Every rank exited with code 0.
+  bool all_succeeded() const;
+  /// One line per rank and per leak, for failure messages.
+  std::string describe() const;
+};
+
+/// Runs `job` on every rank (Note [cluster fixture]). Blocks up to options.bound plus a few
+/// seconds of teardown. Throws troupe::error(bad_argument) for a world below 1, io_error when
+/// it cannot fork or make a pipe.
+cluster_result run_cluster(const cluster_options& options, const std::function<int(node&)>& job);
+
+}  // namespace troupe::testing
