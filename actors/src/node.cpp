@@ -37,6 +37,7 @@ struct node::impl {
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
+  std::shared_ptr<peer_events> events;  // Note [peer loss events]
   std::mutex peers_mutex;
   // A peer: its agent, and the direct connection to it (null: calls go through the agents).
   struct link {
@@ -57,6 +58,8 @@ struct node::impl {
   void start(std::shared_ptr<transport_hook> hook);
   hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
   caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  caf::actor connect_once(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
   link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
   void start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac);
@@ -101,8 +104,31 @@ caf::actor node::impl::connect(const std::string& host, std::uint16_t p, std::ch
   }
 }
 
+// One connection attempt bounded by `timeout`: remote_actor() alone waits for the handshake
+// forever, and a frozen peer's kernel still accepts the TCP connection.
+caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{*sys};
+  caf::actor remote;
+  caf::error err;
+  self->request(sys->middleman().actor_handle(), timeout, caf::connect_atom::value, host, p)
+      .receive([&](const caf::node_id&, caf::strong_actor_ptr& ptr, const std::set<std::string>&) { remote = caf::actor_cast<caf::actor>(ptr); },
+               [&](caf::error& e) { err = std::move(e); });
+  if (!remote)
+    throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " +
+                                     (err ? sys->render(err) : std::string("no actor published there")));
+  return remote;
+}
+
+// Note [lost peer re-admission]: the store client's way back to a store host it lost.
+caf::actor node::impl::reconnect_store(std::chrono::milliseconds timeout) {
+  auto remote = connect_once(opts.master_addr, opts.master_port, timeout);
+  return say_hello(remote, timeout).store;
+}
+
 void node::impl::start(std::shared_ptr<transport_hook> hook) {
   me = worker_info{opts.worker_name(), opts.rank, opts.world_size};
+  events = std::make_shared<peer_events>(me.name, [this](const std::string& name, std::chrono::milliseconds timeout) { resolve(name, timeout); });
+  if (opts.rank == 0) events->set_store_host(me.name);
   configure();
   sys = std::make_unique<caf::actor_system>(cfg);
   auth->add(sys->node());
@@ -113,13 +139,14 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
   detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr};
   if (opts.rpc_fast_path) start_fast_path(hook, ac);
-  ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& name, const std::string& reason) {
+  ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast), ev = events](const std::string& name, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(peers_mutex);
       peers.erase(name);
       lost[name] = reason;
     }
     if (auto f = weak.lock()) f->peer_down(name, reason);
+    ev->notify(peer_loss{name, reason, false});  // Note [peer loss events]
   };
   agent = detail::spawn_agent(*sys, std::move(ac));
   const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
@@ -130,13 +157,20 @@ void node::impl::start(std::shared_ptr<transport_hook> hook) {
     auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
     auto ack = say_hello(master, opts.join_timeout);
     store_actor = ack.store;
+    events->set_store_host(ack.info.name);
     auto l = make_link(ack, opts.master_addr, opts.join_timeout);
     std::lock_guard<std::mutex> lock(peers_mutex);
     peers[ack.info.name] = std::move(l);
   }
   const std::string store_host = opts.rank == 0 ? "rank 0, this node" : "rank 0 at " + opts.master_addr + ":" + std::to_string(opts.master_port);
-  store = std::make_unique<store_client>(
-      std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor, store_host, caf::actor{}}));
+  detail::store_client_impl sc;
+  sc.sys = sys.get();
+  sc.store = store_actor;
+  sc.host = store_host;
+  sc.events = events;
+  const auto bound = std::max(opts.connection_timeout, std::chrono::milliseconds(1000));
+  if (opts.rank != 0) sc.reconnect = [this, bound] { return reconnect_store(bound); };
+  store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(std::move(sc)));
   store->set("troupe/addr/" + me.name, opts.listen_addr + ":" + std::to_string(port));
 }
 
@@ -193,9 +227,9 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
   const auto host = addr.substr(0, colon);
   const auto peer_port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
   caf::actor remote;
-  if (lost_because) {
+  if (lost_because) {  // Note [lost peer re-admission]: one bounded attempt, it was up before
     try {
-      remote = connect(host, peer_port, std::chrono::milliseconds(1));  // one attempt: it was up before
+      remote = connect_once(host, peer_port, std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000))));
     } catch (const error& e) {
       throw error(errc::peer_lost, "worker " + name + " was lost (" + *lost_because + ") and does not answer: " + e.message());
     }
@@ -248,6 +282,7 @@ void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
 
 void node::impl::teardown() {
   if (down.exchange(true)) return;
+  if (events) events->detach();
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
   if (fast) fast->stop();  // fails its pending calls; served calls finishing below write to closed sockets
@@ -302,6 +337,7 @@ store_client& node::store() {
   return *impl_->store;
 }
 std::chrono::milliseconds node::default_timeout() const { return impl_->opts.default_timeout; }
+const std::shared_ptr<peer_events>& node::peer_losses() const { return impl_->events; }
 
 namespace {
 std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::call_interceptor>& ic, const std::string& to,

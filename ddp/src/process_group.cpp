@@ -5,12 +5,14 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "collectives.hpp"
 #include "shm_transport.hpp"
 #include "tcp_transport.hpp"
+#include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/tensors/factories.hpp"
@@ -103,6 +105,8 @@ struct process_group::impl {
   std::optional<troupe::error> broken;
   std::mutex issue_mu;      // a sequence number and its queue position go together
   std::uint32_t issued = 0;  // sequence numbers of group collectives
+  // Note [group peer loss]; declared last, so it ends before anything its listener touches.
+  peer_events::subscription loss_sub;
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
@@ -110,9 +114,31 @@ struct process_group::impl {
       tcp = std::make_unique<detail::tcp_transport>(store, rank, world, name, opts);
     else
       shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
+    if (store.events && world > 1) watch_members(store, opts.timeout);
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
+  }
+
+  /// Note [group peer loss]: learns every member's worker, then fails the group's waits when
+  /// the node declares one of them lost.
+  void watch_members(const detail::rendezvous& store, std::chrono::milliseconds timeout) {
+    const std::string prefix = "troupe/pg/" + name + "/worker/";
+    store.set(prefix + std::to_string(rank), store.events->self());
+    std::map<std::string, int> members;
+    std::vector<std::string> workers;
+    for (int r = 0; r < world; ++r) {
+      auto w = r == rank ? store.events->self() : store.get(prefix + std::to_string(r), timeout);
+      members.emplace(w, r);
+      workers.push_back(std::move(w));
+    }
+    loss_sub = peer_events::subscribe(store.events, [this, members = std::move(members)](const peer_loss& l) {
+      auto it = members.find(l.worker);
+      if (it == members.end() || it->second == rank) return;
+      const std::string why = "rank " + std::to_string(it->second) + " (" + l.worker + ") was lost: " + l.reason;
+      visit([&](auto& tp) { tp.peer_lost(why); });
+    });
+    store.events->watch(workers, timeout);
   }
 
   /// Calls fn(transport) with the group's transport.
@@ -222,7 +248,8 @@ process_group::process_group(store_client& store, int rank, int world_size, std:
                              process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
                         [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
-                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); },
+                        store.peer_losses()};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
 }
 
@@ -230,7 +257,8 @@ process_group::process_group(const file_store& store, int rank, int world_size, 
                              process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
                         [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
-                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); },
+                        nullptr};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
 }
 process_group::~process_group() = default;
