@@ -234,14 +234,14 @@ struct nccl_process_group::impl {
 nccl_process_group::nccl_process_group(store_client& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr};
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr, nullptr};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), device, opts);
 }
 
 nccl_process_group::nccl_process_group(const file_store& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr};
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr, nullptr};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), device, opts);
 }
 

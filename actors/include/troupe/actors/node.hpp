@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "troupe/actors/node_options.hpp"
+#include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/actors/rpc/registry.hpp"
@@ -88,6 +89,9 @@ class node {
   store_client& store();
   /// The default call deadline (node_options::default_timeout).
   std::chrono::milliseconds default_timeout() const;
+  /// The node's peer-loss events (Note [peer loss events]): subscribe to every lost peer, or
+  /// wait on store_host_lost(). Shared; outlives the node (no events after shutdown).
+  const std::shared_ptr<peer_events>& peer_losses() const;
 
   /// Installs the node's call interceptor (Note [call interceptor]); null uninstalls it.
   /// Thread-safe; calls already encoded keep the scopes they began with.
