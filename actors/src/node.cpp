@@ -53,6 +53,7 @@ struct node::impl {
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
+  std::shared_ptr<peer_events> events;  // Note [peer loss events]
   std::mutex peers_mutex;
   // A peer: its agent, and the direct connection to it (null: calls go through the agents).
   struct link {
@@ -80,6 +81,9 @@ struct node::impl {
   void open_gate();
   hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
   caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  caf::actor attempt(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);
+  caf::actor connect_once(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
   link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
   void start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac);
@@ -113,33 +117,39 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
 }
 
 // Note [CAF port gate]: the gate hello first, then the socket goes to our BASP broker, which
-// answers with the agent published behind the peer's gate.
+// answers with the agent published behind the peer's gate. One attempt, bounded by `timeout`;
+// null (and `why`) when it fails. An unauthorized gate throws.
+caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, std::string& why) {
+  try {
+    const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout);
+    caf::scoped_actor self{*sys};
+    caf::actor result;
+    self->request(basp, timeout, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
+        .receive(
+            [&](caf::node_id&, caf::strong_actor_ptr& addr, std::set<std::string>&) {
+              result = caf::actor_cast<caf::actor>(addr);
+              if (!result) why = "no agent behind the gate";
+            },
+            [&](caf::error& e) { why = sys->render(e); });
+    return result;
+  } catch (const error& e) {
+    if (e.code() == errc::unauthorized) throw error(errc::unauthorized, me.name + ": " + e.message());
+    why = e.message();
+    return {};
+  }
+}
+
 caf::actor node::impl::connect(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
   // Retry with backoff until the deadline: the peer may not be listening yet (start-up race).
   const auto end = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::milliseconds(5);
   for (;;) {
+    // One attempt gets at least a second (on a loaded machine); a refused connection still
+    // fails at once.
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(1000));
     std::string why;
-    try {
-      // One attempt gets at least a second (a single attempt to a peer seen lost, on a loaded
-      // machine); a refused connection still fails at once.
-      const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()),
-                                 std::chrono::milliseconds(1000));
-      const int fd = detail::caf_gate::enter(host, p, opts.job_token, left);
-      caf::scoped_actor self{*sys};
-      caf::actor result;
-      self->request(basp, left, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
-          .receive(
-              [&](caf::node_id&, caf::strong_actor_ptr& addr, std::set<std::string>&) {
-                result = caf::actor_cast<caf::actor>(addr);
-                if (!result) why = "no agent behind the gate";
-              },
-              [&](caf::error& e) { why = sys->render(e); });
-      if (result) return result;
-    } catch (const error& e) {
-      if (e.code() == errc::unauthorized) throw error(errc::unauthorized, me.name + ": " + e.message());
-      why = e.message();
-    }
+    if (auto result = attempt(host, p, left, why)) return result;
     if (std::chrono::steady_clock::now() + backoff >= end)
       throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + why);
     std::this_thread::sleep_for(backoff);
@@ -160,6 +170,20 @@ void check_token(const node_options& o, const std::string& me) {
 }
 }  // namespace
 
+// One connection attempt through the gate, bounded by `timeout`: a frozen peer's kernel still
+// accepts the TCP connection, so only the bound ends it.
+caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
+  std::string why;
+  if (auto remote = attempt(host, p, timeout, why)) return remote;
+  throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + why);
+}
+
+// Note [lost peer re-admission]: the store client's way back to a store host it lost.
+caf::actor node::impl::reconnect_store(std::chrono::milliseconds timeout) {
+  auto remote = connect_once(opts.master_addr, opts.master_port, timeout);
+  return say_hello(remote, timeout).store;
+}
+
 void node::impl::start(std::shared_ptr<transport_hook> given) {
   me = worker_info{opts.worker_name(), opts.rank, opts.world_size};
   // Note [fault events]: a program run with TROUPE_FAULTS=FILE runs under that plan.
@@ -167,6 +191,8 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     given = std::make_shared<fault_injector>(fault_plan::load(plan), fault_injector::stderr_log());
   hook = given;
   check_token(opts, me.name);
+  events = std::make_shared<peer_events>(me.name, [this](const std::string& name, std::chrono::milliseconds timeout) { resolve(name, timeout); });
+  if (opts.rank == 0) events->set_store_host(me.name);
   configure();
   sys = std::make_unique<caf::actor_system>(cfg);
   auth->add(sys->node());
@@ -184,13 +210,14 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     });
     fast->set_actor_sink(remote);
   }
-  ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& name, const std::string& reason) {
+  ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast), ev = events](const std::string& name, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(peers_mutex);
       peers.erase(name);
       lost[name] = reason;
     }
     if (auto f = weak.lock()) f->peer_down(name, reason);
+    ev->notify(peer_loss{name, reason, false});  // Note [peer loss events]
   };
   agent = detail::spawn_agent(*sys, std::move(ac));
   open_gate();
@@ -198,13 +225,20 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
     auto ack = say_hello(master, opts.join_timeout);
     store_actor = ack.store;
+    events->set_store_host(ack.info.name);
     auto l = make_link(ack, opts.master_addr, opts.join_timeout);
     std::lock_guard<std::mutex> lock(peers_mutex);
     peers[ack.info.name] = std::move(l);
   }
   const std::string store_host = opts.rank == 0 ? "rank 0, this node" : "rank 0 at " + opts.master_addr + ":" + std::to_string(opts.master_port);
-  store = std::make_unique<store_client>(
-      std::make_unique<detail::store_client_impl>(detail::store_client_impl{sys.get(), store_actor, store_host, caf::actor{}}));
+  detail::store_client_impl sc;
+  sc.sys = sys.get();
+  sc.store = store_actor;
+  sc.host = store_host;
+  sc.events = events;
+  const auto bound = std::max(opts.connection_timeout, std::chrono::milliseconds(1000));
+  if (opts.rank != 0) sc.reconnect = [this, bound] { return reconnect_store(bound); };
+  store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(std::move(sc)));
   // Note [listen and advertise]: peers get a reachable address, never the wildcard.
   store->set("troupe/addr/" + me.name, advertised_address(opts.listen_addr, opts.master_addr) + ":" + std::to_string(port));
   store->set("troupe/worker/" + std::to_string(me.rank), me.name);  // the worker list (workers.hpp)
@@ -291,9 +325,9 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
   const auto host = addr.substr(0, colon);
   const auto peer_port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
   caf::actor remote;
-  if (lost_because) {
+  if (lost_because) {  // Note [lost peer re-admission]: one bounded attempt, it was up before
     try {
-      remote = connect(host, peer_port, std::chrono::milliseconds(1));  // one attempt: it was up before
+      remote = connect_once(host, peer_port, std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000))));
     } catch (const error& e) {
       throw error(errc::peer_lost, "worker " + name + " was lost (" + *lost_because + ") and does not answer: " + e.message());
     }
@@ -347,6 +381,7 @@ void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
 void node::impl::teardown() {
   if (down.exchange(true)) return;
   if (gate) gate->stop();  // admits nobody from now on
+  if (events) events->detach();
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
   if (remote) remote->shutdown();  // kills every proxy of a remote actor
@@ -426,6 +461,7 @@ std::shared_ptr<flight_recorder> node::shared_recorder() { return impl_->recorde
 void node::fault_point(const std::string& point, std::int64_t step) {
   if (impl_->hook) impl_->hook->on_point(impl_->me.name, point, step);
 }
+const std::shared_ptr<peer_events>& node::peer_losses() const { return impl_->events; }
 
 namespace {
 std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::call_interceptor>& ic, const std::string& to,

@@ -3,7 +3,9 @@
 // parts of the blocking client (Note [store client]).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -13,6 +15,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "auth_set.hpp"
+#include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/messages.hpp"
 
 namespace troupe::detail {
@@ -44,6 +47,13 @@ struct store_client_impl {
   caf::actor store;
   std::string host = "rank 0";
   caf::actor proxy;  ///< Note [store client]; spawned and stopped by store_client
+  /// The node's peer-loss events (null without a node).
+  std::shared_ptr<peer_events> events;
+  /// Note [lost peer re-admission]: a fresh store handle from the store host (one bounded
+  /// attempt; throws peer_lost). Unset: a lost store host stays lost.
+  std::function<caf::actor()> reconnect;
+  /// Guards `store` against a concurrent reconnect.
+  std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
 };
 
 }  // namespace troupe::detail

@@ -9,8 +9,11 @@
 //   user --job--> proxy --request(deadline)--> store
 //   user <--promise-- proxy <--reply | error | deadline (timeout) | store down (peer_lost)
 //
-// A store host that dies fails every pending and later call with peer_lost naming the host
-// within the runtime's peer-loss bound (the down_msg), not after the timeout. The user thread
+// A store host that dies fails every pending call with peer_lost naming the host within the
+// runtime's peer-loss bound (the down_msg), not after the timeout. A later call finds the proxy
+// lost: the client reconnects once, bounded (Note [lost peer re-admission]), rebinds the proxy
+// to the fresh store handle and sends the call again (it was never sent, so this is no retry);
+// when the host does not answer, the call fails with peer_lost naming it. The user thread
 // also bounds its own wait (deadline + 1 s) in case the proxy itself is gone. Stopping the
 // client (destructor) exits the proxy, which fails what is still pending with invalid_state.
 #include <future>
@@ -32,6 +35,12 @@ namespace detail {
 struct store_outcome {
   caf::error err;
   caf::message value;
+  bool refused = false;  ///< never sent: the store was lost before
+};
+
+/// Points the proxy at a fresh store handle after a reconnect (local only).
+struct store_rebind {
+  caf::actor store;
 };
 
 /// A job run on the proxy; the proxy may end it early (store lost, proxy stopped).
@@ -44,6 +53,7 @@ struct store_job {
 }  // namespace troupe
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::store_job)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::store_rebind)
 
 namespace troupe {
 
@@ -55,7 +65,8 @@ constexpr auto grace = std::chrono::milliseconds(2000);
 
 struct proxy_state {
   std::map<std::uint64_t, std::shared_ptr<std::promise<detail::store_outcome>>> pending;
-  caf::error lost;  // set once the store is gone
+  caf::error lost;  // set while the store is gone
+  caf::actor_addr store;  // the store watched now
   std::uint64_t next_id = 1;
 
   ~proxy_state() {
@@ -68,7 +79,9 @@ using proxy_actor = caf::stateful_actor<proxy_state>;
 
 caf::behavior store_proxy(proxy_actor* self, caf::actor store, std::string host) {
   if (store && store.node() != self->node()) self->monitor(store);
+  self->state.store = store.address();
   self->set_down_handler([=](caf::down_msg& dm) {
+    if (dm.source != self->state.store) return;  // a store handle replaced since
     self->state.lost = to_caf_error(errc::peer_lost, "the store host (" + host + ") is gone: " + caf::to_string(dm.reason));
     auto pending = std::move(self->state.pending);
     self->state.pending.clear();
@@ -77,7 +90,7 @@ caf::behavior store_proxy(proxy_actor* self, caf::actor store, std::string host)
   return {
       [=](detail::store_job& job) {
         if (self->state.lost) {
-          job.done->set_value({self->state.lost, {}});
+          job.done->set_value({self->state.lost, {}, true});
           return;
         }
         const auto id = self->state.next_id++;
@@ -91,19 +104,38 @@ caf::behavior store_proxy(proxy_actor* self, caf::actor store, std::string host)
         };
         job.run(self, finish);
       },
+      [=](detail::store_rebind& r) {
+        self->state.lost = caf::error{};
+        self->state.store = r.store.address();
+        if (r.store.node() != self->node()) self->monitor(r.store);
+      },
   };
 }
 
+// Note [lost peer re-admission]: one bounded reconnect to the store host, unless another
+// thread already made one since `seen`; throws peer_lost naming the host when it does not answer.
+void readmit(detail::store_client_impl& impl, const caf::actor& seen, const std::string& what) {
+  std::lock_guard<std::mutex> lock(*impl.mu);
+  if (impl.store != seen) return;
+  caf::actor fresh;
+  try {
+    fresh = impl.reconnect();
+  } catch (const error& e) {
+    throw error(errc::peer_lost, what + ": the store host (" + impl.host + ") was lost and does not answer: " + e.message());
+  }
+  impl.store = fresh;
+  caf::anon_send(impl.proxy, detail::store_rebind{fresh});
+}
+
 template <class R, class Msg>
-R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeout,
-      const std::string& what) {
-  if (!impl.sys || !impl.proxy) throw error(errc::invalid_state, what + ": the node has no store connection");
-  auto store = caf::actor_cast<detail::store_handle>(impl.store);
+detail::store_outcome submit(detail::store_client_impl& impl, const caf::actor& untyped, const Msg& msg,
+                             std::chrono::milliseconds timeout, const std::string& what) {
+  auto store = caf::actor_cast<detail::store_handle>(untyped);
   const auto deadline = timeout + grace;
   detail::store_job job;
   job.done = std::make_shared<std::promise<detail::store_outcome>>();
   auto result = job.done->get_future();
-  job.run = [store, deadline, msg = std::move(msg)](caf::event_based_actor* self, const std::function<void(detail::store_outcome)>& finish) {
+  job.run = [store, deadline, msg](caf::event_based_actor* self, const std::function<void(detail::store_outcome)>& finish) {
     auto on_error = [finish](caf::error& e) { finish({std::move(e), {}}); };
     if constexpr (std::is_void_v<R>) {
       self->request(store, deadline, msg).then([finish]() { finish({{}, caf::make_message()}); }, on_error);
@@ -115,7 +147,27 @@ R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeou
   detail::long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
   if (result.wait_for(deadline + std::chrono::seconds(1)) != std::future_status::ready)
     throw error(errc::timeout, what + ": no answer from the store host (" + impl.host + ")");
-  auto out = result.get();
+  return result.get();
+}
+
+template <class R, class Msg>
+R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeout,
+      const std::string& what) {
+  if (!impl.sys || !impl.proxy) throw error(errc::invalid_state, what + ": the node has no store connection");
+  caf::actor seen;
+  {
+    std::lock_guard<std::mutex> lock(*impl.mu);
+    seen = impl.store;
+  }
+  detail::store_outcome out = submit<R>(impl, seen, msg, timeout, what);
+  if (out.refused && impl.reconnect) {
+    readmit(impl, seen, what);
+    {
+      std::lock_guard<std::mutex> lock(*impl.mu);
+      seen = impl.store;
+    }
+    out = submit<R>(impl, seen, msg, timeout, what);
+  }
   if (out.err) {
     auto e = from_caf_error(out.err, what);
     if (e.message().find(what) == std::string::npos) throw error(e.code(), what + ": " + e.message());
@@ -129,6 +181,8 @@ R ask(detail::store_client_impl& impl, Msg msg, std::chrono::milliseconds timeou
 store_client::store_client(std::unique_ptr<detail::store_client_impl> impl) : impl_(std::move(impl)) {
   if (impl_->sys && impl_->store) impl_->proxy = impl_->sys->spawn(store_proxy, impl_->store, impl_->host);
 }
+
+std::shared_ptr<peer_events> store_client::peer_losses() const { return impl_->events; }
 
 store_client::~store_client() {
   if (impl_->proxy) caf::anon_send_exit(impl_->proxy, caf::exit_reason::user_shutdown);

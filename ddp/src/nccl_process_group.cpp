@@ -283,7 +283,7 @@ struct nccl_process_group::impl {
 nccl_process_group::nccl_process_group(store_client& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr};
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr, nullptr};
   detail::check_store cs{rv.set, rv.get, [&store](const std::string& k) { store.erase(k); }};
   impl_ = std::make_unique<impl>(rv, std::move(cs), rank, world_size, std::move(name), device, opts);
 }
@@ -291,7 +291,7 @@ nccl_process_group::nccl_process_group(store_client& store, int rank, int world_
 nccl_process_group::nccl_process_group(const file_store& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr};
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr, nullptr};
   detail::check_store cs{rv.set, rv.get, nullptr};  // a file_store keeps its keys in its directory
   impl_ = std::make_unique<impl>(rv, std::move(cs), rank, world_size, std::move(name), device, opts);
 }

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -14,6 +15,7 @@
 #include "composed_collectives.hpp"
 #include "shm_transport.hpp"
 #include "tcp_transport.hpp"
+#include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/tensors/factories.hpp"
@@ -58,6 +60,8 @@ struct process_group::impl {
   std::uint32_t subgroups = 0;  // new_group calls so far (names the next subgroup)
   std::string next_note;        // note_next(); taken by the next issue()
   std::unique_ptr<detail::collective_watch> watch;  // Note [hang blame]
+  // Note [group peer loss]; declared last, so it ends before anything its listener touches.
+  peer_events::subscription loss_sub;
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
@@ -67,9 +71,40 @@ struct process_group::impl {
       shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
     watch = std::make_unique<detail::collective_watch>(detail::watch_store{store.set, store.get}, name, rank, world, opts.recorder,
                                                        opts.blame_after, opts.on_blame);
+    if (store.events && world > 1) watch_members(store, opts.timeout);
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
+  }
+
+  /// Note [group peer loss]
+  /// A group built on a node's store (every shm, tcp and new_group group) uses the node's
+  /// peer-loss detection (Note [peer loss events]). At construction each rank publishes its
+  /// worker name, learns every member's, subscribes to the node's losses and watches every
+  /// member (connects to it, so its node monitors it even when it never calls it).
+  ///   member frozen/dead --> node declares it lost (about connection_timeout) --> listener
+  ///     --> transport.peer_lost(reason) --> every wait fails with peer_lost naming rank and worker
+  ///     --> the group is broken: later collectives fail at once; the others abort alike.
+  /// A stall shorter than connection_timeout is no loss, so nothing fails. A member resumed
+  /// after its loss finds the group failed too (its peers aborted); it is never re-admitted
+  /// into the group: make a new group. A group on a file_store has no node and no such events.
+  void watch_members(const detail::rendezvous& store, std::chrono::milliseconds timeout) {
+    const std::string prefix = "troupe/pg/" + name + "/worker/";
+    store.set(prefix + std::to_string(rank), store.events->self());
+    std::map<std::string, int> members;
+    std::vector<std::string> workers;
+    for (int r = 0; r < world; ++r) {
+      auto w = r == rank ? store.events->self() : store.get(prefix + std::to_string(r), timeout);
+      members.emplace(w, r);
+      workers.push_back(std::move(w));
+    }
+    loss_sub = peer_events::subscribe(store.events, [this, members = std::move(members)](const peer_loss& l) {
+      auto it = members.find(l.worker);
+      if (it == members.end() || it->second == rank) return;
+      const std::string why = "rank " + std::to_string(it->second) + " (" + l.worker + ") was lost: " + l.reason;
+      visit([&](auto& tp) { tp.peer_lost(why); });
+    });
+    store.events->watch(workers, timeout);
   }
 
   /// Calls fn(transport) with the group's transport.
@@ -211,7 +246,8 @@ process_group::process_group(store_client& store, int rank, int world_size, std:
                              process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
                         [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
-                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+                        [&store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); },
+                        store.peer_losses()};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
 }
 
@@ -219,7 +255,8 @@ process_group::process_group(const file_store& store, int rank, int world_size, 
                              process_group_options opts) {
   detail::rendezvous rv{[store](const std::string& k, const std::string& v) { store.set(k, v); },
                         [store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); },
-                        [store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); }};
+                        [store](const std::string& n, int r, int w, std::chrono::milliseconds t) { store.barrier(n, r, w, t); },
+                        nullptr};
   impl_ = std::make_unique<impl>(rv, rank, world_size, std::move(name), opts);
 }
 process_group::~process_group() = default;

@@ -175,7 +175,18 @@ void shm_transport::publish(std::atomic<std::uint32_t>& c, std::uint32_t value) 
   futex_wake(c);
 }
 
+void shm_transport::peer_lost(const std::string& reason) noexcept {
+  std::lock_guard<std::mutex> lock(lost_mu_);
+  if (lost_.load(std::memory_order_acquire)) return;
+  lost_reason_ = reason;
+  lost_.store(true, std::memory_order_release);
+}
+
 void shm_transport::check_peer(int r) {
+  if (lost_.load(std::memory_order_acquire)) {  // Note [group peer loss]
+    std::lock_guard<std::mutex> lock(lost_mu_);
+    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", " + lost_reason_);
+  }
   // Only the peer being waited on matters: a rank that finished its part and exited is fine.
   // A peer that aborted passes on what it saw (its reason names the rank that died first).
   const auto& cb = ctl(r);

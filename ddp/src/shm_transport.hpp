@@ -71,14 +71,22 @@
 #include "troupe/ddp/process_group.hpp"
 
 #include <functional>
+#include <memory>
+#include <mutex>
+
+namespace troupe {
+class peer_events;
+}
 
 namespace troupe::ddp::detail {
 
-/// The three store operations the rendezvous needs (store_client or file_store).
+/// The three store operations the rendezvous needs (store_client or file_store), and the
+/// node's peer-loss events when the store belongs to a node (Note [group peer loss]).
 struct rendezvous {
   std::function<void(const std::string&, const std::string&)> set;
   std::function<std::string(const std::string&, std::chrono::milliseconds)> get;
   std::function<void(const std::string&, int, int, std::chrono::milliseconds)> barrier;
+  std::shared_ptr<peer_events> events;
 };
 
 inline constexpr int max_ranks = 64;
@@ -175,6 +183,9 @@ class shm_transport {
   void enter_monitored(fingerprint f, std::chrono::milliseconds timeout);
   /// Marks this rank aborted with `reason` (peers waiting on it fail with peer_lost at once).
   void abort(const std::string& reason) noexcept;
+  /// The node declared a member lost (Note [group peer loss]): every wait of this rank fails
+  /// with peer_lost and `reason` within one check period (5 ms). Never blocks.
+  void peer_lost(const std::string& reason) noexcept;
   /// The next chunk number; the caller advances it by the chunks it used.
   std::uint32_t& chunk_counter() noexcept { return chunk_; }
   std::uint32_t next_seq() noexcept { return ++seq_; }
@@ -205,6 +216,9 @@ class shm_transport {
   static thread_local std::chrono::steady_clock::time_point next_check_;
   std::uint32_t chunk_ = 0;
   std::uint32_t seq_ = 0;
+  std::atomic<bool> lost_{false};
+  std::mutex lost_mu_;
+  std::string lost_reason_;  // under lost_mu_
 };
 
 }  // namespace troupe::ddp::detail

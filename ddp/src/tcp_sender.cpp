@@ -42,10 +42,15 @@ std::optional<troupe::error> tcp_sender::error() {
 }
 
 void tcp_sender::flush(std::chrono::steady_clock::time_point deadline, const std::string& what) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [&] { return err_.has_value() || (queue_.empty() && !busy_); }))
+  if (!flush_until(deadline))
     throw troupe::error(errc::timeout, what + ": writing to " + peer_ + " did not finish before the deadline");
+}
+
+bool tcp_sender::flush_until(std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_until(lock, until, [&] { return err_.has_value() || (queue_.empty() && !busy_); })) return false;
   if (err_) throw *err_;
+  return true;
 }
 
 void tcp_sender::abort(const std::string& reason) noexcept {

@@ -345,7 +345,13 @@ void tcp_transport::recv_prev(std::byte* p, std::size_t n) {
 }
 
 void tcp_transport::flush() {
-  if (sender_) sender_->flush(deadline_, what_);
+  if (!sender_) return;
+  // In slices, so a member the node declared lost (Note [group peer loss]) ends the wait.
+  for (;;) {
+    check_failed();
+    if (sender_->flush_until(std::min(deadline_, clock::now() + std::chrono::milliseconds(slice_ms)))) return;
+    if (clock::now() >= deadline_) return sender_->flush(deadline_, what_);
+  }
 }
 
 void tcp_transport::abort(const std::string& reason) noexcept {

@@ -87,6 +87,8 @@ class tcp_sender {
   void push(frame_type t, const std::byte* data, std::size_t n, bool copy = false);
   /// Blocks until the queue is written or `deadline`; throws the write error (peer_lost) or timeout.
   void flush(std::chrono::steady_clock::time_point deadline, const std::string& what);
+  /// Like flush(), but returns false when `until` passed first.
+  bool flush_until(std::chrono::steady_clock::time_point until);
   /// The write error, if any (non-blocking).
   std::optional<troupe::error> error();
   /// Stops writing: finishes the frame being written (1 s at most), sends an abort frame with
@@ -151,6 +153,9 @@ class tcp_transport {
   /// Marks this rank failed without telling the peers (they reach their own deadlines); a later
   /// abort() still tells next(), with this first reason.
   void mark_broken(const std::string& reason) noexcept;
+  /// The node declared a member lost (Note [group peer loss]): every wait of this rank fails
+  /// with peer_lost and `reason` within one poll slice. Never blocks.
+  void peer_lost(const std::string& reason) noexcept { mark_broken(reason); }
 
   /// Point-to-point: the frame (meta, then data) to `dst` over its own connection.
   void p2p_send(int dst, const fingerprint& meta, const std::byte* p, std::size_t n);

@@ -33,6 +33,7 @@
 #include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/node_options.hpp"
 #include "troupe/actors/rpc/device_map.hpp"
+#include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/actors/rpc/registry.hpp"
@@ -99,6 +100,9 @@ class node {
   std::shared_ptr<flight_recorder> shared_recorder();
   /// The default call deadline (node_options::default_timeout).
   std::chrono::milliseconds default_timeout() const;
+  /// The node's peer-loss events (Note [peer loss events]): subscribe to every lost peer, or
+  /// wait on store_host_lost(). Shared; outlives the node (no events after shutdown).
+  const std::shared_ptr<peer_events>& peer_losses() const;
 
   /// Sets the device map for calls to `worker` (Note [rpc device map]): a CUDA tensor argument
   /// on local device i arrives on the peer's device map[i]. Replaces an earlier map of that

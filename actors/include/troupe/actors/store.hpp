@@ -16,7 +16,10 @@
 ///
 /// Clients bound every request by its timeout plus a grace period and watch the store host, so a
 /// dead store host ends every pending call in `peer_lost` naming it (Note [store client] in
-/// src/store_client.cpp), never in a hang.
+/// src/store_client.cpp), never in a hang. Every node learns of that loss at once through its
+/// peer-loss events (`peer_events::store_host_lost()`); a later call reconnects in one bounded
+/// attempt and fails with `peer_lost` naming the store host while it does not answer (Note
+/// [lost peer re-admission]).
 
 #include <chrono>
 #include <cstdint>
@@ -25,6 +28,8 @@
 #include <vector>
 
 namespace troupe {
+
+class peer_events;
 
 namespace detail {
 struct store_client_impl;
@@ -59,6 +64,10 @@ class store_client {
   /// Blocks until `world_size` ranks called barrier(name) or `timeout` passed; errc::timeout
   /// names the ranks that did not arrive.
   void barrier(const std::string& name, std::int32_t rank, std::int32_t world_size, std::chrono::milliseconds timeout);
+
+  /// The peer-loss events of the node this client belongs to (Note [peer loss events]); null
+  /// for a client without a node. Process groups built on this store subscribe to them.
+  std::shared_ptr<peer_events> peer_losses() const;
 
  private:
   std::unique_ptr<detail::store_client_impl> impl_;
