@@ -51,7 +51,7 @@ std::int64_t step_of(const std::filesystem::path& p) {
 // Why `dir` is not a complete checkpoint of `step` for `world` ranks; empty when it is.
 std::string incomplete_reason(const std::filesystem::path& dir, std::int64_t step, int world) {
   const auto text = read_bounded(dir / "MANIFEST", max_manifest_bytes);
-  if (!text) return "no readable MANIFEST";
+  if (!text) return "MANIFEST is missing, unreadable or over 64 KiB";
   std::istringstream in(*text);
   std::string line, word;
   std::int64_t s = -1;
@@ -69,10 +69,14 @@ std::string incomplete_reason(const std::filesystem::path& dir, std::int64_t ste
     const auto size = std::filesystem::file_size(path, ec);
     if (ec) return part_name(r) + " is missing";
     if (size != bytes || size < part_header_bytes) return part_name(r) + " has " + std::to_string(size) + " bytes, not " + std::to_string(bytes);
-    std::ifstream f(path, std::ios::binary);
-    std::string head(part_header_bytes, '\0');
-    if (!f.read(head.data(), static_cast<std::streamsize>(head.size()))) return part_name(r) + " cannot be read";
-    if (payload_checksum(head) != sum) return part_name(r) + " has another checksum";
+    const auto part = read_bounded(path, bytes);
+    if (!part) return part_name(r) + " cannot be read";
+    if (payload_checksum(*part) != sum) return part_name(r) + " has another checksum";
+    try {
+      if (decode_checkpoint(*part, path.string()).step != step) return part_name(r) + " holds another step";
+    } catch (const error& e) {
+      return e.message();
+    }
   }
   if (in >> word) return "MANIFEST has trailing data";
   return {};

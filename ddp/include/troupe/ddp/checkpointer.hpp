@@ -26,12 +26,13 @@
 ///
 /// Restore (every rank, once, before training): rank 0 walks the step directories from the
 /// newest, skips each incomplete one with a message on stderr (manifest missing or torn, a part
-/// missing, short or with another checksum, another world size), and broadcasts the step it
-/// picked (or -1). Every rank then loads its own part of that step. The model and optimizer are
+/// missing, short, with another checksum or failing to decode, another world size), and
+/// broadcasts the step it picked (or -1). Every rank then loads its own part of that step. The model and optimizer are
 /// loaded in place, so a DistributedDataParallel built before restore() keeps working.
 ///
-/// Reads are bounded: the manifest is read only up to 64 KiB and parts through
-/// decode_checkpoint, which checks lengths before it allocates.
+/// Reads are bounded: the manifest is read only up to 64 KiB, a part only up to the size the
+/// manifest lists, and parts decode through decode_checkpoint, which checks lengths before it
+/// allocates.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
