@@ -64,18 +64,31 @@ ddp::checkpointer_options options_for(const fs::path& dir, int keep = 3) {
   return o;
 }
 
-// Copies step 20's checkpoint as step `to`; its manifest names step `to` unless `keep_step`.
-void copy_step(const fs::path& dir, int to, bool keep_step = false) {
+fs::path step_path(const fs::path& dir, int step) {
   char name[32];
-  std::snprintf(name, sizeof name, "step-%08d", to);
-  fs::copy(dir / "step-00000020", dir / name, fs::copy_options::recursive);
-  if (keep_step) return;
-  std::ifstream in(dir / name / "MANIFEST");
+  std::snprintf(name, sizeof name, "step-%08d", step);
+  return dir / name;
+}
+
+// Rewrites the step line of `step`'s manifest to name `other`.
+void rename_manifest_step(const fs::path& dir, int step, int other) {
+  const auto path = step_path(dir, step) / "MANIFEST";
+  std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto at = text.find("step 20\n");
-  check(at != std::string::npos, "the manifest names step 20");
-  text.replace(at, 8, "step " + std::to_string(to) + "\n");
-  std::ofstream(dir / name / "MANIFEST", std::ios::trunc) << text;
+  const std::string line = "step " + std::to_string(step) + "\n";
+  const auto at = text.find(line);
+  check(at != std::string::npos, "the manifest names its step");
+  text.replace(at, line.size(), "step " + std::to_string(other) + "\n");
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+// Flips one bit of `file` at `offset`.
+void flip_byte(const fs::path& file, std::streamoff offset) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  const char c = static_cast<char>(f.get());
+  f.seekp(offset);
+  f.put(static_cast<char>(c ^ 0x10));
 }
 
 void truncate(const fs::path& file, std::uintmax_t size) { fs::resize_file(file, size); }
@@ -116,35 +129,27 @@ TEST_CASE("incomplete, torn and oversized checkpoints are skipped and the last c
   temp_dir dir;
   REQUIRE(test::run_group(2, [&](int rank, const ddp::file_store&, ddp::process_group& pg) {
     trainee a;
-    ddp::checkpointer ca(pg, options_for(dir.path, 5));
+    ddp::checkpointer ca(pg, options_for(dir.path, 20));
     a.track(ca);
     for (int step = 1; step <= 20; ++step) {
       a.train(step, rank);
       ca.maybe_save(step);
     }
     const tensor params = test::flat_params(*a.net);
+    for (const int step : {30, 40, 50, 60, 70, 80, 90, 95}) {  // complete, then damaged below
+      a.train(step, rank);
+      ca.save(step);
+    }
     if (rank == 0) {
-      copy_step(dir.path, 30);  // no manifest
-      fs::remove(dir.path / "step-00000030" / "MANIFEST");
-      copy_step(dir.path, 40);  // torn manifest
-      truncate(dir.path / "step-00000040" / "MANIFEST", 45);
-      copy_step(dir.path, 50);  // torn part
-      truncate(dir.path / "step-00000050" / "rank-1.part", 100);
-      copy_step(dir.path, 60, true);  // a manifest of another step
-      copy_step(dir.path, 70);  // a part missing
-      fs::remove(dir.path / "step-00000070" / "rank-0.part");
-      copy_step(dir.path, 80);  // a manifest past the read bound
-      std::ofstream(dir.path / "step-00000080" / "MANIFEST", std::ios::app) << std::string(1 << 20, 'x');
-      copy_step(dir.path, 90);  // a part of the right size with other bytes
-      std::fstream part(dir.path / "step-00000090" / "rank-0.part", std::ios::in | std::ios::out | std::ios::binary);
-      part.seekp(20);
-      part.put('\x5a');
-      copy_step(dir.path, 95);  // a part with a flipped payload byte
-      std::fstream flip(dir.path / "step-00000095" / "rank-1.part", std::ios::in | std::ios::out | std::ios::binary);
-      flip.seekg(200);
-      const char c = static_cast<char>(flip.get());
-      flip.seekp(200);
-      flip.put(static_cast<char>(c ^ 0x10));
+      const fs::path& d = dir.path;
+      fs::remove(step_path(d, 30) / "MANIFEST");                  // no manifest
+      truncate(step_path(d, 40) / "MANIFEST", 45);                 // torn manifest
+      truncate(step_path(d, 50) / "rank-1.part", 100);             // torn part
+      rename_manifest_step(d, 60, 61);                             // a manifest of another step
+      fs::remove(step_path(d, 70) / "rank-0.part");                // a part missing
+      std::ofstream(step_path(d, 80) / "MANIFEST", std::ios::app) << std::string(1 << 20, 'x');  // past the bound
+      flip_byte(step_path(d, 90) / "rank-0.part", 20);             // the part's header checksum
+      flip_byte(step_path(d, 95) / "rank-1.part", 200);            // a payload byte
     }
     pg.barrier().wait(std::chrono::seconds(30));
     trainee b;
