@@ -51,6 +51,7 @@ constexpr const char* usage =
     "checks that the final parameters equal those of an undisturbed run, bit for bit.\n"
     "  --steps S           training steps (default 120)\n"
     "  --every K           checkpoint every K steps (default 10)\n"
+    "  --hidden H          width of the hidden layer (default 32)\n"
     "  --kill R:S:POINT    kill rank R at step S in POINT: forward, backward, allreduce or\n"
     "                      checkpoint (repeatable; default 1:40:forward). The k-th kill fires in\n"
     "                      the k-th attempt of the job.\n"
@@ -70,6 +71,7 @@ struct fault {
 struct options {
   int steps = 120;
   int every = 10;
+  int hidden = 32;
   std::vector<fault> kills;
   std::string launcher;
   std::string out = "supervised_faults_out";
@@ -112,6 +114,7 @@ options parse(int argc, char** argv) {
     }
     if (a == "--steps") o.steps = integer(a, value());
     else if (a == "--every") o.every = integer(a, value());
+    else if (a == "--hidden") o.hidden = integer(a, value());
     else if (a == "--kill") o.kills.push_back(parse_fault(value())), kills_given = true;
     else if (a == "--undisturbed") o.kills.clear(), kills_given = true;
     else if (a == "--launcher") o.launcher = value();
@@ -119,7 +122,8 @@ options parse(int argc, char** argv) {
     else throw error(errc::bad_argument, "unknown option " + a);
   }
   if (!kills_given) o.kills.push_back({1, 40, "forward"});
-  if (o.steps < 1 || o.every < 1) throw error(errc::bad_argument, "need --steps >= 1 and --every >= 1");
+  if (o.steps < 1 || o.every < 1 || o.hidden < 1 || o.hidden > 65536)
+    throw error(errc::bad_argument, "need --steps >= 1, --every >= 1 and 1 <= --hidden <= 65536");
   for (const auto& k : o.kills)
     if (k.step > o.steps) throw error(errc::bad_argument, "--kill at step " + std::to_string(k.step) + " is beyond --steps");
   return o;
@@ -201,8 +205,8 @@ void run_rank(const options& o) {
   const tensor rows = arange(rank, 512, world);
   sampler data{index_select(all_x, 0, rows), index_select(all_y, 0, rows), 0, 0, 100 + static_cast<std::uint64_t>(rank)};
   generator init(11);
-  auto net = std::make_shared<nn::sequential>(std::make_shared<nn::linear>(8, 32, init), std::make_shared<nn::tanh>(),
-                                              std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(32, 4, init));
+  auto net = std::make_shared<nn::sequential>(std::make_shared<nn::linear>(8, o.hidden, init), std::make_shared<nn::tanh>(),
+                                              std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(o.hidden, 4, init));
   ddp::process_group group(n.store(), rank, world, "supervised_faults");
   ddp::distributed_data_parallel model(net, group);
   model.register_comm_hook([&kill, base = ddp::allreduce_hook()](ddp::process_group& pg, ddp::grad_bucket& b) {
@@ -257,7 +261,8 @@ int run_job(const options& o, const std::string& self, const std::string& dir, b
   fs::create_directories(dir);
   std::string cmd = quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +
                     std::to_string(faults ? o.kills.size() : 0) + " -- " + quote(self) + " --steps " +
-                    std::to_string(o.steps) + " --every " + std::to_string(o.every) + " --out " + quote(dir);
+                    std::to_string(o.steps) + " --every " + std::to_string(o.every) + " --hidden " + std::to_string(o.hidden) +
+                    " --out " + quote(dir);
   if (!faults) cmd += " --undisturbed";
   for (const auto& k : o.kills)
     if (faults) cmd += " --kill " + std::to_string(k.rank) + ":" + std::to_string(k.step) + ":" + k.point;
