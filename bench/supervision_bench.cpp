@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   tb::check_args(argc, argv, "supervision_bench",
                  "Rank death to training resumed, restarting from the last complete checkpoint (2 ranks).");
   const bool quick = tb::quick_mode(argc, argv);
-  const int runs = quick ? 1 : 5, hidden = quick ? 256 : 4096, steps = 40;
+  const int runs = quick ? 1 : 3, hidden = quick ? 256 : 4096, steps = 40;
   const fs::path dir = fs::temp_directory_path() / ("supervision_bench_" + std::to_string(::getpid()));
   std::vector<double> times;
   double bytes = 0;
