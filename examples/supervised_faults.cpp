@@ -259,8 +259,11 @@ std::string quote(const std::string& s) {
 int run_job(const options& o, const std::string& self, const std::string& dir, bool faults) {
   fs::remove_all(dir);
   fs::create_directories(dir);
+  // One restart beyond the schedule absorbs a failure outside it (a port taken by another
+  // program between troupe-run picking it and rank 0 binding it); the timeline shows any such
+  // extra attempt, and the result must still match bit for bit.
   std::string cmd = quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +
-                    std::to_string(faults ? o.kills.size() : 0) + " -- " + quote(self) + " --steps " +
+                    std::to_string((faults ? o.kills.size() : 0) + 1) + " -- " + quote(self) + " --steps " +
                     std::to_string(o.steps) + " --every " + std::to_string(o.every) + " --hidden " + std::to_string(o.hidden) +
                     " --out " + quote(dir);
   if (!faults) cmd += " --undisturbed";

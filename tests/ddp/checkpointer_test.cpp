@@ -95,7 +95,7 @@ void truncate(const fs::path& file, std::uintmax_t size) { fs::resize_file(file,
 
 }  // namespace
 
-TEST_CASE("a job checkpoint restores the model, optimizer, generator and position of its last complete step",
+TEST_CASE("a job checkpoint restores the model and optimizer and generator and position of its last complete step",
           "[ddp][checkpoint]") {
   temp_dir dir;
   REQUIRE(test::run_group(2, [&](int rank, const ddp::file_store&, ddp::process_group& pg) {
@@ -124,7 +124,7 @@ TEST_CASE("a job checkpoint restores the model, optimizer, generator and positio
   }));
 }
 
-TEST_CASE("incomplete, torn and oversized checkpoints are skipped and the last complete one is loaded",
+TEST_CASE("incomplete or torn or oversized checkpoints are skipped and the last complete one is loaded",
           "[ddp][checkpoint]") {
   temp_dir dir;
   REQUIRE(test::run_group(2, [&](int rank, const ddp::file_store&, ddp::process_group& pg) {
