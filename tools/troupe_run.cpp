@@ -17,12 +17,14 @@
 //   launcher --spawn--> rank i: exec prog (env) ... exit
 //   any rank fails (exit != 0 / signal) --> the others get SIGTERM, then SIGKILL (spawn)
 //   --> restarts left? start every rank again (new port, TROUPE_RESTART_COUNT + 1; the program
-//       resumes from its own checkpoint) : print the failure (rank, pid, code/signal), exit 1
+//       resumes from its checkpoint, ddp::checkpointer) : print the failure (rank, pid, cause), exit 1
 //
 // Several nodes: the launchers meet on the master's --master-port (Note [launcher channel] in
 // launcher/channel.hpp); rank 0's store gets a port of its own, which the master's launcher
-// picks and hands out. A failure on any node stops the ranks of every node, and every launcher
-// prints "troupe-run: job failed: rank R ... on host H ..." and exits 1.
+// picks and hands out. A failure on any node stops the ranks of every node. With --max-restarts R
+// (the master's counts) the job restarts on every node, at most R times in all (Note [job
+// restart] in launcher/channel.hpp); then every launcher prints "troupe-run: job failed: rank R
+// ... on host H ..." and exits 1.
 //
 // Exit codes (torchrun's): 0 success, 1 a rank or node failed, 2 bad usage. Besides: SIGINT/SIGTERM
 // to the launcher stop every rank and exit 130/143; a timeout (--timeout-s) stops every rank and
@@ -140,31 +142,82 @@ int job_failed(const std::string& what) {
   return 1;
 }
 
-// Runs one attempt. Returns 0 on success, the launcher's exit code otherwise; `failed` says
-// whether a rank failed (worth a restart) rather than a stop signal or the timeout. `ch` links
-// the launchers of a multi-node job (null for one node).
-int attempt(const launch_options& o, int port, int restart, channel* ch, bool& failed) {
+// Runs one attempt on one node. Returns 0 on success, the launcher's exit code otherwise;
+// `failed` says whether a rank failed (worth a restart) rather than a stop signal or the timeout.
+int attempt(const launch_options& o, int port, int restart, bool& failed) {
   failed = false;
   auto ctx = troupe::spawn(o.nproc, [&](int local) { exec_rank(o, local, port, restart); });
   const auto start = std::chrono::steady_clock::now();
-  const auto tick = std::chrono::milliseconds(ch ? 20 : 100);
+  try {
+    while (!ctx.join(std::chrono::milliseconds(100)))
+      if (const int code = stop_reason(o, start)) return code;  // ctx's destructor stops and reaps the ranks
+  } catch (const troupe::error& e) {
+    failed = true;
+    std::fprintf(stderr, "troupe-run: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+// Master: after a failure of the current attempt, restarts the job while the budget lasts
+// (Note [job restart]); sets `next_port` when it does.
+int master_decides(const launch_options& o, channel& ch, const std::string& what, int& next_port) {
+  if (ch.attempt() < o.max_restarts) {
+    next_port = free_port(o.listen_addr);
+    std::fprintf(stderr, "troupe-run: %s; restarting every rank of the job (%d of %d)\n", what.c_str(), ch.attempt() + 1,
+                 o.max_restarts);
+    ch.restart(next_port);
+    return 0;
+  }
+  const std::string text = o.max_restarts > 0 ? what + " (no restarts left: " + std::to_string(o.max_restarts) + " used)" : what;
+  ch.report_failure(text);
+  return job_failed(text);
+}
+
+// Acts on news from the other launchers: -1 when there is none (or it changes nothing).
+int on_event(const launch_options& o, channel& ch, const std::optional<channel::event>& e, int& next_port) {
+  if (!e) return -1;
+  switch (e->what) {
+    case channel::event::kind::failed: return master_decides(o, ch, e->text, next_port);
+    case channel::event::kind::stop: return job_failed(e->text);
+    case channel::event::kind::restart:
+      ch.adopt(*e);
+      next_port = e->store_port;
+      std::fprintf(stderr, "troupe-run: the master restarts every rank of the job (attempt %d)\n", e->attempt);
+      return 0;
+  }
+  return -1;
+}
+
+// Node: after a failure here, waits (bounded) for the master's verdict: restart or stop.
+int await_verdict(const launch_options& o, channel& ch, const std::string& what, int& next_port) {
+  ch.report_failure(what);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline)
+    if (const int code = on_event(o, ch, ch.next_event(std::chrono::milliseconds(100)), next_port); code >= 0) return code;
+  return job_failed(what + " (no answer from the master launcher)");
+}
+
+// Runs one attempt of a multi-node job (Note [launcher channel]). Returns the exit code, or 0
+// with `next_port` set when the job restarts.
+int attempt_on_node(const launch_options& o, int port, channel& ch, int& next_port) {
+  next_port = 0;
+  auto ctx = troupe::spawn(o.nproc, [&](int local) { exec_rank(o, local, port, ch.attempt()); });
+  const auto start = std::chrono::steady_clock::now();
+  const auto tick = std::chrono::milliseconds(20);
   try {
     while (!ctx.join(tick)) {
       if (const int code = stop_reason(o, start)) return code;  // ctx's destructor stops and reaps the ranks
-      if (ch)
-        if (auto f = ch->failure(tick)) return job_failed(*f);
+      if (const int code = on_event(o, ch, ch.next_event(tick), next_port); code >= 0) return code;
     }
   } catch (const troupe::error& e) {
-    failed = true;
-    const std::string what = ch ? describe_failure(o, e.message()) : e.message();
-    if (ch) ch->report_failure(what);
-    return ch ? job_failed(what) : (std::fprintf(stderr, "troupe-run: %s\n", e.what()), 1);
+    const std::string what = describe_failure(o, e.message());
+    return o.node_rank == 0 ? master_decides(o, ch, what, next_port) : await_verdict(o, ch, what, next_port);
   }
-  if (!ch) return 0;
-  ch->mark_done();
-  while (!ch->ended()) {  // the other nodes still run
+  ch.mark_done();
+  while (!ch.ended()) {  // the other nodes still run
     if (const int code = stop_reason(o, start)) return code;
-    if (auto f = ch->failure(tick)) return job_failed(*f);
+    if (const int code = on_event(o, ch, ch.next_event(tick), next_port); code >= 0) return code;
   }
   return 0;
 }
@@ -213,14 +266,20 @@ int main(int argc, char** argv) {
     int port = 0;
     auto ch = rendezvous(o, port);
     if (!ch) return 1;
-    bool failed = false;
-    return attempt(o, port, 0, &*ch, failed);
+    for (;;) {
+      int next_port = 0;
+      const int code = attempt_on_node(o, port, *ch, next_port);
+      if (code != 0 || next_port == 0) return code;
+      port = next_port;
+    }
   }
   for (int restart = 0;; ++restart) {
     bool failed = false;
     const int port = o.master_port != 0 ? o.master_port : free_port(o.listen_addr);
-    const int code = attempt(o, port, restart, nullptr, failed);
-    if (code == 0 || !failed || restart >= o.max_restarts) return code;
+    const int code = attempt(o, port, restart, failed);
+    if (code == 0 || !failed) return code;
+    if (restart >= o.max_restarts)
+      return o.max_restarts > 0 ? job_failed("the failure above (no restarts left: " + std::to_string(o.max_restarts) + " used)") : code;
     std::fprintf(stderr, "troupe-run: restarting every rank (%d of %d)\n", restart + 1, o.max_restarts);
   }
 }

@@ -70,6 +70,7 @@ TEST_CASE("the launcher restarts every rank after a failure while restarts are l
   CHECK_THAT(ok.output, Catch::Contains("restarting every rank (1 of 1)") && Catch::Contains("attempt1"));
   const auto out = launch("--nproc-per-node 2 --max-restarts 1 -- /bin/sh -c 'exit 4'");
   CHECK(out.code == 1);
+  CHECK_THAT(out.output, Catch::Contains("exited with code 4") && Catch::Contains("no restarts left: 1 used"));
 }
 
 TEST_CASE("the launcher refuses bad options with a clear message", "[actors][launcher]") {

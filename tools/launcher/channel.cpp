@@ -120,6 +120,7 @@ channel& channel::operator=(channel&& o) noexcept {
   std::swap(store_port_, o.store_port_);
   std::swap(done_, o.done_);
   std::swap(ended_, o.ended_);
+  std::swap(attempt_, o.attempt_);
   std::swap(peers_, o.peers_);
   return *this;
 }
@@ -249,12 +250,29 @@ void channel::broadcast(const std::string& line, const peer* except) {
     if (&p != except && p.open) send_line(p.fd, line);
 }
 
-void channel::report_failure(const std::string& what) { broadcast(master_ ? "stop " + what : "fail " + what, nullptr); }
+void channel::report_failure(const std::string& what) {
+  if (master_) broadcast("stop " + what, nullptr);
+  else broadcast("fail " + std::to_string(attempt_) + " " + what, nullptr);
+}
+
+void channel::restart(int store_port) {
+  ++attempt_;
+  store_port_ = store_port;
+  done_ = false;
+  for (auto& p : peers_) p.done = false;
+  broadcast("restart " + std::to_string(attempt_) + " " + std::to_string(store_port), nullptr);
+}
+
+void channel::adopt(const event& e) {
+  attempt_ = e.attempt;
+  store_port_ = e.store_port;
+  done_ = false;
+}
 
 void channel::mark_done() {
   done_ = true;
   if (master_) end_if_all_done();
-  else broadcast("done", nullptr);
+  else broadcast("done " + std::to_string(attempt_), nullptr);
 }
 
 void channel::end_if_all_done() {
@@ -263,7 +281,7 @@ void channel::end_if_all_done() {
   ended_ = true;
 }
 
-std::optional<std::string> channel::failure(milliseconds timeout) {
+std::optional<channel::event> channel::next_event(milliseconds timeout) {
   std::vector<pollfd> fds;
   for (auto& p : peers_) fds.push_back(pollfd{p.open ? p.fd : -1, POLLIN, 0});
   if (::poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) <= 0) return std::nullopt;
@@ -272,20 +290,43 @@ std::optional<std::string> channel::failure(milliseconds timeout) {
     if (!fds[i].revents || !p.open) continue;
     const bool alive = read_some(p.buf, p.fd);
     while (const auto line = take_line(p.buf))
-      if (auto f = on_line(p, *line)) return f;
+      if (auto e = on_line(p, *line)) return e;
     if (!alive)
-      if (auto f = on_lost(p)) return f;
+      if (auto e = on_lost(p)) return e;
   }
   return std::nullopt;
 }
 
-std::optional<std::string> channel::on_line(peer& p, const std::string& line) {
-  if (master_ && line.rfind("fail ", 0) == 0) {
-    broadcast("stop " + line.substr(5), &p);
-    return line.substr(5);
+namespace {
+
+// The attempt number at the start of `rest` and the text after it; attempt -1 when malformed.
+std::pair<int, std::string> split_attempt(const std::string& rest) {
+  std::size_t used = 0;
+  int a = -1;
+  try {
+    a = std::stoi(rest, &used);
+  } catch (const std::exception&) {
+    return {-1, rest};
   }
-  if (!master_ && line.rfind("stop ", 0) == 0) return line.substr(5);
-  if (master_ && line == "done") {
+  return {a, used < rest.size() ? rest.substr(used + 1) : std::string()};
+}
+
+}  // namespace
+
+std::optional<channel::event> channel::on_line(peer& p, const std::string& line) {
+  using kind = event::kind;
+  if (master_ && line.rfind("fail ", 0) == 0) {
+    const auto [a, what] = split_attempt(line.substr(5));
+    if (a != attempt_) return std::nullopt;  // stale: that attempt was restarted already
+    return event{kind::failed, what, attempt_, 0};
+  }
+  if (!master_ && line.rfind("stop ", 0) == 0) return event{kind::stop, line.substr(5), attempt_, 0};
+  if (!master_ && line.rfind("restart ", 0) == 0) {
+    const auto [a, port] = split_attempt(line.substr(8));
+    if (a > attempt_) return event{kind::restart, "", a, std::atoi(port.c_str())};
+    return std::nullopt;
+  }
+  if (master_ && line.rfind("done ", 0) == 0 && split_attempt(line.substr(5)).first == attempt_) {
     p.done = true;
     end_if_all_done();
   }
@@ -293,13 +334,13 @@ std::optional<std::string> channel::on_line(peer& p, const std::string& line) {
   return std::nullopt;
 }
 
-std::optional<std::string> channel::on_lost(peer& p) {
+std::optional<channel::event> channel::on_lost(peer& p) {
   p.close();
   if (ended_ || p.done) return std::nullopt;
-  if (!master_) return "the master launcher (node 0 at " + p.host + ") was lost";
+  if (!master_) return event{event::kind::stop, "the master launcher (node 0 at " + p.host + ") was lost", attempt_, 0};
   const std::string what = "the launcher of node " + std::to_string(p.node_rank) + " on host " + p.host + " was lost";
   broadcast("stop " + what, &p);
-  return what;
+  return event{event::kind::stop, what, attempt_, 0};
 }
 
 }  // namespace troupe::launcher

@@ -11,14 +11,24 @@
 //   node k                          master (node 0)
 //   join <token> <k> <nproc> <host> ->
 //                                 <- start <store port>   (or: refuse <why>)
-//   fail <rank, host, cause>        ->   a rank of node k failed
+//   fail <attempt> <rank, host, cause> ->  a rank of node k failed in that attempt
 //                                 <- stop <rank, host, cause>   to every other node
-//   done                            ->   every rank of node k exited with 0
+//                                 <- restart <attempt> <store port>   (restarts left)
+//   done <attempt>                  ->   every rank of node k exited with 0
 //                                 <- end                  once every node is done
 //
 // A launcher whose connection breaks before `end` is a failure too: the master stops the others
 // naming the lost node and its host; a node that loses the master stops its ranks. So a failure
 // anywhere stops the job on every host, and every launcher prints who failed, where and why.
+//
+// Note [job restart]
+// The master holds the job's restart budget (--max-restarts, given to the master). A failure in
+// attempt n, on any node, reaches the master; the first one of attempt n decides. With restarts
+// left, the master picks a new store port and sends `restart n+1 <port>` to every node; each
+// launcher stops its ranks and starts them again with TROUPE_RESTART_COUNT = n+1. Later failures
+// of attempt n (ranks that lost their peers) are stale and ignored, so the budget goes down once
+// per job restart, not once per rank or host. Without restarts left the master sends `stop`. A
+// lost launcher is never restarted: its host is gone, so the job stops.
 
 #include <chrono>
 #include <optional>
@@ -49,10 +59,26 @@ class channel {
   void start(int store_port);
   int store_port() const { return store_port_; }
 
-  /// Waits up to `timeout` for a failure elsewhere; returns its text, or nullopt. Never throws.
-  std::optional<std::string> failure(std::chrono::milliseconds timeout);
-  /// Tells every other launcher that this node failed (`what` names rank, host and cause).
+  /// What the channel says about the job: another node failed (master: a restart or stop is
+  /// to be decided), the job stops, or the job restarts as `attempt` on `store_port`.
+  struct event {
+    enum class kind { failed, stop, restart } what = kind::stop;
+    std::string text;
+    int attempt = 0;
+    int store_port = 0;
+  };
+
+  /// Waits up to `timeout` for news from the other launchers; nullopt when none. Never throws.
+  std::optional<event> next_event(std::chrono::milliseconds timeout);
+  /// Node: tells the master that this node failed in the current attempt. Master: tells every
+  /// node that the job stops (`what` names rank, host and cause).
   void report_failure(const std::string& what);
+  /// Master: starts the next attempt on every node with the store at `store_port`.
+  void restart(int store_port);
+  /// Node: adopts the attempt the master ordered (after a restart event).
+  void adopt(const event& e);
+  /// The attempt in progress (0 first).
+  int attempt() const { return attempt_; }
   /// This node's ranks all succeeded. The job has ended once every node is done (ended()).
   void mark_done();
   /// True once every node's ranks succeeded.
@@ -61,8 +87,8 @@ class channel {
  private:
   struct peer;
   channel();
-  std::optional<std::string> on_line(peer& p, const std::string& line);
-  std::optional<std::string> on_lost(peer& p);
+  std::optional<event> on_line(peer& p, const std::string& line);
+  std::optional<event> on_lost(peer& p);
   void end_if_all_done();
   void broadcast(const std::string& line, const peer* except);
 
@@ -71,6 +97,7 @@ class channel {
   int store_port_ = 0;
   bool done_ = false;
   bool ended_ = false;
+  int attempt_ = 0;
   std::vector<peer> peers_;  // master: one per other node; node: the master
 };
 

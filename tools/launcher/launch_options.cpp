@@ -29,7 +29,8 @@ constexpr const char* usage_text =
     "                       required on several)\n"
     "  --listen-addr A      address the ranks bind (default: TROUPE_LISTEN_ADDR, else the local\n"
     "                       address that routes to the master; 0.0.0.0 binds every interface)\n"
-    "  --max-restarts R     start every rank again after a failure, up to R times (one host only)\n"
+    "  --max-restarts R     start every rank of the job again after a failure, up to R times for\n"
+    "                       the whole job (the master's value counts on several nodes)\n"
     "  --timeout-s S        stop every rank after S seconds and exit 124; 0 means none (default 0)\n"
     "  --join-timeout-s S   how long the hosts wait for each other at start (default 300)\n"
     "  --help               this text\n"
@@ -103,7 +104,6 @@ void validate(const launch_options& o, bool standalone) {
   if (standalone && o.nnodes > 1) usage("--standalone runs one node; drop --nnodes " + std::to_string(o.nnodes));
   if (o.node_rank >= o.nnodes) usage("--node-rank must be below --nnodes");
   if (o.multi_node() && o.master_port == 0) usage("--master-port (or --rdzv-endpoint host:port) must be given when --nnodes > 1");
-  if (o.multi_node() && o.max_restarts > 0) usage("--max-restarts needs --nnodes 1 (restarts across nodes are not supported)");
   if (o.multi_node() && !o.token_given)
     usage("a job on " + std::to_string(o.nnodes) +
           " nodes needs one job token on every node: pass the same --job-token T to every troupe-run, or export "

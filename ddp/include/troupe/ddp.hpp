@@ -6,6 +6,7 @@
 
 #include "troupe/actors.hpp"
 #include "troupe/autograd.hpp"
+#include "troupe/ddp/checkpointer.hpp"
 #include "troupe/ddp/collective_group.hpp"
 #include "troupe/ddp/distributed_data_parallel.hpp"
 #include "troupe/ddp/file_store.hpp"

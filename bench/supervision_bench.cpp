@@ -1,0 +1,94 @@
+// supervision_bench: the time from a rank's death to training resumed, when the job restarts
+// from its last complete checkpoint (troupe-run --max-restarts, ddp::checkpointer), and the
+// size of that checkpoint.
+//
+// Each run starts examples/supervised_faults as a 2-rank job under troupe-run with one fault:
+// rank 1 dies by SIGKILL in its forward pass. The ranks write a timeline (wall clock, one file);
+// restart_resume_s is the time from the "killed" line to the "training resumed" line of the next
+// attempt: the launcher seeing the death, stopping the survivor, starting both ranks, the job
+// forming again, and the checkpoint being found, checked and loaded. checkpoint_bytes is the size
+// of one complete checkpoint (every part and the manifest). The final parameters are checked
+// against an undisturbed run beside the timing (supervised_faults does that and exits 1 if not).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench_util.hpp"
+
+namespace tb = troupe::bench;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Seconds from the kill to the next "training resumed" in `dir`/faulty/timeline.txt; -1 if absent.
+double resume_seconds(const fs::path& dir) {
+  std::ifstream in(dir / "faulty" / "timeline.txt");
+  double killed = -1, resumed = -1;
+  std::vector<std::pair<double, std::string>> lines;
+  for (std::string line; std::getline(in, line);) {
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos) continue;
+    lines.emplace_back(std::stod(line.substr(0, sp)), line.substr(sp + 1));
+  }
+  std::sort(lines.begin(), lines.end());
+  for (const auto& [t, text] : lines) {
+    if (killed < 0 && text.find(" killed at step ") != std::string::npos) killed = t;
+    else if (killed >= 0 && resumed < 0 && text.find("training resumed") != std::string::npos) resumed = t;
+  }
+  return killed >= 0 && resumed >= 0 ? (resumed - killed) / 1000.0 : -1;
+}
+
+// Bytes of the newest complete checkpoint under `dir`/faulty/checkpoints.
+double checkpoint_bytes(const fs::path& dir) {
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(dir / "faulty" / "checkpoints"))
+    if (fs::exists(e.path() / "MANIFEST") && e.path().filename() > newest.filename()) newest = e.path();
+  double total = 0;
+  if (!newest.empty())
+    for (const auto& f : fs::directory_iterator(newest)) total += static_cast<double>(fs::file_size(f.path()));
+  return total;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tb::check_args(argc, argv, "supervision_bench",
+                 "Rank death to training resumed, restarting from the last complete checkpoint (2 ranks).");
+  const bool quick = tb::quick_mode(argc, argv);
+  const int runs = quick ? 1 : 3, hidden = quick ? 256 : 4096, steps = 40;
+  const fs::path dir = fs::temp_directory_path() / ("supervision_bench_" + std::to_string(::getpid()));
+  std::vector<double> times;
+  double bytes = 0;
+  for (int i = 0; i < runs; ++i) {
+    const std::string cmd = std::string(TROUPE_SUPERVISED_FAULTS) + " --launcher " + TROUPE_RUN_PATH + " --steps " +
+                            std::to_string(steps) + " --every 10 --hidden " + std::to_string(hidden) +
+                            " --kill 1:25:forward --out " + dir.string() + " > " + (dir.string() + ".log") + " 2>&1";
+    fs::create_directories(dir);
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "supervision_bench: supervised_faults failed (log: %s.log)\n", dir.c_str());
+      return 1;
+    }
+    const double s = resume_seconds(dir);
+    if (s < 0) {
+      std::fprintf(stderr, "supervision_bench: no kill and resume in the timeline (%s)\n", dir.c_str());
+      return 1;
+    }
+    times.push_back(s);
+    bytes = checkpoint_bytes(dir);
+  }
+  fs::remove_all(dir);
+  fs::remove(dir.string() + ".log");
+  const tb::stats st = tb::summarize(times);
+  tb::report rep("supervision");
+  const std::string params = "\"runs\": " + std::to_string(runs) + ", \"ranks\": 2, \"hidden\": " + std::to_string(hidden);
+  rep.add("restart_resume_s", st.median, "s", params);
+  rep.add("checkpoint_bytes", bytes, "bytes", params);
+  rep.print_table();
+  return 0;
+}
