@@ -37,31 +37,33 @@ inline std::uint64_t merge(std::uint64_t acc, std::uint64_t lane) noexcept {
 }  // namespace
 
 std::uint64_t checksum64(const void* data, std::size_t n, std::uint64_t seed) noexcept {
+  // Counts, not end pointers: `data` may be null when n is 0 (an empty tensor).
   const auto* p = static_cast<const unsigned char*>(data);
-  const unsigned char* const end = p + n;
+  std::size_t left = n;
   std::uint64_t h;
-  if (n >= 32) {
+  if (left >= 32) {
     std::uint64_t v1 = seed + p1 + p2, v2 = seed + p2, v3 = seed, v4 = seed - p1;
-    const unsigned char* const limit = end - 32;
     do {
       v1 = round(v1, read64(p));
       v2 = round(v2, read64(p + 8));
       v3 = round(v3, read64(p + 16));
       v4 = round(v4, read64(p + 24));
       p += 32;
-    } while (p <= limit);
+      left -= 32;
+    } while (left >= 32);
     h = std::rotl(v1, 1) + std::rotl(v2, 7) + std::rotl(v3, 12) + std::rotl(v4, 18);
     h = merge(merge(merge(merge(h, v1), v2), v3), v4);
   } else {
     h = seed + p5;
   }
   h += static_cast<std::uint64_t>(n);
-  for (; p + 8 <= end; p += 8) h = std::rotl(h ^ round(0, read64(p)), 27) * p1 + p4;
-  if (p + 4 <= end) {
+  for (; left >= 8; p += 8, left -= 8) h = std::rotl(h ^ round(0, read64(p)), 27) * p1 + p4;
+  if (left >= 4) {
     h = std::rotl(h ^ (static_cast<std::uint64_t>(read32(p)) * p1), 23) * p2 + p3;
     p += 4;
+    left -= 4;
   }
-  for (; p < end; ++p) h = std::rotl(h ^ (static_cast<std::uint64_t>(*p) * p5), 11) * p1;
+  for (; left > 0; ++p, --left) h = std::rotl(h ^ (static_cast<std::uint64_t>(*p) * p5), 11) * p1;
   h ^= h >> 33;
   h *= p2;
   h ^= h >> 29;
