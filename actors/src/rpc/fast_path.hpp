@@ -123,6 +123,8 @@ struct fast_path_config {
   /// Note [connection hygiene] (rpc/accept_guard.hpp).
   std::chrono::milliseconds auth_deadline{2000};
   std::size_t max_unauthenticated = 64;
+  /// node_options::max_message_bytes: the largest frame body or fragmented total a peer may announce.
+  std::uint64_t max_message_bytes = max_frame_body;
 };
 
 /// One node's direct RPC channel (see the note). Thread-safe.
@@ -211,6 +213,10 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   bool parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs);
   /// Drops `c` for a malformed frame (and says so on stderr).
   void drop_malformed(const std::shared_ptr<fast_conn>& c);
+  /// The largest body a peer may announce: node_options::max_message_bytes, at most max_frame_body.
+  std::uint32_t max_body() const {
+    return static_cast<std::uint32_t>(cfg_.max_message_bytes < max_frame_body ? cfg_.max_message_bytes : max_frame_body);
+  }
   void on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs);
   void serve(const std::shared_ptr<fast_conn>& c, rpc_request req, int copies, job_list* jobs);
   void respond(const std::shared_ptr<fast_conn>& c, rpc_response resp);

@@ -51,6 +51,12 @@ struct node_options {
   /// the peer can open this process's memory (Note [shm reachability], checked at the first
   /// contact); false sends every tensor as bytes on the connection, both ways.
   bool shared_memory_rpc = true;
+  /// The largest message a peer may send on the direct channel, in bytes (an rpc request or
+  /// response: payload, names and metadata). Every length a peer announces (a frame, a
+  /// fragmented message's total) is checked against it before anything is allocated; a larger
+  /// one is a protocol violation and the connection is dropped. At most 1 GiB (the frame limit;
+  /// larger values act as 1 GiB).
+  std::uint64_t max_message_bytes = std::uint64_t{1} << 30;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;
   /// Default deadline of an RPC and of store operations.
