@@ -103,9 +103,9 @@ bool parse_split_parts(const std::vector<char>& head, std::vector<char>&& rest, 
 }
 
 /// Builds `f` for `msg` (rpc_request or rpc_response); `f.payload` points into `msg`. False when
-/// the message cannot be serialized or is too large for a frame.
+/// the message cannot be serialized or its body is larger than `max_body` (at most max_frame_body).
 template <class T>
-bool make_split_frame(split_frame& f, frame_kind kind, T& msg) {
+bool make_split_frame(split_frame& f, frame_kind kind, T& msg, std::size_t max_body = max_frame_body) {
   std::vector<char> payload;
   payload.swap(msg.payload);  // serialized without it, its place is one byte: length 0
   std::vector<char> rest;
@@ -124,7 +124,7 @@ bool make_split_frame(split_frame& f, frame_kind kind, T& msg) {
   f.payload = &msg.payload;
   f.tail.assign(rest.begin() + static_cast<std::ptrdiff_t>(after), rest.end());
   const std::size_t body = f.size() - frame_header_size;
-  if (body > max_frame_body) return false;
+  if (body > max_frame_body || body > max_body) return false;
   const unsigned char len[4] = {static_cast<unsigned char>(body), static_cast<unsigned char>(body >> 8),
                                 static_cast<unsigned char>(body >> 16), static_cast<unsigned char>(body >> 24)};
   std::memcpy(f.head.data(), len, sizeof len);

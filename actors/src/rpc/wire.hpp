@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "bounded_deserializer.hpp"
 #include "troupe/actors/messages.hpp"
 
 namespace troupe::detail {
@@ -42,6 +42,8 @@ typename Inspector::result_type inspect(Inspector& f, fast_auth& x) {
 inline constexpr std::size_t frame_header_size = 5;
 /// Larger frames are a protocol violation (the connection is dropped).
 inline constexpr std::uint32_t max_frame_body = std::uint32_t{1} << 30;
+/// node_options::max_message_bytes below this acts as this: every frame of a small message fits.
+inline constexpr std::uint32_t min_message_bytes = std::uint32_t{1} << 20;
 /// Largest auth frame body (a name and a 64-digit secret fit easily).
 inline constexpr std::uint32_t max_auth_body = 4096;
 
@@ -67,12 +69,12 @@ bool append_frame(std::vector<char>& out, frame_kind kind, T& msg) {
   return true;
 }
 
-/// Reads a frame body into `msg`; false when it is malformed. Only for bodies bounded by their
-/// frame's size: CAF's loader allocates a sequence's announced length before reading it (every
-/// frame a peer sends is read by the overloads below instead).
+/// Reads a frame body into `msg`; false when it is malformed or leaves bytes over. Lengths are
+/// bounded by the body (Note [bounded CAF reader]); requests, responses and the auth frame are
+/// read by the faster overloads below.
 template <class T>
 bool parse_body(const char* data, std::size_t n, T& msg) {
-  caf::binary_deserializer src{nullptr, data, n};
+  bounded_deserializer src{nullptr, data, n};
   return !src(msg) && src.remaining() == 0;
 }
 

@@ -52,10 +52,12 @@ struct node_options {
   /// contact); false sends every tensor as bytes on the connection, both ways.
   bool shared_memory_rpc = true;
   /// The largest message a peer may send on the direct channel, in bytes (an rpc request or
-  /// response: payload, names and metadata). Every length a peer announces (a frame, a
-  /// fragmented message's total) is checked against it before anything is allocated; a larger
-  /// one is a protocol violation and the connection is dropped. At most 1 GiB (the frame limit;
-  /// larger values act as 1 GiB).
+  /// response, or a remote actor message: payload, names and metadata). Every length a peer
+  /// announces (a frame, a fragmented message's total) is checked against it before anything is
+  /// allocated; a larger one is a protocol violation and the connection is dropped. A larger
+  /// message of this node fails at its sender (bad_argument for a call's arguments and an actor
+  /// request, remote_exception for a result). Between 1 MiB and 1 GiB (the frame limit); other
+  /// values act as the nearer bound.
   std::uint64_t max_message_bytes = std::uint64_t{1} << 30;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;

@@ -420,8 +420,11 @@ std::string_view result_tag() {
 template <class R>
 std::vector<char> encode_result(const R& r) {
   std::vector<char> out;
+  const std::string& tag = type_tag<R>();
+  // One allocation for a scalar result, as without the tag.
+  out.reserve(sizeof(std::uint16_t) + tag.size() + (std::is_arithmetic_v<R> ? sizeof(R) : 16));
   detail::writer w(out);
-  detail::write_result_tag(w, type_tag<R>());
+  detail::write_result_tag(w, tag);
   detail::write_value(w, r);
   return out;
 }
