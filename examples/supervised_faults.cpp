@@ -209,7 +209,7 @@ void run_rank(const options& o) {
                                               std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(o.hidden, 4, init));
   ddp::process_group group(n.store(), rank, world, "supervised_faults");
   ddp::distributed_data_parallel model(net, group);
-  model.register_comm_hook([&kill, base = ddp::allreduce_hook()](ddp::process_group& pg, ddp::grad_bucket& b) {
+  model.register_comm_hook([&kill, base = ddp::allreduce_hook()](ddp::collective_group& pg, ddp::grad_bucket& b) {
     kill.at(kill.step, "allreduce");
     return base(pg, b);
   });

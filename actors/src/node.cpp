@@ -261,7 +261,7 @@ void node::impl::open_gate() {
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
   try {
     fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
-                                                                    opts.auth_deadline, opts.max_unauthenticated, recorder.get()});
+                                                                    opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes});
   } catch (const error& e) {  // no direct channel: every call takes the CAF path
     std::fprintf(stderr, "[troupe] %s: %s; calls use the CAF path\n", me.name.c_str(), e.message().c_str());
     return;

@@ -5,12 +5,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
+#include "bounded_deserializer.hpp"
 #include "troupe/actors/shared_memory.hpp"
 
 namespace troupe {
@@ -50,9 +50,10 @@ shared_tensor_meta decode(const char* data, std::size_t n) {
   if (n < 1 || data[0] != message_tag)
     throw error(errc::protocol_violation, "recv_tensor_fd: message of " + std::to_string(n) + " bytes is not a tensor message");
   shared_tensor_meta meta;
-  caf::binary_deserializer source{nullptr, data + 1, n - 1};
-  if (auto err = source(meta))
-    throw error(errc::protocol_violation, "recv_tensor_fd: malformed tensor meta (" + std::to_string(n) + " bytes)");
+  detail::bounded_deserializer source{nullptr, data + 1, n - 1};  // Note [bounded CAF reader]
+  if (auto err = source(meta); err || source.remaining() != 0)
+    throw error(errc::protocol_violation, "recv_tensor_fd: malformed tensor meta (" + std::to_string(n) + " bytes" +
+                                              (source.violation().empty() ? std::string() : ": " + source.violation()) + ")");
   return meta;
 }
 

@@ -7,12 +7,12 @@
 #include <iterator>
 #include <sstream>
 
-#include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
 #include <boost/serialization/map.hpp>
 #include <boost/serialization/string.hpp>
 
 #include "troupe/tensors/boost_tensor.hpp"
+#include "troupe/tensors/bounded_archive.hpp"
 #include "troupe/tensors/serialization.hpp"
 
 namespace troupe {
@@ -85,8 +85,7 @@ checkpoint_state decode_checkpoint(std::string_view bytes, const std::string& so
   checkpoint_state st;
   try {
     std::istringstream in(std::string(payload), std::ios::binary);
-    boost::archive::binary_iarchive ar(in);
-    bound_tensor_loads(ar, *in.rdbuf());
+    bounded_iarchive ar(*in.rdbuf(), 0, errc::checkpoint_corrupt, source);  // Note [bounded archive]
     std::uint64_t seed = 0, offset = 0;
     ar >> st.model >> st.optimizer >> st.step >> seed >> offset;
     st.gen = generator(seed);

@@ -13,11 +13,11 @@
 #include <sstream>
 
 #include <boost/archive/archive_exception.hpp>
-#include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
 
 #include "checksum.hpp"
 #include "troupe/tensors/boost_tensor.hpp"
+#include "troupe/tensors/bounded_archive.hpp"
 
 namespace troupe {
 
@@ -119,8 +119,7 @@ void parse_payload(const std::string& path, std::string payload, Fn&& parse) {
   const std::uint64_t len = payload.size();
   try {
     std::istringstream in(std::move(payload), std::ios::binary);
-    boost::archive::binary_iarchive ar(in);
-    bound_tensor_loads(ar, *in.rdbuf());
+    bounded_iarchive ar(*in.rdbuf(), 0, errc::checkpoint_corrupt, path);  // Note [bounded archive]
     parse(ar);
     const auto pos = static_cast<std::uint64_t>(static_cast<std::streamoff>(in.tellg()));
     if (pos != len) corrupt(path, std::to_string(len - pos) + " unread bytes after the archive");

@@ -38,9 +38,22 @@ shape_t contiguous_strides(const shape_t& sizes) {
 }
 
 std::int64_t numel_of(const shape_t& sizes) {
+  // The product of the non-zero sizes must fit too: contiguous strides are built from it.
   std::int64_t n = 1;
-  for (auto s : sizes) n *= s;
-  return n;
+  bool bad = false, zero = false;
+  for (auto s : sizes) {
+    bad |= s < 0 || __builtin_mul_overflow(n, s > 1 ? s : 1, &n);
+    zero |= s == 0;
+  }
+  if (bad) throw error(errc::bad_argument, "shape " + shape_to_string(sizes) + " has a negative size or more than 2^63 elements");
+  return zero ? 0 : n;
+}
+
+std::int64_t nbytes_of(const shape_t& sizes, dtype dt) {
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel_of(sizes), static_cast<std::int64_t>(element_size(dt)), &bytes))
+    throw error(errc::bad_argument, "shape " + shape_to_string(sizes) + " of " + std::string(to_string(dt)) + " has more than 2^63 bytes");
+  return bytes;
 }
 
 shape_t broadcast_shapes(const shape_t& a, const shape_t& b, const char* op) {

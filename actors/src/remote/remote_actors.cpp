@@ -4,7 +4,6 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_registry.hpp>
 #include <caf/atom.hpp>
-#include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/make_actor.hpp>
@@ -12,6 +11,7 @@
 
 #include <cstdio>
 
+#include "bounded_deserializer.hpp"
 #include "remote/remote_proxy.hpp"
 #include "rpc/bulk.hpp"
 #include "rpc/fast_path.hpp"
@@ -102,6 +102,12 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
     bounce(sender, mid, to_caf_error(errc::bad_argument, me_.name + ": cannot serialize a message to actor " + std::to_string(dest) + " on " + c->peer + ": " + sys_.render(err)));
     return;
   }
+  if (frame.size() - frame_header_size > fast_->max_body()) {  // the peer would drop the connection
+    bounce(sender, mid, to_caf_error(errc::bad_argument, me_.name + ": a message to actor " + std::to_string(dest) + " on " + c->peer + " has " +
+                                                             std::to_string(frame.size() - frame_header_size) + " bytes, more than max_message_bytes (" +
+                                                             std::to_string(fast_->max_body()) + ")"));
+    return;
+  }
   fast_->send_actor(c, std::move(frame), false);
 }
 
@@ -132,7 +138,7 @@ void remote_actors::on_actor_frame(const std::shared_ptr<fast_conn>& c, bool con
 }
 
 void remote_actors::on_message(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
-  caf::binary_deserializer src{&ctx_, body, n};
+  bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
   caf::actor_id from_id = 0, dest_id = 0;
   std::uint64_t m = 0;
   if (src(from_id, dest_id, m)) {
@@ -176,7 +182,7 @@ bool remote_actors::intercept_link(const caf::strong_actor_ptr& dst, caf::messag
 }
 
 void remote_actors::on_control(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
-  caf::binary_deserializer src{&ctx_, body, n};
+  bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
   std::uint8_t op = 0;
   caf::actor_id id = 0;
   caf::error reason;

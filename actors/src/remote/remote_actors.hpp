@@ -39,6 +39,11 @@
 // CAF discards the second); delays and reorders change arrival order across messages.
 // Control frames (watch, down) are not faulted: they carry failure detection itself.
 //
+// Sizes. A message frame holds at most node_options::max_message_bytes; a larger message fails
+// at its sender (a request gets bad_argument), and a peer announcing more is dropped. Frames are
+// read by a bounded_deserializer (Note [bounded CAF reader]): no length in a message allocates
+// more than the frame holds; a malformed message answers a request with protocol_violation.
+//
 // Limits. A message whose sender is itself a proxy travels anonymously (no reply path through a
 // third node). A handle to an actor on a node this node has no connection to (received inside a
 // message) answers requests with an error and never goes down.

@@ -132,16 +132,23 @@ tensor read_tensor_body(reader& r, std::uint8_t kind) {
   std::uint32_t rank = 0;
   r.pod(dt);
   r.pod(rank);
-  if (dt >= num_dtypes || rank > 64) throw error(errc::protocol_violation, "malformed tensor header in an rpc payload");
+  if (dt >= num_dtypes) throw error(errc::protocol_violation, "rpc tensor header: unknown dtype code " + std::to_string(dt));
+  if (rank > 64) throw error(errc::protocol_violation, "rpc tensor header: rank " + std::to_string(rank) + " exceeds 64");
   shape_t sizes(rank);
   for (auto& s : sizes) r.pod(s);
   std::uint64_t nbytes = 0;
   r.pod(nbytes);
-  for (auto s : sizes)
-    if (s < 0) throw error(errc::protocol_violation, "negative size in an rpc tensor header");
   const auto type = static_cast<troupe::dtype>(dt);
-  if (nbytes != static_cast<std::uint64_t>(numel_of(sizes)) * element_size(type))
-    throw error(errc::protocol_violation, "tensor byte count does not match its shape");
+  std::int64_t expected = 0;
+  try {
+    expected = nbytes_of(sizes, type);  // overflow-checked: a wrapped count would pass a short buffer
+  } catch (const troupe::error& e) {
+    throw error(errc::protocol_violation, "rpc tensor header: " + e.message());
+  }
+  if (nbytes != static_cast<std::uint64_t>(expected))
+    throw error(errc::protocol_violation, "rpc tensor header: byte count " + std::to_string(nbytes) + " does not match shape " +
+                                              shape_to_string(sizes) + " of " + std::string(to_string(type)) + " (" +
+                                              std::to_string(expected) + " bytes)");
   if (kind == 1) return read_tensor_bulk(r, sizes, type, nbytes);    // a view of a segment: no copy
   if (kind == 2) return read_tensor_shared(r, sizes, type, nbytes);  // a share_memory_() tensor, mapped
   std::uint8_t pad = 0;

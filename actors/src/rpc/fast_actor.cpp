@@ -6,7 +6,7 @@
 namespace troupe::detail {
 
 void fast_path::send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control) {
-  if (frame.size() < frame_header_size || frame.size() - frame_header_size > max_frame_body) return;
+  if (frame.size() < frame_header_size || frame.size() - frame_header_size > max_body()) return;  // forward() refused it
   put_frame_header(frame.data(), frame.size() - frame_header_size, control ? frame_kind::actor_control : frame_kind::actor);
   if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();  // the I/O thread polls it from now on
   transport_decision d;

@@ -96,7 +96,7 @@ bool fast_path::send_large(const std::shared_ptr<fast_conn>& c, frame_kind kind,
   };
   auto l = std::make_shared<large>();
   l->msg = std::move(msg);
-  if (!make_split_frame(l->f, kind, l->msg)) return false;  // l->f points into l->msg, which stays put
+  if (!make_split_frame(l->f, kind, l->msg, max_body())) return false;  // l->f points into l->msg, which stays put
   const bool background = l->f.size() - frame_header_size >= fragment_min_bytes && d.copies > 0 && d.delay.count() <= 0 &&
                           !(tls_replies.depth > 0 && !c->outgoing());  // held replies keep one buffer
   // Weak: the writer thread must never hold the last reference (stop() joins it).
@@ -144,7 +144,7 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
     if (send_large(c, frame_kind::request, std::move(req), d)) return;
     finish(c.get(), id, errc::bad_argument,
            st->what() + ": its arguments (" + std::to_string(bytes) + " bytes encoded) are more than one message carries (" +
-               std::to_string(max_frame_body) + " bytes)",
+               std::to_string(max_body()) + " bytes)",
            {}, {});
     return;
   }
@@ -240,7 +240,7 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
     if (send_large(c, frame_kind::response, std::move(resp), d)) return;
     resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception),
                         "worker " + cfg_.me.name + ": the result (" + std::to_string(bytes) + " bytes encoded) is more than one message carries (" +
-                            std::to_string(max_frame_body) + " bytes)",
+                            std::to_string(max_body()) + " bytes)",
                         {}, {}};
   }
   auto& frame = scratch_frame();

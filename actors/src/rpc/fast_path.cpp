@@ -355,7 +355,7 @@ bool fast_path::parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs
     // Before its ticket, a connection may send one small auth frame and nothing else: judge the
     // header at once rather than wait for a body a scanner announced.
     const bool unauthenticated = !c->outgoing() && !c->authed;
-    if (len > (unauthenticated ? max_auth_body : max_frame_body) ||
+    if (len > (unauthenticated ? max_auth_body : max_body()) ||
         (unauthenticated && in[at + 4] != static_cast<char>(frame_kind::auth))) {
       std::fprintf(stderr, "[troupe] %s: dropped a direct rpc connection: bad frame header\n", cfg_.me.name.c_str());
       drop(c, "protocol violation: bad frame header");
@@ -371,7 +371,7 @@ bool fast_path::parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs
       const bool large = kind == want && len >= split_payload_bytes;
       if ((fragment || large) && c->streams.direct_left() == 0) {
         const char* body = in.data() + at + frame_header_size;
-        const auto r = fragment ? c->streams.start_direct(body, have, len, want)
+        const auto r = fragment ? c->streams.start_direct(body, have, len, want, max_body())
                                 : c->streams.start_frame(body, have, len, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr);
         if (r == fragment_streams::result::malformed) {
           drop_malformed(c);
@@ -464,7 +464,7 @@ namespace troupe::detail {
 bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs) {
   const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
   fragment_streams::assembled a;
-  switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, a)) {
+  switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, a, max_body())) {
     case fragment_streams::result::partial:
       return true;
     case fragment_streams::result::complete:

@@ -78,6 +78,7 @@
 // without a zero-filled buffer or a recv that only says EAGAIN (a short read drained the socket;
 // every reader polls level-triggered): see docs/runtime.md for the table and the busy/idle figures.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -126,6 +127,8 @@ struct fast_path_config {
   std::size_t max_unauthenticated = 64;
   /// The node's recorder (Note [flight recorder]): served calls are recorded there.
   flight_recorder* recorder = nullptr;
+  /// node_options::max_message_bytes: the largest frame body or fragmented total a peer may announce.
+  std::uint64_t max_message_bytes = max_frame_body;
 };
 
 /// One node's direct RPC channel (see the note). Thread-safe.
@@ -161,8 +164,15 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   void set_actor_sink(std::weak_ptr<actor_frame_sink> sink) { actor_sink_ = std::move(sink); }
   /// Sends one actor frame on `c`: `frame` starts with frame_header_size bytes of room for the
   /// header. A message (not `control`) passes the transport hook as message_kind::actor_message.
-  /// Runs on the sending thread; blocks only on a full socket. A closed `c` drops it.
+  /// Runs on the sending thread; blocks only on a full socket. A closed `c` drops it, and so does
+  /// a body larger than max_body() (remote_actors::forward refuses those first).
   void send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control);
+  /// The largest frame body (or fragmented total) sent or accepted: node_options::max_message_bytes
+  /// within [min_message_bytes, max_frame_body]. A peer announcing more is dropped before anything
+  /// is allocated; a message of more is refused to its sender.
+  std::uint32_t max_body() const {
+    return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cfg_.max_message_bytes, min_message_bytes, max_frame_body));
+  }
   /// Runs `fn` on the I/O thread soon (work that must not run under the caller's locks).
   void post(std::function<void()> fn) { later(std::chrono::milliseconds(0), std::move(fn)); }
 

@@ -39,9 +39,10 @@ fragment_streams::result fragment_streams::begin_direct(stream& s, std::uint32_t
   return result::partial;
 }
 
-fragment_streams::result fragment_streams::add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out) {
+fragment_streams::result fragment_streams::add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out,
+                                               std::uint64_t max_total) {
   fragment_head h;
-  if (!read_fragment_head(body, n, h) || h.inner != want || h.total > max_frame_body) return result::malformed;
+  if (!read_fragment_head(body, n, h) || h.inner != want || h.total > max_frame_body || h.total > max_total) return result::malformed;
   const char* data = body + fragment_head_size;
   std::size_t left = n - fragment_head_size;
   auto it = open_.find(h.stream);
@@ -83,9 +84,11 @@ bool fragment_streams::later_fits(iterator it, const fragment_head& h, std::size
   return true;
 }
 
-fragment_streams::result fragment_streams::start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want) {
+fragment_streams::result fragment_streams::start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want,
+                                                        std::uint64_t max_total) {
   fragment_head h;
-  if (!read_fragment_head(body, have, h) || h.inner != want || h.total > max_frame_body) return result::malformed;
+  if (!read_fragment_head(body, have, h) || h.inner != want || h.total > max_frame_body || h.total > max_total)
+    return result::malformed;
   if (h.flags & fragment_first) return result::wait_whole;
   auto it = open_.find(h.stream);
   if (it == open_.end() || have >= n || !later_fits(it, h, n - fragment_head_size)) return result::malformed;

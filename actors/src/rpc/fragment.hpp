@@ -22,10 +22,10 @@
 //
 // The reader checks everything: a fragment before authentication, of an unknown inner kind (only
 // request on an accepted connection, response on an outgoing one), a first fragment for a stream
-// it already has or a later one for a stream it has not, a total beyond max_frame_body or more
-// bytes than announced, a last fragment that leaves the body short, more than `max_open_streams`
-// streams or `max_open_bytes` announced at once: the connection is dropped as for any malformed
-// frame.
+// it already has or a later one for a stream it has not, a total beyond max_frame_body or
+// node_options::max_message_bytes, more bytes than announced, a last fragment that leaves the
+// body short, more than `max_open_streams` streams or `max_open_bytes` announced at once: the
+// connection is dropped as for any malformed frame.
 
 #include <cstddef>
 #include <cstdint>
@@ -117,16 +117,18 @@ class fragment_streams {
     std::vector<char> rest;
   };
   /// Adds the fragment `body` (`n` bytes); `want` is the only inner kind allowed (request or
-  /// response). On complete, `out` is the frame. Buffers come from `pool` (may be null).
-  /// Malformed: see Note [fragments]; the connection must then be dropped.
-  result add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out);
+  /// response). On complete, `out` is the frame. Buffers come from `pool` (may be null). A total
+  /// beyond `max_total` (node_options::max_message_bytes) is malformed before anything is
+  /// allocated. Malformed: see Note [fragments]; the connection must then be dropped.
+  result add(const char* body, std::size_t n, std::uint8_t want, byte_pool* pool, assembled& out,
+             std::uint64_t max_total = max_frame_body);
   std::size_t open() const { return open_.size(); }
 
   // Note [direct fragment data]. A fragment whose body is `n` bytes, of which the first `have`
   // (at least fragment_head_size, less than `n`) are at `body`: for a later fragment of an open
   // stream, takes those and returns partial, the rest of the data then being read to
   // direct_target(); wait_whole for a first fragment; malformed as add() would say.
-  result start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want);
+  result start_direct(const char* body, std::size_t have, std::size_t n, std::uint8_t want, std::uint64_t max_total = max_frame_body);
   /// The same for a whole request or response frame (`kind`) of `n` body bytes, of which the first
   /// `have` are at `body`: when they hold the message's head (split_head_size), keeps it apart,
   /// takes the rest that is here into a buffer from `pool` (may be null) and returns partial, the

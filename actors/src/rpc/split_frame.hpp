@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
 
 #include "rpc/wire.hpp"
 #include "troupe/actors/messages.hpp"
@@ -40,8 +40,19 @@ namespace split_detail {
 // The fields that inspect() writes before the payload (messages.hpp), in its order.
 inline bool before_payload(caf::binary_serializer& s, rpc_request& m) { return !s(m.id, m.function, m.caller); }
 inline bool before_payload(caf::binary_serializer& s, rpc_response& m) { return !s(m.id, m.code, m.message); }
-inline bool before_payload(caf::binary_deserializer& s, rpc_request& m) { return !s(m.id, m.function, m.caller); }
-inline bool before_payload(caf::binary_deserializer& s, rpc_response& m) { return !s(m.id, m.code, m.message); }
+// Read by Note [frame codec]'s reader: every length is checked against the bytes left.
+inline bool before_payload(frame_codec::reader& r, rpc_request& m) {
+  m.id = r.u64();
+  r.seq(m.function);
+  r.seq(m.caller);
+  return r.ok;
+}
+inline bool before_payload(frame_codec::reader& r, rpc_response& m) {
+  m.id = r.u64();
+  m.code = r.u8();
+  r.seq(m.message);
+  return r.ok;
+}
 }  // namespace split_detail
 
 /// parse_body for a body with a large payload: the payload is copied once into `msg.payload`
@@ -50,13 +61,14 @@ inline bool before_payload(caf::binary_deserializer& s, rpc_response& m) { retur
 /// same checks as parse_body (tested in split_frame_test).
 template <class T>
 bool parse_split_body(const char* data, std::size_t n, T& msg) {
-  caf::binary_deserializer src{nullptr, data, n};
-  std::size_t len = 0;
-  if (!split_detail::before_payload(src, msg) || src.begin_sequence(len) || len > src.remaining()) return false;
-  const char* at = data + (n - src.remaining());
-  msg.payload.assign(at, at + len);
-  src.skip(len);
-  return !src.end_sequence() && !src(msg.meta) && src.remaining() == 0;
+  frame_codec::reader src{data, data + n};
+  if (!split_detail::before_payload(src, msg)) return false;
+  const std::size_t len = src.length();
+  if (!src.ok) return false;
+  msg.payload.assign(src.p, src.p + len);
+  src.p += len;
+  src.seq(msg.meta);
+  return src.ok && src.p == src.end;
 }
 
 /// The head of a body (the fields before the payload and its length prefix) when `data` (the
@@ -65,9 +77,11 @@ bool parse_split_body(const char* data, std::size_t n, T& msg) {
 template <class T>
 bool split_head_size(const char* data, std::size_t n, std::size_t& head, std::size_t& payload) {
   T msg;
-  caf::binary_deserializer src{nullptr, data, n};
-  if (!split_detail::before_payload(src, msg) || src.begin_sequence(payload)) return false;
-  head = n - src.remaining();
+  frame_codec::reader src{data, data + n};
+  if (!split_detail::before_payload(src, msg)) return false;
+  payload = src.varbyte();  // its bytes are not all here: the callers bound it by the body's size
+  if (!src.ok) return false;
+  head = static_cast<std::size_t>(src.p - data);
   return true;
 }
 
@@ -76,20 +90,22 @@ bool split_head_size(const char* data, std::size_t n, std::size_t& head, std::si
 /// kept); false when malformed.
 template <class T>
 bool parse_split_parts(const std::vector<char>& head, std::vector<char>&& rest, T& msg) {
-  caf::binary_deserializer h{nullptr, head.data(), head.size()};
-  std::size_t len = 0;
-  if (!split_detail::before_payload(h, msg) || h.begin_sequence(len) || h.remaining() != 0 || len > rest.size()) return false;
-  caf::binary_deserializer tail{nullptr, rest.data() + len, rest.size() - len};
-  if (tail.end_sequence() || tail(msg.meta) || tail.remaining() != 0) return false;
+  frame_codec::reader h{head.data(), head.data() + head.size()};
+  if (!split_detail::before_payload(h, msg)) return false;
+  const std::size_t len = h.varbyte();
+  if (!h.ok || h.p != h.end || len > rest.size()) return false;
+  frame_codec::reader tail{rest.data() + len, rest.data() + rest.size()};
+  tail.seq(msg.meta);
+  if (!tail.ok || tail.p != tail.end) return false;
   rest.resize(len);
   msg.payload = std::move(rest);
   return true;
 }
 
 /// Builds `f` for `msg` (rpc_request or rpc_response); `f.payload` points into `msg`. False when
-/// the message cannot be serialized or is too large for a frame.
+/// the message cannot be serialized or its body is larger than `max_body` (at most max_frame_body).
 template <class T>
-bool make_split_frame(split_frame& f, frame_kind kind, T& msg) {
+bool make_split_frame(split_frame& f, frame_kind kind, T& msg, std::size_t max_body = max_frame_body) {
   std::vector<char> payload;
   payload.swap(msg.payload);  // serialized without it, its place is one byte: length 0
   std::vector<char> rest;
@@ -108,7 +124,7 @@ bool make_split_frame(split_frame& f, frame_kind kind, T& msg) {
   f.payload = &msg.payload;
   f.tail.assign(rest.begin() + static_cast<std::ptrdiff_t>(after), rest.end());
   const std::size_t body = f.size() - frame_header_size;
-  if (body > max_frame_body) return false;
+  if (body > max_frame_body || body > max_body) return false;
   const unsigned char len[4] = {static_cast<unsigned char>(body), static_cast<unsigned char>(body >> 8),
                                 static_cast<unsigned char>(body >> 16), static_cast<unsigned char>(body >> 24)};
   std::memcpy(f.head.data(), len, sizeof len);

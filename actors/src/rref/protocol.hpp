@@ -20,12 +20,12 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
-#include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include <caf/allowed_unsafe_message_type.hpp>
 
+#include "bounded_deserializer.hpp"
 #include "troupe/actors/rpc/registry.hpp"
 #include "troupe/actors/rref/ids.hpp"
 #include "troupe/tensors/error.hpp"
@@ -268,12 +268,16 @@ std::vector<char> to_bytes(caf::actor_system& sys, Msg m) {
   return buf;
 }
 
-/// Reads a message written by to_bytes; throws protocol_violation naming `what`.
+/// Reads a message written by to_bytes; throws protocol_violation naming `what` (bytes left over
+/// included). Lengths are bounded by the bytes (Note [bounded CAF reader]).
 template <class Msg>
 Msg from_bytes(caf::actor_system& sys, const std::vector<char>& buf, const char* what) {
   Msg m;
-  caf::binary_deserializer source{sys, buf};
+  detail::bounded_deserializer source{sys, buf};
   if (auto err = source(m)) throw error(errc::protocol_violation, std::string("rref: cannot read ") + what + ": " + sys.render(err));
+  if (source.remaining() != 0)
+    throw error(errc::protocol_violation, std::string("rref: cannot read ") + what + ": " + std::to_string(source.remaining()) +
+                                              " bytes left over");
   return m;
 }
 

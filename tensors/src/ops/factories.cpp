@@ -14,7 +14,7 @@ tensor empty(shape_t shape, tensor_options opts) {
   for (auto s : shape)
     if (s < 0) throw error(errc::bad_argument, "empty: negative size in shape " + shape_to_string(shape));
   auto impl = std::make_shared<tensor_impl>();
-  const auto nbytes = static_cast<std::size_t>(numel_of(shape)) * element_size(opts.dtype);
+  const auto nbytes = static_cast<std::size_t>(nbytes_of(shape, opts.dtype));
   impl->storage = storage::make(nbytes, default_allocator(opts.device));
   impl->strides = contiguous_strides(shape);
   impl->sizes = std::move(shape);
@@ -86,7 +86,7 @@ tensor from_blob(void* data, shape_t shape, dtype t, device d) {
     if (s < 0) throw error(errc::bad_argument, "from_blob: negative size in shape " + shape_to_string(shape));
   if (!data && numel_of(shape) > 0) throw error(errc::bad_argument, "from_blob: null data for shape " + shape_to_string(shape));
   auto impl = std::make_shared<tensor_impl>();
-  const auto nbytes = static_cast<std::size_t>(numel_of(shape)) * element_size(t);
+  const auto nbytes = static_cast<std::size_t>(nbytes_of(shape, t));
   impl->storage = std::make_shared<storage>(data_ptr(data, d, nullptr, nullptr), nbytes, storage_kind::external);
   impl->strides = contiguous_strides(shape);
   impl->sizes = std::move(shape);

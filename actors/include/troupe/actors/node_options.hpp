@@ -56,6 +56,14 @@ struct node_options {
   /// starts: the indices at once, the worker names once every rank joined (bounded by
   /// join_timeout); bad_argument naming the entry or the worker.
   std::map<std::string, std::map<int, int>> device_maps;
+  /// The largest message a peer may send on the direct channel, in bytes (an rpc request or
+  /// response, or a remote actor message: payload, names and metadata). Every length a peer
+  /// announces (a frame, a fragmented message's total) is checked against it before anything is
+  /// allocated; a larger one is a protocol violation and the connection is dropped. A larger
+  /// message of this node fails at its sender (bad_argument for a call's arguments and an actor
+  /// request, remote_exception for a result). Between 1 MiB and 1 GiB (the frame limit); other
+  /// values act as the nearer bound.
+  std::uint64_t max_message_bytes = std::uint64_t{1} << 30;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;
   /// Default deadline of an RPC and of store operations.

@@ -194,8 +194,12 @@ tensor operator-(const tensor& a);
 
 /// Contiguous strides for `sizes`.
 shape_t contiguous_strides(const shape_t& sizes);
-/// Product of sizes.
+/// Product of sizes. Throws bad_argument naming the shape when a size is negative or the product
+/// of the non-zero sizes does not fit in an int64 (so contiguous strides never overflow).
 std::int64_t numel_of(const shape_t& sizes);
+/// Bytes of a contiguous tensor of `sizes` and `dt`; throws bad_argument as numel_of does, and
+/// when the byte count does not fit in an int64.
+std::int64_t nbytes_of(const shape_t& sizes, dtype dt);
 /// Shape of broadcasting a with b (NumPy rules); throws shape_mismatch naming `op` and both shapes.
 shape_t broadcast_shapes(const shape_t& a, const shape_t& b, const char* op);
 

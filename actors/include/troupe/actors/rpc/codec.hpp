@@ -16,26 +16,38 @@
 /// see Note [tensor over shared memory] in src/rpc/bulk.hpp; 3 = inline bytes for a CUDA device
 /// of the receiver, with its index, Note [rpc device map] in device_map.hpp), dtype, rank, sizes, bytes of
 /// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
-/// inside a user struct uses troupe/tensors/boost_tensor.hpp).
+/// inside a user struct uses troupe/tensors/boost_tensor.hpp), read by a bounded_iarchive
+/// (Note [bounded archive]).
+/// A result is encoded as its type tag (a u16 length and the bytes of the same string) and its
+/// value; a void function's result is empty. The caller compares the tag in place with the tag of
+/// the R it asked for: a mismatch is bad_argument naming both types. A few bytes and one compare
+/// per result, no allocation.
+/// Decoding is bounded: every count and length is checked against the bytes left before anything
+/// is allocated, a bool is the byte 0 or 1, a tensor's shape must have a byte count that fits an
+/// int64 and equals the announced one. Bytes left over after a result or the last argument are
+/// an error.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <ios>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <streambuf>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <typeinfo>
 #include <utility>
 #include <vector>
 
-#include <boost/archive/binary_iarchive.hpp>
 #include <boost/archive/binary_oarchive.hpp>
 #include <boost/serialization/string.hpp>
 
 #include "troupe/tensors/boost_tensor.hpp"
+#include "troupe/tensors/bounded_archive.hpp"
 #include "troupe/tensors/error.hpp"
 #include "troupe/tensors/tensor.hpp"
 
@@ -62,7 +74,7 @@ class vector_sink : public std::streambuf {
   std::vector<char>& out_;
 };
 
-/// Reads from a byte range.
+/// Reads from a byte range; seekable, so a bounded_iarchive can measure what is left.
 class span_source : public std::streambuf {
  public:
   span_source(const char* data, std::size_t n) {
@@ -71,6 +83,18 @@ class span_source : public std::streambuf {
   }
   /// Bytes read so far.
   std::size_t consumed() const { return static_cast<std::size_t>(gptr() - eback()); }
+
+ protected:
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir, std::ios_base::openmode which) override {
+    const off_type size = egptr() - eback();
+    const off_type at = off + (dir == std::ios_base::beg ? 0 : dir == std::ios_base::cur ? gptr() - eback() : size);
+    if (!(which & std::ios_base::in) || at < 0 || at > size) return pos_type(off_type(-1));
+    setg(eback(), eback() + at, egptr());
+    return pos_type(at);
+  }
+  pos_type seekpos(pos_type pos, std::ios_base::openmode which) override {
+    return seekoff(off_type(pos), std::ios_base::beg, which);
+  }
 };
 
 /// Blocks at least this large may take their room from the node's pooled payload buffers.
@@ -115,6 +139,22 @@ class reader {
     p_ += n;
   }
   template <class T> void pod(T& x) { raw(&x, sizeof x); }
+  /// A bool: the byte 0 or 1, anything else is a protocol violation (Note [rpc payload]).
+  void boolean(bool& x) {
+    std::uint8_t b = 0;
+    raw(&b, 1);
+    if (b > 1) throw error(errc::protocol_violation, "a bool holds the byte " + std::to_string(b) + " (only 0 and 1 are bools)");
+    x = b == 1;
+  }
+  /// Reads a u64 length and its bytes in place; the view lives as long as the payload.
+  std::string_view view() {
+    std::uint64_t n = 0;
+    pod(n);
+    if (n > left()) throw std::out_of_range("the payload ends early");
+    std::string_view v(p_, n);
+    p_ += n;
+    return v;
+  }
   void str(std::string& x) {
     std::uint64_t n = 0;
     pod(n);
@@ -198,7 +238,6 @@ const std::string& type_tag() {
 namespace detail {
 
 using oarchive = boost::archive::binary_oarchive;
-using iarchive = boost::archive::binary_iarchive;
 inline constexpr unsigned archive_flags = boost::archive::no_header | boost::archive::no_codecvt;
 
 /// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
@@ -295,6 +334,8 @@ template <class T>
 void read_value(reader& r, T& x) {
   if constexpr (std::is_same_v<T, tensor>) {
     x = read_tensor(r);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    r.boolean(x);
   } else if constexpr (std::is_arithmetic_v<T>) {
     r.pod(x);
   } else if constexpr (std::is_same_v<T, std::string>) {
@@ -330,10 +371,15 @@ void read_value(reader& r, T& x) {
     }
   } else if constexpr (is_tuple<T>::value) {
     std::apply([&](auto&... e) { (read_value(r, e), ...); }, x);
-  } else {
+  } else {  // Note [bounded archive]: no length in it allocates more than the payload holds
     span_source src(r.pos(), r.left());
-    iarchive ar(src, archive_flags);
-    ar >> x;
+    try {
+      bounded_iarchive ar(src, archive_flags, errc::protocol_violation, "a " + type_tag<T>() + " in an rpc payload");
+      ar >> x;
+    } catch (const troupe::error& e) {  // a tensor record inside reports checkpoint_corrupt
+      if (e.code() != errc::checkpoint_corrupt) throw;
+      throw error(errc::protocol_violation, "a " + type_tag<T>() + " in an rpc payload: " + e.message());
+    }
     r.skip(src.consumed());
   }
 }
@@ -350,11 +396,39 @@ std::vector<char> encode_args(const Args&... args) {
   return out;
 }
 
-/// Encodes one result value (no tag: the caller chose R).
+namespace detail {
+/// Writes a result's tag: its length as a u16, then its bytes (Note [rpc payload]).
+inline void write_result_tag(writer& w, const std::string& tag) {
+  const auto n = static_cast<std::uint16_t>(std::min<std::size_t>(tag.size(), 0xffff));
+  w.pod(n);
+  w.raw(tag.data(), n);
+}
+/// Reads a result's tag in place.
+inline std::string_view read_result_tag(reader& r) {
+  std::uint16_t n = 0;
+  r.pod(n);
+  if (n > r.left()) throw std::out_of_range("the payload ends early");
+  std::string_view tag(r.pos(), n);
+  r.skip(n);
+  return tag;
+}
+/// The tag of T as written in a result (at most 65535 bytes of it).
+template <class T>
+std::string_view result_tag() {
+  const std::string& t = type_tag<T>();
+  return std::string_view(t).substr(0, 0xffff);
+}
+}  // namespace detail
+
+/// Encodes one result value after its type tag (Note [rpc payload]).
 template <class R>
 std::vector<char> encode_result(const R& r) {
   std::vector<char> out;
+  const std::string& tag = type_tag<R>();
+  // One allocation for a scalar result, as without the tag.
+  out.reserve(sizeof(std::uint16_t) + tag.size() + (std::is_arithmetic_v<R> ? sizeof(R) : 16));
   detail::writer w(out);
+  detail::write_result_tag(w, tag);
   detail::write_value(w, r);
   return out;
 }
@@ -369,14 +443,26 @@ std::string describe(const F& what) {
 }
 }  // namespace detail
 
-/// Decodes one result value. Throws troupe::error(protocol_violation) on malformed bytes, whose
-/// message starts with `what`: a string, or a callable that makes it (only then).
+/// Decodes one result value. Throws troupe::error(bad_argument) naming both types when the result
+/// is not an R (an empty result is a void function's), and protocol_violation on malformed bytes
+/// or bytes left over after the value. Messages start with `what`: a string, or a callable that
+/// makes it (only then).
 template <class R, class What>
 R decode_result(const std::vector<char>& bytes, const What& what) {
   R r{};
   try {
+    if (bytes.empty())
+      throw error(errc::bad_argument, detail::describe(what) + ": expected a result of type " + type_tag<R>() +
+                                          ", got no value (the function returns void)");
     detail::reader in(bytes.data(), bytes.size());
+    const std::string_view tag = detail::read_result_tag(in);
+    if (tag != detail::result_tag<R>())
+      throw error(errc::bad_argument, detail::describe(what) + ": expected a result of type " + type_tag<R>() + ", got " +
+                                          std::string(tag));
     detail::read_value(in, r);
+    if (in.left() != 0)
+      throw error(errc::protocol_violation, detail::describe(what) + ": " + std::to_string(in.left()) +
+                                                " bytes left over after the " + type_tag<R>() + " result");
   } catch (const troupe::error&) {
     throw;
   } catch (const std::exception& e) {
@@ -386,7 +472,9 @@ R decode_result(const std::vector<char>& bytes, const What& what) {
 }
 
 /// Decodes an argument list into a tuple after checking count and tags against Args.
-/// Throws troupe::error(bad_argument) naming the argument index, expected and received type.
+/// Throws troupe::error(bad_argument) naming the argument index, expected and received type, or
+/// when bytes are left over after the last argument; protocol_violation when a value's bytes
+/// break the codec (a bool other than 0 or 1, a length beyond the payload, a bad tensor header).
 template <class... Args>
 std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, const std::string& fn) {
   std::tuple<std::decay_t<Args>...> out;
@@ -400,15 +488,17 @@ std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, co
     std::size_t index = 0;
     auto one = [&](auto& slot) {
       using T = std::decay_t<decltype(slot)>;
-      std::string tag;
-      in.str(tag);
+      const std::string_view tag = in.view();  // compared in place: no allocation per argument
       if (tag != type_tag<T>())
         throw error(errc::bad_argument, "function '" + fn + "' argument " + std::to_string(index) + ": expected " +
-                                            type_tag<T>() + ", got " + tag);
+                                            type_tag<T>() + ", got " + std::string(tag));
       detail::read_value(in, slot);
       ++index;
     };
     std::apply([&](auto&... slots) { (one(slots), ...); }, out);
+    if (in.left() != 0)
+      throw error(errc::bad_argument, "function '" + fn + "': " + std::to_string(in.left()) +
+                                          " bytes left over after the last argument");
   } catch (const troupe::error&) {
     throw;
   } catch (const std::exception& e) {
