@@ -14,6 +14,7 @@
 
 #include "troupe/autograd/nn/module.hpp"
 #include "troupe/ddp/collective_group.hpp"
+#include "troupe/ddp/process_group.hpp"  // the CPU group most users pass
 
 namespace troupe::ddp {
 
