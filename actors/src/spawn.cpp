@@ -249,14 +249,14 @@ bool spawn_context::reap(child& c) {
 // One wait: reaps what has exited (throwing on a failure) or blocks in poll until the deadline.
 std::optional<int> spawn_context::wait_step(steady::time_point deadline) {
   for (;;) {
-    std::optional<int> done;
+    // One child per call: wait_any reports every exit, however close together they come.
     for (auto& c : children_) {
       c.drain();
       if (!reap(c)) continue;
       if (c.failed()) fail(c);
-      if (!done) done = c.rank;
+      return c.rank;
     }
-    if (done || running() == 0 || steady::now() >= deadline) return done;
+    if (running() == 0 || steady::now() >= deadline) return std::nullopt;
     std::vector<pollfd> fds;
     bool have_pidfds = true;
     for (const auto& c : children_) {
