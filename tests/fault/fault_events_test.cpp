@@ -69,23 +69,6 @@ TEST_CASE("a plan parses partitions, kills and pauses and prints them back", "[f
   CHECK(troupe::fault_plan::parse(plan.to_string()).to_string() == plan.to_string());
 }
 
-TEST_CASE("malformed fault events are refused naming the line", "[fault][plan]") {
-  auto message_of = [](const std::string& text) {
-    try {
-      troupe::fault_plan::parse(text);
-    } catch (const troupe::error& e) {
-      CHECK(e.code() == errc::bad_argument);
-      return e.message();
-    }
-    return std::string("no error");
-  };
-  CHECK_THAT(message_of("seed 1\npartition a\n"), Catch::Contains("line 2") && Catch::Contains("two worker lists"));
-  CHECK_THAT(message_of("partition a b hold\n"), Catch::Contains("needs for=MS"));
-  CHECK_THAT(message_of("kill step worker=w\n"), Catch::Contains("needs step=N"));
-  CHECK_THAT(message_of("pause step step=1\n"), Catch::Contains("pause needs for=MS"));
-  CHECK_THAT(message_of("kill step step=1 for=3\n"), Catch::Contains("unknown kill field 'for=3'"));
-}
-
 TEST_CASE("a bad plan file is refused naming the file and the line", "[fault][plan]") {
   plan_file f("seed 1\n\nrule f drop=2\n");
   try {

@@ -69,6 +69,12 @@ TEST_CASE("a malformed fault plan is refused naming the line and the field", "[f
   CHECK_THAT(message_of("rule f bogus=1\n"), Catch::Contains("unknown field 'bogus'"));
   CHECK_THAT(message_of("rule f delay=9..2\n"), Catch::Contains("max < min"));
   CHECK_THAT(message_of("frobnicate\n"), Catch::Contains("expected 'seed', 'rule', 'partition', 'kill' or 'pause'"));
+  // Fault events: partitions, kills and pauses.
+  CHECK_THAT(message_of("seed 1\npartition a\n"), Catch::Contains("line 2") && Catch::Contains("two worker lists"));
+  CHECK_THAT(message_of("partition a b hold\n"), Catch::Contains("needs for=MS"));
+  CHECK_THAT(message_of("kill step worker=w\n"), Catch::Contains("needs step=N"));
+  CHECK_THAT(message_of("pause step step=1\n"), Catch::Contains("pause needs for=MS"));
+  CHECK_THAT(message_of("kill step step=1 for=3\n"), Catch::Contains("unknown kill field 'for=3'"));
   CHECK_THROWS_AS(troupe::fault_plan::load("/nonexistent/plan.txt"), troupe::error);
 }
 
