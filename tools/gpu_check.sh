@@ -14,7 +14,7 @@
 #   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
 #                                           .tar.gz, or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
-# JSON lines of every benchmark) and summary.txt. Exits 2 without a visible device, 1 when a
+# JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s). Exits 2 without a visible device, 1 when a
 # check failed, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +97,7 @@ run_checks() {
   check() {  # check <name> <log> <command...>
     local name=$1 log=$2; shift 2
     local t0=$SECONDS
-    if timeout 900 "$@" >"$out/$log" 2>&1; then
+    if timeout "${CHECK_TIMEOUT:-900}" "$@" >"$out/$log" 2>&1; then
       echo "gpu-check: PASS ${name} ($((SECONDS - t0)) s)" | tee -a "$out/summary.txt"
     else
       echo "gpu-check: FAIL ${name} (exit $?, see $log)" | tee -a "$out/summary.txt"
@@ -108,13 +108,13 @@ run_checks() {
   local p
   # Catch2 v2: a tag filter; --warn NoAssertions makes a test that skipped for lack of a device fail.
   for t in troupe_tensors_tests troupe_autograd_tests; do
-    if p=$(locate "$dir" "$t"); then check "$t [cuda]" "$t.log" "$p" "[cuda]" --warn NoAssertions; fi
+    if p=$(locate "$dir" "$t"); then check "$t [cuda]" "$t.log" "$p" "[cuda]" --warn NoAssertions -d yes; fi
   done
   if p=$(locate "$dir" troupe_ddp_tests); then
-    check "troupe_ddp_tests [nccl]" troupe_ddp_tests.log "$p" "[nccl]" --warn NoAssertions
+    check "troupe_ddp_tests [nccl]" troupe_ddp_tests.log "$p" "[nccl]" --warn NoAssertions -d yes
   fi
   if p=$(locate "$dir" troupe_actors_tests); then
-    check "troupe_actors_tests [cuda]" troupe_actors_tests.log "$p" "[cuda]" --warn NoAssertions
+    check "troupe_actors_tests [cuda]" troupe_actors_tests.log "$p" "[cuda]" --warn NoAssertions -d yes
   fi
   for b in "${benches[@]}"; do
     if p=$(locate "$dir" "$b"); then

@@ -248,7 +248,12 @@ TEST_CASE("cuda indexing ops match the cpu", "[tensors][cuda]") {
     require_match(index_add(ag, 0, idx.to(gpu), rows.to(gpu)), index_add(a, 0, idx, rows), "index_add " + ts);
   }
   const tensor e = sample({0, 3}, dtype::float32, 24);
-  require_match(index_select(e.to(gpu), 1, idx.slice(0, 0, 2).to(gpu)), index_select(e, 1, idx.slice(0, 0, 2)), "empty");
+  const tensor eidx = from_vector<std::int64_t>({2, 0});
+  require_match(index_select(e.to(gpu), 1, eidx.to(gpu)), index_select(e, 1, eidx), "empty");
+  // An index past the end is refused on the device as on the cpu, naming the index.
+  const tensor a = sample({4, 3}, dtype::float32, 25);
+  CHECK_THROWS_WITH(index_select(a, 1, idx), Catch::Contains("index_out_of_range") && Catch::Contains("index 3"));
+  CHECK_THROWS_WITH(index_select(a.to(gpu), 1, idx.to(gpu)), Catch::Contains("index_out_of_range") && Catch::Contains("index 3"));
 }
 
 TEST_CASE("cuda random draws equal the cpu draws for the same seed", "[tensors][cuda]") {
