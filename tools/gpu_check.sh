@@ -14,13 +14,18 @@
 #   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
 #                                           .tar.gz, or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
-# JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s). Exits 2 without a visible device, 1 when a
+# JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s);
+# CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench and PyTorch's CPU figures. Exits 2 without a visible device, 1 when a
 # check failed, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-tests=(troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests)
+tests=(troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests troupe_dist_autograd_tests
+       troupe_integration_tests)
 benches=(tensor_bench gpu_bench)
+# With CPU_BENCHES=1, run too: the CPU benches PyTorch's CPU figures compare with
+# (tools/torch_cpu_bench.py), on the GPU machine's otherwise idle cores.
+cpu_benches=(rpc_bench allreduce_bench ddp_bench)
 
 # Prints the directory holding `name` under a build dir (tests/, bench/) or a packed dir (bin/).
 locate() {
@@ -35,10 +40,10 @@ pack() {
   local build=${1:-build-gpu} dest=${2:-gpu-carry}
   mkdir -p "$dest/bin" "$dest/lib"
   local bins=()
-  for b in "${tests[@]}" "${benches[@]}"; do
+  for b in "${tests[@]}" "${benches[@]}" "${cpu_benches[@]}"; do
     if p=$(locate "$build" "$b"); then cp "$p" "$dest/bin/"; bins+=("$p"); else echo "pack: $b not built in $build" >&2; fi
   done
-  cp tools/gpu_torch_bench.py "$dest/bin/" 2>/dev/null || true
+  cp tools/gpu_torch_bench.py tools/torch_cpu_bench.py "$dest/bin/" 2>/dev/null || true
   # Shared libraries other than glibc, the loader, the driver and the CUDA toolkit's.
   ldd "${bins[@]}" 2>/dev/null | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -107,15 +112,12 @@ run_checks() {
   }
   local p
   # Catch2 v2: a tag filter; --warn NoAssertions makes a test that skipped for lack of a device fail.
-  for t in troupe_tensors_tests troupe_autograd_tests; do
-    if p=$(locate "$dir" "$t"); then check "$t [cuda]" "$t.log" "$p" "[cuda]" --warn NoAssertions -d yes; fi
+  for t in "${tests[@]}"; do
+    p=$(locate "$dir" "$t") || continue
+    if [ "$("$p" "[cuda],[nccl]" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
+      check "$t [cuda],[nccl]" "$t.log" "$p" "[cuda],[nccl]" --warn NoAssertions -d yes
+    fi
   done
-  if p=$(locate "$dir" troupe_ddp_tests); then
-    check "troupe_ddp_tests [nccl]" troupe_ddp_tests.log "$p" "[nccl]" --warn NoAssertions -d yes
-  fi
-  if p=$(locate "$dir" troupe_actors_tests); then
-    check "troupe_actors_tests [cuda]" troupe_actors_tests.log "$p" "[cuda]" --warn NoAssertions -d yes
-  fi
   for b in "${benches[@]}"; do
     if p=$(locate "$dir" "$b"); then
       check "$b" "$b.log" "$p"
@@ -132,6 +134,20 @@ run_checks() {
     grep '^{' "$out/torch_bench.log" >>"$out/bench.jsonl"
   else
     echo "gpu-check: SKIP pytorch figures (no python3 with CUDA-enabled torch)" | tee -a "$out/summary.txt"
+  fi
+  if [ "${CPU_BENCHES:-0}" = 1 ]; then
+    for b in "${cpu_benches[@]}"; do
+      if p=$(locate "$dir" "$b"); then
+        check "$b" "$b.log" "$p"
+        grep '^{' "$out/$b.log" >>"$out/bench.jsonl"
+      fi
+    done
+    local cpu_bench=tools/torch_cpu_bench.py
+    [ -f "$dir/bin/torch_cpu_bench.py" ] && cpu_bench="$dir/bin/torch_cpu_bench.py"
+    if command -v python3 >/dev/null && python3 -c "import torch" 2>/dev/null; then
+      check "pytorch cpu figures" torch_cpu_bench.log python3 "$cpu_bench"
+      grep '^{' "$out/torch_cpu_bench.log" >>"$out/bench.jsonl"
+    fi
   fi
   return $failed
 }
