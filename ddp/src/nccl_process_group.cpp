@@ -2,6 +2,7 @@
 // calling thread, the in-flight list that keeps tensors alive (Note [NCCL process group]).
 #include "troupe/ddp/nccl_process_group.hpp"
 
+#include "member_watch.hpp"
 #include "shm_transport.hpp"  // detail::rendezvous
 #include "store_checks.hpp"
 #include "work_state.hpp"
@@ -111,6 +112,9 @@ struct nccl_process_group::impl {
   std::mutex launch_mu;              // one fingerprint exchange + launch at a time
   std::uint64_t fingerprinted = 0;   // under launch_mu
   std::unique_ptr<detail::periodic_thread> watchdog;  // Note [NCCL watchdog]
+  std::mutex lost_mu;
+  std::optional<std::string> lost;  // a lost member, for the watchdog to abort on (Note [group peer loss])
+  std::optional<detail::member_watch> members;  // declared last: ends before what its listener touches
 
   impl(const detail::rendezvous& rv, detail::check_store cs, int r, int w, std::string n, troupe::device d,
        const process_group_options& o)
@@ -122,9 +126,15 @@ struct nccl_process_group::impl {
     barrier_buf = empty({1}, {dtype::uint8, dev});  // its value is never read
     const auto tick = std::clamp(opts.timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     watchdog = std::make_unique<detail::periodic_thread>(tick, [this] { watch(); });
+    if (rv.events && world > 1)
+      members.emplace(rv, "troupe/nccl/" + name + "/worker/", rank, world, opts.timeout, [this](const std::string& why) {
+        std::lock_guard<std::mutex> lock(lost_mu);  // never comm->mu: a launch may hold it for long
+        if (!lost) lost = why;
+      });
   }
 
   ~impl() {
+    members.reset();   // no more losses reported
     watchdog.reset();  // before the teardown: the watchdog reads the in-flight list
     shutdown();
   }
@@ -133,8 +143,10 @@ struct nccl_process_group::impl {
     return "nccl_process_group '" + n + "' rank " + std::to_string(r) + " on " + troupe::to_string(d);
   }
 
-  /// The watchdog's step: drops completed works, fails the oldest one that outlived the timeout.
+  /// The watchdog's step: aborts the communicator after a member was lost, drops completed
+  /// works, fails the oldest one that outlived the timeout.
   void watch() {
+    abort_if_lost();
     std::lock_guard<std::mutex> lock(inflight_mu);
     while (!inflight.empty() && inflight.front()->poll()) inflight.pop_front();
     if (inflight.empty()) return;
@@ -146,6 +158,19 @@ struct nccl_process_group::impl {
   }
 
   const std::string& label() const { return comm->label; }
+
+  /// A member lost (Note [group peer loss]) ends the communicator: every work in flight and every
+  /// later collective fails with peer_lost naming the member.
+  void abort_if_lost() {
+    std::optional<std::string> why;
+    {
+      std::lock_guard<std::mutex> lock(lost_mu);
+      why = lost;
+    }
+    if (!why) return;
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (!comm->dead) comm->abort_locked(troupe::error(errc::peer_lost, label() + ": " + *why + "; the communicator was aborted"));
+  }
 
   ncclUniqueId exchange_id(const detail::rendezvous& rv) {
     const std::string key = "troupe/nccl/" + name + "/unique_id";
@@ -283,7 +308,8 @@ struct nccl_process_group::impl {
 nccl_process_group::nccl_process_group(store_client& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr, nullptr};
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr,
+                        store.peer_losses()};
   detail::check_store cs{rv.set, rv.get, [&store](const std::string& k) { store.erase(k); }};
   impl_ = std::make_unique<impl>(rv, std::move(cs), rank, world_size, std::move(name), device, opts);
 }

@@ -37,6 +37,12 @@
 /// nothing hangs) and throws nccl_failure / timeout. An aborted group is dead: every later call
 /// throws invalid_state naming the cause; recovery means building a new group under a new name.
 ///
+/// Peer loss: a group built on a node's store_client watches its members through the node
+/// (Note [group peer loss] in src/member_watch.hpp). A member the node declares lost (dead at
+/// once, frozen after node_options::connection_timeout) makes the watchdog abort the
+/// communicator at its next tick, so every work in flight fails with peer_lost naming the rank
+/// and its worker. A group on a file_store has no node and relies on the watchdog's timeout.
+///
 /// Note [NCCL watchdog]
 /// --------------------
 /// A watchdog thread per group polls the oldest collective in flight every
