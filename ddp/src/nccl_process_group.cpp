@@ -11,8 +11,10 @@
 
 #if defined(TROUPE_WITH_NCCL)
 
+#include <cstdio>
 #include <deque>
 #include <functional>
+#include <utility>
 
 #include "nccl_comm.hpp"
 #include "periodic_thread.hpp"
@@ -106,6 +108,7 @@ struct nccl_process_group::impl {
   cuda::event ready;    // reused: recorded on the caller's stream, waited on by `stream` (under comm->mu)
   tensor barrier_buf;
   std::uint64_t issued = 0;  // under comm->mu
+  std::string next_note;     // note_next(); taken by the next launch (under launch_mu)
   std::mutex inflight_mu;
   std::deque<std::shared_ptr<nccl_work::state>> inflight;
   detail::store_checks checks;       // Note [NCCL fingerprints]; used under launch_mu
@@ -151,13 +154,33 @@ struct nccl_process_group::impl {
     while (!inflight.empty() && inflight.front()->poll()) inflight.pop_front();
     if (inflight.empty()) return;
     const auto& s = inflight.front();
-    if (clock::now() - s->launched_at <= opts.timeout) return;
+    const auto running = clock::now() - s->launched_at;
+    if (opts.blame_after.count() > 0 && running > opts.blame_after && !s->blamed) {
+      s->blamed = true;
+      blame(*s, std::chrono::duration_cast<std::chrono::milliseconds>(running));
+    }
+    if (running <= opts.timeout) return;
     s->expire(troupe::error(errc::timeout, s->description + ": the watchdog found it still running " +
                                                std::to_string(opts.timeout.count()) +
                                                " ms after its launch (a rank died or hangs); the communicator was aborted"));
   }
 
   const std::string& label() const { return comm->label; }
+
+  /// Note [NCCL flight recorder]: the report on a collective past opts.blame_after.
+  void blame(const nccl_work::state& s, std::chrono::milliseconds running) const {
+    std::string text = s.description + " still runs after " + std::to_string(running.count()) + " ms";
+    if (opts.recorder) {
+      std::string last;
+      for (const auto& e : opts.recorder->last(4))
+        if (e.kind == trace_kind::collective && e.ended) last = e.name + " #" + std::to_string(e.seq);
+      text += last.empty() ? "; no collective of this rank completed before it" : "; this rank's last completed: " + last;
+    }
+    text += opts.check_fingerprints ? " (every rank issued it: the fingerprints matched; a rank died or hangs inside it)"
+                                    : " (fingerprints off: a rank may not have issued it)";
+    if (opts.on_blame) opts.on_blame(text);
+    else std::fprintf(stderr, "troupe: %s\n", text.c_str());
+  }
 
   /// A member lost (Note [group peer loss]) ends the communicator: every work in flight and every
   /// later collective fails with peer_lost naming the member.
@@ -229,7 +252,13 @@ struct nccl_process_group::impl {
     {
       std::lock_guard<std::mutex> lock(comm->mu);
       comm->ensure_alive_locked(what);
-      s = std::make_shared<nccl_work::state>(comm, label() + ": " + what + " #" + std::to_string(++issued));
+      const std::string note = std::exchange(next_note, {});
+      s = std::make_shared<nccl_work::state>(comm, label() + ": " + what + " #" + std::to_string(++issued) +
+                                                       (note.empty() ? "" : " (" + note + ")"));
+      if (opts.recorder) {  // Note [NCCL flight recorder]
+        s->recorder = opts.recorder;
+        s->token = opts.recorder->begin(trace_kind::collective, what.substr(0, what.find(' ')), issued, note.empty() ? what : note);
+      }
       nccl_detail::device_guard g(dev.index);
       ready.record(cuda::current_stream(dev.index));
       ready.wait(stream.handle());
@@ -325,6 +354,11 @@ nccl_process_group::nccl_process_group(const file_store& store, int rank, int wo
 nccl_process_group::~nccl_process_group() = default;
 nccl_process_group::nccl_process_group(nccl_process_group&&) noexcept = default;
 nccl_process_group& nccl_process_group::operator=(nccl_process_group&&) noexcept = default;
+
+void nccl_process_group::note_next(std::string note) {
+  std::lock_guard<std::mutex> lock(impl_->launch_mu);
+  impl_->next_note = std::move(note);
+}
 
 int nccl_process_group::rank() const noexcept { return impl_->rank; }
 int nccl_process_group::world_size() const noexcept { return impl_->world; }
