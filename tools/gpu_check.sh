@@ -15,7 +15,8 @@
 #                                           .tar.gz, or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
 # JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s);
-# CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench and PyTorch's CPU figures. Exits 2 without a visible device, 1 when a
+# CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
+# and the demo (ddp_train) with PyTorch loading its model.safetensors. Exits 2 without a visible device, 1 when a
 # check failed, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ tests=(troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors
 benches=(tensor_bench gpu_bench)
 # With CPU_BENCHES=1, run too: the CPU benches PyTorch's CPU figures compare with
 # (tools/torch_cpu_bench.py), on the GPU machine's otherwise idle cores.
-cpu_benches=(rpc_bench allreduce_bench ddp_bench)
+cpu_benches=(rpc_bench allreduce_bench ddp_bench actor_bench)
 
 # Prints the directory holding `name` under a build dir (tests/, bench/) or a packed dir (bin/).
 locate() {
@@ -40,10 +41,10 @@ pack() {
   local build=${1:-build-gpu} dest=${2:-gpu-carry}
   mkdir -p "$dest/bin" "$dest/lib"
   local bins=()
-  for b in "${tests[@]}" "${benches[@]}" "${cpu_benches[@]}"; do
+  for b in "${tests[@]}" "${benches[@]}" "${cpu_benches[@]}" ddp_train; do
     if p=$(locate "$build" "$b"); then cp "$p" "$dest/bin/"; bins+=("$p"); else echo "pack: $b not built in $build" >&2; fi
   done
-  cp tools/gpu_torch_bench.py tools/torch_cpu_bench.py "$dest/bin/" 2>/dev/null || true
+  cp tools/gpu_torch_bench.py tools/torch_cpu_bench.py tools/torch_load_check.py "$dest/bin/" 2>/dev/null || true
   # Shared libraries other than glibc, the loader, the driver and the CUDA toolkit's.
   ldd "${bins[@]}" 2>/dev/null | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -154,6 +155,13 @@ run_checks() {
     if command -v python3 >/dev/null && python3 -c "import torch" 2>/dev/null; then
       check "pytorch cpu figures" torch_cpu_bench.log python3 "$cpu_bench"
       grep '^{' "$out/torch_cpu_bench.log" >>"$out/bench.jsonl"
+      # The demo's model, loaded by PyTorch as README.md says.
+      if p=$(locate "$dir" ddp_train); then
+        check "the demo trains" ddp_train.log "$p" --world-size 2 --out "$out/demo"
+        local load_check=tools/torch_load_check.py
+        [ -f "$dir/bin/torch_load_check.py" ] && load_check="$dir/bin/torch_load_check.py"
+        check "pytorch loads the demo model" torch_load_check.log python3 "$load_check" "$out/demo/model.safetensors"
+      fi
     fi
   fi
   return $failed
