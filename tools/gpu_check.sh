@@ -10,9 +10,9 @@
 #                                           (not glibc, the driver or the CUDA toolkit's, which
 #                                           are too large to carry) into dest (default
 #                                           gpu-carry), for a GPU machine with no package registry
-#                                           and dest.tar.gz (stripped binaries, gzip)
+#                                           and dest.tar.xz (stripped binaries, xz)
 #   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
-#                                           .tar.gz, or a build dir; nothing is built or installed
+#                                           .tar.xz (or .tar.gz), or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
 # JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s);
 # CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
@@ -31,7 +31,7 @@ cpu_benches=(rpc_bench allreduce_bench ddp_bench actor_bench)
 # Prints the directory holding `name` under a build dir (tests/, bench/) or a packed dir (bin/).
 locate() {
   local dir=$1 name=$2
-  for sub in bin tests bench; do
+  for sub in bin tests bench examples; do
     if [ -x "$dir/$sub/$name" ]; then echo "$dir/$sub/$name"; return 0; fi
   done
   return 1
@@ -54,9 +54,10 @@ pack() {
     cp -L "$lib" "$dest/lib/"
   done
   strip --strip-unneeded "$dest"/bin/troupe_*_tests "$dest"/bin/*_bench 2>/dev/null || true
-  # One archive keeps the carried files small (the libraries compress well).
-  tar -C "$(dirname "$dest")" -czf "$dest.tar.gz" "$(basename "$dest")"
-  du -sh "$dest" "$dest.tar.gz"
+  # One xz archive keeps the carried files small: every binary holds the same CUDA kernels, which
+  # xz's window finds again (about 0.6 of gzip's size).
+  tar -C "$(dirname "$dest")" -cf - "$(basename "$dest")" | xz -T0 -6 >"$dest.tar.xz"
+  du -sh "$dest" "$dest.tar.xz"
 }
 
 # Adds the directories that hold the CUDA runtime, cuBLAS and NCCL on this machine (a toolkit,
@@ -85,9 +86,11 @@ run_checks() {
   local dir=${1:-build-gpu}
   local out=${OUT:-gpu-check-out}
   mkdir -p "$out"
-  if [ -f "$dir" ] && [[ "$dir" == *.tar.gz ]]; then  # a packed archive: unpack beside the results
-    tar -C "$out" -xzf "$dir" || return 1
-    dir="$out/$(basename "$dir" .tar.gz)"
+  if [ -f "$dir" ] && [[ "$dir" == *.tar.* ]]; then  # a packed archive: unpack beside the results
+    # Python's tarfile where tar finds no xz.
+    tar -C "$out" -xf "$dir" 2>/dev/null ||
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$dir" "$out" || return 1
+    dir="$out/$(basename "${dir%.tar.*}")"
   fi
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$out/device.txt" 2>&1; then
     echo "gpu-check: no NVIDIA device visible (nvidia-smi -L failed); nothing was run" | tee "$out/summary.txt" >&2
@@ -177,7 +180,7 @@ case "${1:-}" in
       exit 2
     fi
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON >/dev/null || exit 1
-    cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" "${benches[@]}" || exit 1
+    cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" "${benches[@]}" "${cpu_benches[@]}" ddp_train || exit 1
     run_checks "$build"
     ;;
 esac
