@@ -11,8 +11,9 @@
 // generation of the group, and troupe-run starts a replacement for rank 1 alone. The
 // replacement receives the parameters, the optimizer state, the step and the data position
 // from rank 0, and the job replays the failed step. No checkpoint is written or read. The
-// program prints the timeline and compares the final parameters of both ranks with the
-// reference, bit for bit.
+// program prints the timeline, checks that it shows live recoveries (rank 0 started once, one
+// replacement per kill) and compares the final parameters of both ranks with the reference, bit
+// for bit.
 //
 // A fault is 1:STEP:POINT, POINT one of forward, backward, allreduce (rank 0 hosts the store, so
 // only rank 1 is killed). The k-th fault fires in the k-th incarnation of rank 1.
@@ -232,6 +233,7 @@ void run_rank(const options& o) {
   const bool replacement = rp && std::string(rp) == "1";
   node n = join_node(replacement);
   const int rank = n.info().rank, world = n.info().world_size;
+  if (rank == 0) timeline(o.out, "rank 0 started");
   kill_switch kill{o.out, std::nullopt, 0};
   if (rank == 1 && incarnation < static_cast<int>(o.kills.size())) kill.armed = o.kills[incarnation];
   generator data_gen(7);
@@ -326,6 +328,21 @@ bool same_bits(const state_dict& a, const state_dict& b) {
   return true;
 }
 
+/// Why the timeline in `dir` does not show `kills` live recoveries (empty when it does): rank 0
+/// must have started once, and each kill must have brought a replacement that got its state
+/// from a live peer.
+std::string not_live(const std::string& dir, std::size_t kills) {
+  std::ifstream in(fs::path(dir) / "timeline.txt");
+  std::size_t starts = 0, joins = 0;
+  for (std::string line; std::getline(in, line);) {
+    starts += line.find("rank 0 started") != std::string::npos;
+    joins += line.find("replacement joined") != std::string::npos;
+  }
+  if (starts != 1) return "rank 0 started " + std::to_string(starts) + " times";
+  if (joins != kills) return std::to_string(joins) + " replacements joined for " + std::to_string(kills) + " kills";
+  return {};
+}
+
 int supervise(options o) {
   const std::string self = fs::canonical("/proc/self/exe").string();
   if (o.launcher.empty()) o.launcher = (fs::path(self).parent_path().parent_path() / "tools" / "troupe-run").string();
@@ -343,6 +360,10 @@ int supervise(options o) {
   print_timeline(bad, t0);
   if (rc != 0) {
     std::fprintf(stderr, "live_recovery: the faulty job failed (troupe-run exit %d)\n", rc);
+    return 1;
+  }
+  if (const std::string why = not_live(bad, o.kills.size()); !why.empty()) {
+    std::fprintf(stderr, "live_recovery: the faulty job did not recover live: %s\n", why.c_str());
     return 1;
   }
   const state_dict want = load_state_dict_file(ref + "/final-rank0.params");
