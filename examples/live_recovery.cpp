@@ -231,6 +231,7 @@ void run_rank(const options& o) {
   const char* rp = std::getenv("TROUPE_REPLACEMENT");
   const int incarnation = rc ? std::atoi(rc) : 0;
   const bool replacement = rp && std::string(rp) == "1";
+  if (replacement) timeline(o.out, "rank " + std::string(std::getenv("RANK")) + " replacement process started");
   node n = join_node(replacement);
   const int rank = n.info().rank, world = n.info().world_size;
   if (rank == 0) timeline(o.out, "rank 0 started");
