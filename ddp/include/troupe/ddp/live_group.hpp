@@ -25,12 +25,14 @@
 /// The contract of a step: commit(step) follows the optimizer step, and modules and optimizers
 /// change only after the step's last collective. So a step that failed on a survivor left its
 /// modules and optimizers at the last commit; counters and generators are rolled back. The step
-/// is then replayed from the same state, and with two ranks the result is bitwise that of an
-/// undisturbed run (with more ranks, a ring's summation order can differ in the last bit).
+/// is then replayed from the same state. With two ranks (what the tests check) the result is
+/// bitwise that of an undisturbed run. With more, DDP is wrapped anew after a recovery, and
+/// its buckets may then sum some elements in another order than the undisturbed run did.
 ///
 /// Limits: rank 0 hosts the store, so its death cannot be recovered live (the launcher
-/// restarts the whole job). A death during recover() makes that recover() fail; call it again
-/// (the next generation). Each wait is bounded by options.timeout.
+/// restarts the whole job). A death while a generation forms makes that start() or recover()
+/// fail (timeout or peer_lost); recover() may be called again for the next generation. Each
+/// wait is bounded: the store and the sync by options.timeout, a rendezvous by group.timeout.
 #include <chrono>
 #include <cstdint>
 #include <memory>
