@@ -111,7 +111,15 @@ run_checks() {
     if p=$(locate "$dir" "$t"); then check "$t [cuda]" "$t.log" "$p" "[cuda]" --warn NoAssertions -d yes; fi
   done
   if p=$(locate "$dir" troupe_ddp_tests); then
-    check "troupe_ddp_tests [nccl]" troupe_ddp_tests.log "$p" "[nccl]" --warn NoAssertions -d yes
+    check "troupe_ddp_tests [nccl]" troupe_ddp_tests.log "$p" "[nccl]~[gpu_fork]" --warn NoAssertions -d yes
+    # Tests that fork ranks using the device run in a process that never initialised CUDA.
+    # The world-size-2 NCCL ones among them skip (and so fail here) with fewer than 2 devices.
+    check "troupe_ddp_tests [cuda][gpu_fork]" troupe_ddp_tests_fork.log "$p" "[cuda][gpu_fork]" --warn NoAssertions -d yes
+    if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+      check "troupe_ddp_tests [nccl][gpu_fork]" troupe_ddp_tests_nccl2.log "$p" "[nccl][gpu_fork]" --warn NoAssertions -d yes
+    else
+      echo "gpu-check: SKIP troupe_ddp_tests [nccl][gpu_fork] (needs 2 devices)" | tee -a "$out/summary.txt"
+    fi
   fi
   if p=$(locate "$dir" troupe_actors_tests); then
     check "troupe_actors_tests [cuda]" troupe_actors_tests.log "$p" "[cuda]" --warn NoAssertions -d yes
