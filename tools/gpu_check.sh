@@ -117,16 +117,22 @@ run_checks() {
   local p
   # Catch2 v2: a tag filter; --warn NoAssertions makes a test that skipped for lack of a device
   # fail. [multigpu] tests need two devices: with one they are left out and named as not run.
-  local filter="[cuda],[nccl]" gpus
+  # [gpu_fork] tests fork ranks that use the device, so they run apart, in a process that never
+  # initialised CUDA.
+  local gpus no_multi=""
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   if [ "$gpus" -lt 2 ]; then
-    filter="[cuda]~[multigpu],[nccl]~[multigpu]"
+    no_multi="~[multigpu]"
     echo "gpu-check: NOT RUN [multigpu] tests ($gpus device)" | tee -a "$out/summary.txt"
   fi
+  local filter="[cuda]~[gpu_fork]$no_multi,[nccl]~[gpu_fork]$no_multi" fork_filter="[gpu_fork]$no_multi"
   for t in "${tests[@]}"; do
     p=$(locate "$dir" "$t") || continue
     if [ "$("$p" "$filter" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
-      check "$t $filter" "$t.log" "$p" "$filter" --warn NoAssertions -d yes
+      check "$t [cuda],[nccl]" "$t.log" "$p" "$filter" --warn NoAssertions -d yes
+    fi
+    if [ "$("$p" "$fork_filter" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
+      check "$t [gpu_fork]" "$t-fork.log" "$p" "$fork_filter" --warn NoAssertions -d yes
     fi
   done
   for b in "${benches[@]}"; do
