@@ -5,7 +5,7 @@
 
 #include <boost/serialization/vector.hpp>
 #include <caf/binary_serializer.hpp>
-#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -217,7 +217,7 @@ void actor_message_seeds() {
     return b;
   };
   const std::uint64_t request = caf::make_message_id().integer_value();
-  auto sender = f.system().spawn([]() -> caf::behavior { return {[](int) {}}; });
+  caf::scoped_actor sender{f.system()};  // an actor handle to carry in a message
   auto ptr = caf::actor_cast<caf::strong_actor_ptr>(sender);
   const tensor t = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   write("actor_message", "values", 0, body(caf::actor_id{3}, caf::actor_id{5}, request, caf::make_message(std::int32_t{7}, std::string("hi"), 2.5)));
@@ -230,7 +230,6 @@ void actor_message_seeds() {
   write("actor_message", "empty", 0, body(caf::actor_id{3}, caf::actor_id{5}, request, caf::message{}));
   write("actor_message", "control-watch", 1, body(std::uint8_t{0}, caf::actor_id{5}, caf::error{}));
   write("actor_message", "control-down", 1, body(std::uint8_t{1}, caf::actor_id{5}, caf::make_error(caf::exit_reason::unknown)));
-  caf::anon_send_exit(sender, caf::exit_reason::kill);
 }
 
 void fault_plan_seeds() {
