@@ -17,7 +17,7 @@ DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catc
 CLANG_DEB_PACKAGES := clang libclang-rt-14-dev llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz demo bench chaos gpu-check gpu-pack clean
+.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz fuzz-seeds demo bench chaos gpu-check gpu-pack clean
 
 all: build
 
@@ -71,6 +71,13 @@ fuzz: deps deps-clang
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 	./tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
+# Rewrites the committed seed corpora (fuzz/corpus/) with the project's own encoders, so they
+# follow a changed format; needs the fuzz build (`make fuzz` configures it).
+fuzz-seeds:
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target troupe_fuzz_seeds
+	rm -rf fuzz/corpus
+	$(FUZZ_BUILD)/fuzz/troupe_fuzz_seeds fuzz/corpus
 
 # The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds (random fork trees under random
 # fault plans), then every fault-plan test of the fault and dist_autograd suites CHAOS_REPEAT times.

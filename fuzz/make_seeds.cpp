@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <boost/serialization/vector.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/scoped_actor.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "actor_system_fixture.hpp"
 #include "rpc/fragment.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
@@ -204,6 +207,31 @@ void file_seeds(const fs::path& tmp) {
   fs::remove(p);
 }
 
+// Actor frame bodies as remote_actors::forward and send_control write them.
+void actor_message_seeds() {
+  fuzz::actor_system_fixture f;
+  auto body = [&](auto&&... xs) {
+    bytes b;
+    caf::binary_serializer sink{f.context(), b};
+    if (sink(xs...)) throw std::runtime_error("cannot encode an actor message seed");
+    return b;
+  };
+  const std::uint64_t request = caf::make_message_id().integer_value();
+  caf::scoped_actor sender{f.system()};  // an actor handle to carry in a message
+  auto ptr = caf::actor_cast<caf::strong_actor_ptr>(sender);
+  const tensor t = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  write("actor_message", "values", 0, body(caf::actor_id{3}, caf::actor_id{5}, request, caf::make_message(std::int32_t{7}, std::string("hi"), 2.5)));
+  write("actor_message", "tensor", 0, body(caf::actor_id{3}, caf::actor_id{5}, request, caf::make_message(t, from_vector<std::int64_t>({1, -1}))));
+  write("actor_message", "user-type", 0,
+        body(caf::actor_id{0}, caf::actor_id{9}, request, caf::make_message(fuzz::user_message{"grad", {0.5, -1}, t}, std::string("tail"))));
+  write("actor_message", "link", 0, body(caf::actor_id{0}, caf::actor_id{5}, request, caf::make_message(caf::link_atom::value, ptr)));
+  write("actor_message", "rpc-request", 0,
+        body(caf::actor_id{3}, caf::actor_id{5}, request, caf::make_message(small_request(8), std::vector<std::string>{"a", "b"})));
+  write("actor_message", "empty", 0, body(caf::actor_id{3}, caf::actor_id{5}, request, caf::message{}));
+  write("actor_message", "control-watch", 1, body(std::uint8_t{0}, caf::actor_id{5}, caf::error{}));
+  write("actor_message", "control-down", 1, body(std::uint8_t{1}, caf::actor_id{5}, caf::make_error(caf::exit_reason::unknown)));
+}
+
 void fault_plan_seeds() {
   const std::vector<std::string> plans = {
       "seed 7\nrule troupe.rref.fork_request fail_first=2 drop=0.1\nrule * delay=1..5 reorder=10\n",
@@ -230,6 +258,7 @@ int main(int argc, char** argv) {
     frame_seeds();
     fragment_seeds();
     codec_seeds();
+    actor_message_seeds();
     file_seeds(tmp);
     fault_plan_seeds();
   } catch (const std::exception& e) {

@@ -137,15 +137,26 @@ void remote_actors::on_actor_frame(const std::shared_ptr<fast_conn>& c, bool con
   else on_message(c, body, n);
 }
 
+bool read_message_head(bounded_deserializer& src, actor_message_head& head) { return !src(head.from, head.dest, head.mid); }
+
+std::string read_message_content(caf::actor_system& sys, bounded_deserializer& src, caf::message& content) {
+  if (auto err = src(content)) return sys.render(err);
+  return src.remaining() == 0 ? std::string() : std::string("trailing bytes");
+}
+
+bool read_control_frame(bounded_deserializer& src, actor_control_frame& frame) {
+  return !src(frame.op, frame.id, frame.reason) && src.remaining() == 0;
+}
+
 void remote_actors::on_message(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
   bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
-  caf::actor_id from_id = 0, dest_id = 0;
-  std::uint64_t m = 0;
-  if (src(from_id, dest_id, m)) {
+  actor_message_head head;
+  if (!read_message_head(src, head)) {
     std::fprintf(stderr, "[troupe] %s: dropped a malformed actor message from %s\n", me_.name.c_str(), c->peer.c_str());
     return;
   }
-  const auto mid = caf::make_message_id(m);
+  const auto from_id = head.from, dest_id = head.dest;
+  const auto mid = caf::make_message_id(head.mid);
   caf::strong_actor_ptr from = from_id != 0 ? proxies_.get_or_put(c->peer_node, from_id) : nullptr;
   auto dst = sys_.registry().get(dest_id);
   if (!dst) {  // exited or never here: fail a request at once, and its proxy goes down
@@ -154,8 +165,7 @@ void remote_actors::on_message(const std::shared_ptr<fast_conn>& c, const char* 
     return;
   }
   caf::message content;
-  if (auto err = src(content); err || src.remaining() != 0) {
-    const auto why = err ? sys_.render(err) : std::string("trailing bytes");
+  if (const auto why = read_message_content(sys_, src, content); !why.empty()) {
     std::fprintf(stderr, "[troupe] %s: cannot decode an actor message from %s: %s\n", me_.name.c_str(), c->peer.c_str(), why.c_str());
     bounce(from, mid, to_caf_error(errc::protocol_violation, "worker " + me_.name + " cannot decode a message for actor " + std::to_string(dest_id) + " from " + c->peer + ": " + why + " (is every type in it announced with add_actor_message_type on both sides?)"));
     return;
@@ -183,15 +193,13 @@ bool remote_actors::intercept_link(const caf::strong_actor_ptr& dst, caf::messag
 
 void remote_actors::on_control(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
   bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
-  std::uint8_t op = 0;
-  caf::actor_id id = 0;
-  caf::error reason;
-  if (src(op, id, reason)) {
+  actor_control_frame f;
+  if (!read_control_frame(src, f)) {
     std::fprintf(stderr, "[troupe] %s: dropped a malformed actor control frame from %s\n", me_.name.c_str(), c->peer.c_str());
     return;
   }
-  if (op == static_cast<std::uint8_t>(control_op::watch)) watch(c, id);
-  else if (op == static_cast<std::uint8_t>(control_op::down)) proxies_.erase(c->peer_node, id, std::move(reason));
+  if (f.op == static_cast<std::uint8_t>(control_op::watch)) watch(c, f.id);
+  else if (f.op == static_cast<std::uint8_t>(control_op::down)) proxies_.erase(c->peer_node, f.id, std::move(f.reason));
 }
 
 void remote_actors::watch(const std::shared_ptr<fast_conn>& c, caf::actor_id id) {

@@ -53,6 +53,7 @@
 #include <caf/scoped_execution_unit.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -68,6 +69,31 @@ namespace troupe::detail {
 
 class fast_path;
 class bulk_names;
+
+class bounded_deserializer;
+
+/// The head of an actor message frame: sender (0: anonymous), receiver, message id. The
+/// content (a caf::message) follows it.
+struct actor_message_head {
+  caf::actor_id from = 0;
+  caf::actor_id dest = 0;
+  std::uint64_t mid = 0;
+};
+
+/// An actor control frame: an operation (0 watch, 1 down), an actor id, a reason.
+struct actor_control_frame {
+  std::uint8_t op = 0;
+  caf::actor_id id = 0;
+  caf::error reason;
+};
+
+/// Reads the head of a message frame's body; false when it is malformed.
+bool read_message_head(bounded_deserializer& src, actor_message_head& head);
+/// Reads the content after the head; empty when it decoded and no byte is left, else why not.
+/// Actor handles inside make proxies through the reader's execution unit.
+std::string read_message_content(caf::actor_system& sys, bounded_deserializer& src, caf::message& content);
+/// Reads a control frame's body; false when it is malformed or has bytes left.
+bool read_control_frame(bounded_deserializer& src, actor_control_frame& frame);
 
 /// A connection to a named worker and that worker's node.
 struct actor_peer {
