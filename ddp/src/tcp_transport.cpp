@@ -79,36 +79,6 @@ std::string read_first_line(const char* path) {
 thread_local std::string tcp_transport::what_;
 thread_local std::chrono::steady_clock::time_point tcp_transport::deadline_;
 
-tcp_socket::~tcp_socket() {
-  tls_.reset();
-  if (fd_ >= 0) ::close(fd_);
-}
-
-tcp_socket& tcp_socket::operator=(tcp_socket&& o) noexcept {
-  if (this != &o) {
-    tls_.reset();
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    tls_ = std::move(o.tls_);
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-void tcp_socket::start_tls(std::shared_ptr<const tls_context> ctx, tls_session::role r) {
-  tls_ = std::make_unique<tls_session>(std::move(ctx), fd_, r);
-}
-
-ssize_t tcp_socket::recv_some(std::byte* p, std::size_t n) { return tls_ ? tls_->read_some(p, n) : ::recv(fd_, p, n, 0); }
-
-ssize_t tcp_socket::send_some(const std::byte* p, std::size_t n) {
-  return tls_ ? tls_->write_some(p, n) : ::send(fd_, p, n, MSG_NOSIGNAL);
-}
-
-std::string tcp_socket::error_text(int e) const {
-  return e == EPROTO && tls_ ? "TLS: " + tls_->last_error() : std::string(std::strerror(e));
-}
-
 transport_kind choose_transport(const rendezvous& store, int rank, int world, const std::string& name,
                                 transport_kind requested, std::chrono::milliseconds timeout) {
   if (requested != transport_kind::automatic) return requested;

@@ -12,6 +12,7 @@
 
 #include "ddp/ddp_harness.hpp"
 #include "ddp/tls_test_certs.hpp"
+#include "troupe/actors/node_options.hpp"
 #include "troupe/actors/tls_session.hpp"
 
 using namespace troupe;
@@ -128,4 +129,18 @@ TEST_CASE("a tls group whose key file is missing, not PEM or not the certificate
   expect_refused(o, "ca_file '" + certs.path("missing-ca.crt") + "'", errc::io_error);
   o.tls.ca_file.clear();
   expect_refused(o, "ca_file is empty", errc::bad_argument);
+}
+
+TEST_CASE("node_options::from_env reads the tls files from TROUPE_TLS_CERT, TROUPE_TLS_KEY and TROUPE_TLS_CA", "[ddp][tls]") {
+  ::setenv("TROUPE_TLS_CERT", "/certs/a.crt", 1);
+  ::setenv("TROUPE_TLS_KEY", "/certs/a.key", 1);
+  ::setenv("TROUPE_TLS_CA", "/certs/ca.crt", 1);
+  const node_options o = node_options::from_env();
+  ::unsetenv("TROUPE_TLS_CERT");
+  ::unsetenv("TROUPE_TLS_KEY");
+  ::unsetenv("TROUPE_TLS_CA");
+  CHECK(o.tls.cert_file == "/certs/a.crt");
+  CHECK(o.tls.key_file == "/certs/a.key");
+  CHECK(o.tls.ca_file == "/certs/ca.crt");
+  CHECK_FALSE(node_options::from_env().tls.enabled());
 }
