@@ -13,6 +13,8 @@
 #include "ddp/ddp_harness.hpp"
 #include "ddp/tls_test_certs.hpp"
 #include "troupe/actors/node_options.hpp"
+#include "troupe/actors/rpc/api.hpp"
+#include "troupe/ddp/env_process_group.hpp"
 #include "troupe/actors/tls_session.hpp"
 
 using namespace troupe;
@@ -55,7 +57,47 @@ bool intruder_kept(const test::tls_test_certs& certs, const std::string& host, i
   return kept;
 }
 
+/// A loopback port that was free a moment ago (the launcher picks MASTER_PORT the same way).
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw error(errc::io_error, "free_port: no loopback port");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 }  // namespace
+
+TEST_CASE("a job with tls in its environment runs an rpc and an allreduce over the tls ring", "[ddp][process_group][tcp][tls]") {
+  const test::tls_test_certs certs;
+  const std::uint16_t port = free_port();
+  const tls_options files = certs.options();
+  auto ctx = spawn(2, [port, files](int rank) {
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", "2", 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    ::setenv("TROUPE_JOB_TOKEN", "tls-test-token", 1);
+    ::setenv("TROUPE_TLS_CERT", files.cert_file.c_str(), 1);
+    ::setenv("TROUPE_TLS_KEY", files.key_file.c_str(), 1);
+    ::setenv("TROUPE_TLS_CA", files.ca_file.c_str(), 1);
+    ddp::process_group_options o;
+    o.transport = ddp::transport_kind::tcp;  // one host: the automatic choice would be shared memory
+    ddp::env_process_group dist("tlsjob", o);
+    dist.node().functions().add("add", [](int a, int b) { return a + b; });
+    tensor t = full({1000}, static_cast<double>(rank + 1));
+    dist.group().allreduce(t).wait(20s);  // rank 1 registered "add" before it entered
+    test::expect(t.data<float>()[999] == 3.0f, "allreduce over the tls ring");
+    if (rank == 0) test::expect(rpc_sync<int>(dist.node(), "worker1", "add", 2, 3, 20s) == 5, "rpc in a tls job");
+    dist.shutdown(20s);
+  });
+  REQUIRE(ctx.join(90s));
+}
 
 TEST_CASE("a tcp group with mutual tls runs allreduce, broadcast and send/recv on 3 ranks", "[ddp][process_group][tcp][tls]") {
   const test::tls_test_certs certs;
