@@ -96,11 +96,11 @@ gpu-check: deps
 	./tools/gpu_check.sh $(GPU_BUILD)
 
 # Builds the same binaries with CUDA on this machine (no GPU needed) and packs them with the
-# libraries they link into $(GPU_BUILD)/carry.tar.gz; on a GPU machine without a package registry
-# `OUT=dir tools/gpu_check.sh run $(GPU_BUILD)/carry.tar.gz` runs every check from it.
+# libraries they link into $(GPU_BUILD)/carry.tar.xz; on a GPU machine without a package registry
+# `OUT=dir tools/gpu_check.sh run $(GPU_BUILD)/carry.tar.xz` runs every check from it.
 gpu-pack: deps
 	cmake -S . -B $(GPU_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON $(LAUNCHER) $(CMAKE_FLAGS)
-	cmake --build $(GPU_BUILD) -j $(JOBS) --target troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests tensor_bench gpu_bench
+	cmake --build $(GPU_BUILD) -j $(JOBS) --target troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests troupe_dist_autograd_tests troupe_integration_tests tensor_bench gpu_bench rpc_bench allreduce_bench ddp_bench actor_bench ddp_train
 	./tools/gpu_check.sh pack $(GPU_BUILD) $(GPU_BUILD)/carry
 
 clean:

@@ -10,22 +10,28 @@
 #                                           (not glibc, the driver or the CUDA toolkit's, which
 #                                           are too large to carry) into dest (default
 #                                           gpu-carry), for a GPU machine with no package registry
-#                                           and dest.tar.gz (stripped binaries, gzip)
+#                                           and dest.tar.xz (stripped binaries, xz)
 #   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
-#                                           .tar.gz, or a build dir; nothing is built or installed
+#                                           .tar.xz (or .tar.gz), or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
-# JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s). Exits 2 without a visible device, 1 when a
+# JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s);
+# CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
+# and the demo (ddp_train) with PyTorch loading its model.safetensors. Exits 2 without a visible device, 1 when a
 # check failed, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-tests=(troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests)
+tests=(troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests troupe_dist_autograd_tests
+       troupe_integration_tests)
 benches=(tensor_bench gpu_bench)
+# With CPU_BENCHES=1, run too: the CPU benches PyTorch's CPU figures compare with
+# (tools/torch_cpu_bench.py), on the GPU machine's otherwise idle cores.
+cpu_benches=(rpc_bench allreduce_bench ddp_bench actor_bench)
 
 # Prints the directory holding `name` under a build dir (tests/, bench/) or a packed dir (bin/).
 locate() {
   local dir=$1 name=$2
-  for sub in bin tests bench; do
+  for sub in bin tests bench examples; do
     if [ -x "$dir/$sub/$name" ]; then echo "$dir/$sub/$name"; return 0; fi
   done
   return 1
@@ -35,10 +41,10 @@ pack() {
   local build=${1:-build-gpu} dest=${2:-gpu-carry}
   mkdir -p "$dest/bin" "$dest/lib"
   local bins=()
-  for b in "${tests[@]}" "${benches[@]}"; do
+  for b in "${tests[@]}" "${benches[@]}" "${cpu_benches[@]}" ddp_train; do
     if p=$(locate "$build" "$b"); then cp "$p" "$dest/bin/"; bins+=("$p"); else echo "pack: $b not built in $build" >&2; fi
   done
-  cp tools/gpu_torch_bench.py "$dest/bin/" 2>/dev/null || true
+  cp tools/gpu_torch_bench.py tools/torch_cpu_bench.py tools/torch_load_check.py "$dest/bin/" 2>/dev/null || true
   # Shared libraries other than glibc, the loader, the driver and the CUDA toolkit's.
   ldd "${bins[@]}" 2>/dev/null | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -48,9 +54,10 @@ pack() {
     cp -L "$lib" "$dest/lib/"
   done
   strip --strip-unneeded "$dest"/bin/troupe_*_tests "$dest"/bin/*_bench 2>/dev/null || true
-  # One archive keeps the carried files small (the libraries compress well).
-  tar -C "$(dirname "$dest")" -czf "$dest.tar.gz" "$(basename "$dest")"
-  du -sh "$dest" "$dest.tar.gz"
+  # One xz archive keeps the carried files small: every binary holds the same CUDA kernels, which
+  # xz's window finds again (about 0.6 of gzip's size).
+  tar -C "$(dirname "$dest")" -cf - "$(basename "$dest")" | xz -T0 -6 >"$dest.tar.xz"
+  du -sh "$dest" "$dest.tar.xz"
 }
 
 # Adds the directories that hold the CUDA runtime, cuBLAS and NCCL on this machine (a toolkit,
@@ -79,9 +86,11 @@ run_checks() {
   local dir=${1:-build-gpu}
   local out=${OUT:-gpu-check-out}
   mkdir -p "$out"
-  if [ -f "$dir" ] && [[ "$dir" == *.tar.gz ]]; then  # a packed archive: unpack beside the results
-    tar -C "$out" -xzf "$dir" || return 1
-    dir="$out/$(basename "$dir" .tar.gz)"
+  if [ -f "$dir" ] && [[ "$dir" == *.tar.* ]]; then  # a packed archive: unpack beside the results
+    # Python's tarfile where tar finds no xz.
+    tar -C "$out" -xf "$dir" 2>/dev/null ||
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$dir" "$out" || return 1
+    dir="$out/$(basename "${dir%.tar.*}")"
   fi
   if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >"$out/device.txt" 2>&1; then
     echo "gpu-check: no NVIDIA device visible (nvidia-smi -L failed); nothing was run" | tee "$out/summary.txt" >&2
@@ -106,16 +115,26 @@ run_checks() {
     fi
   }
   local p
-  # Catch2 v2: a tag filter; --warn NoAssertions makes a test that skipped for lack of a device fail.
-  for t in troupe_tensors_tests troupe_autograd_tests; do
-    if p=$(locate "$dir" "$t"); then check "$t [cuda]" "$t.log" "$p" "[cuda]" --warn NoAssertions -d yes; fi
+  # Catch2 v2: a tag filter; --warn NoAssertions makes a test that skipped for lack of a device
+  # fail. [multigpu] tests need two devices: with one they are left out and named as not run.
+  # [gpu_fork] tests fork ranks that use the device, so they run apart, in a process that never
+  # initialised CUDA.
+  local gpus no_multi=""
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$gpus" -lt 2 ]; then
+    no_multi="~[multigpu]"
+    echo "gpu-check: NOT RUN [multigpu] tests ($gpus device)" | tee -a "$out/summary.txt"
+  fi
+  local filter="[cuda]~[gpu_fork]$no_multi,[nccl]~[gpu_fork]$no_multi" fork_filter="[gpu_fork]$no_multi"
+  for t in "${tests[@]}"; do
+    p=$(locate "$dir" "$t") || continue
+    if [ "$("$p" "$filter" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
+      check "$t [cuda],[nccl]" "$t.log" "$p" "$filter" --warn NoAssertions -d yes
+    fi
+    if [ "$("$p" "$fork_filter" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
+      check "$t [gpu_fork]" "$t-fork.log" "$p" "$fork_filter" --warn NoAssertions -d yes
+    fi
   done
-  if p=$(locate "$dir" troupe_ddp_tests); then
-    check "troupe_ddp_tests [nccl]" troupe_ddp_tests.log "$p" "[nccl]" --warn NoAssertions -d yes
-  fi
-  if p=$(locate "$dir" troupe_actors_tests); then
-    check "troupe_actors_tests [cuda]" troupe_actors_tests.log "$p" "[cuda]" --warn NoAssertions -d yes
-  fi
   for b in "${benches[@]}"; do
     if p=$(locate "$dir" "$b"); then
       check "$b" "$b.log" "$p"
@@ -133,6 +152,27 @@ run_checks() {
   else
     echo "gpu-check: SKIP pytorch figures (no python3 with CUDA-enabled torch)" | tee -a "$out/summary.txt"
   fi
+  if [ "${CPU_BENCHES:-0}" = 1 ]; then
+    for b in "${cpu_benches[@]}"; do
+      if p=$(locate "$dir" "$b"); then
+        check "$b" "$b.log" "$p"
+        grep '^{' "$out/$b.log" >>"$out/bench.jsonl"
+      fi
+    done
+    local cpu_bench=tools/torch_cpu_bench.py
+    [ -f "$dir/bin/torch_cpu_bench.py" ] && cpu_bench="$dir/bin/torch_cpu_bench.py"
+    if command -v python3 >/dev/null && python3 -c "import torch" 2>/dev/null; then
+      check "pytorch cpu figures" torch_cpu_bench.log python3 "$cpu_bench"
+      grep '^{' "$out/torch_cpu_bench.log" >>"$out/bench.jsonl"
+      # The demo's model, loaded by PyTorch as README.md says.
+      if p=$(locate "$dir" ddp_train); then
+        check "the demo trains" ddp_train.log "$p" --world-size 2 --out "$out/demo"
+        local load_check=tools/torch_load_check.py
+        [ -f "$dir/bin/torch_load_check.py" ] && load_check="$dir/bin/torch_load_check.py"
+        check "pytorch loads the demo model" torch_load_check.log python3 "$load_check" "$out/demo/model.safetensors"
+      fi
+    fi
+  fi
   return $failed
 }
 
@@ -146,7 +186,7 @@ case "${1:-}" in
       exit 2
     fi
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON >/dev/null || exit 1
-    cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" "${benches[@]}" || exit 1
+    cmake --build "$build" -j "$(nproc)" --target "${tests[@]}" "${benches[@]}" "${cpu_benches[@]}" ddp_train || exit 1
     run_checks "$build"
     ;;
 esac

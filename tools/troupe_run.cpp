@@ -3,7 +3,7 @@
 //
 //   troupe-run --nproc-per-node 2 [--nnodes 1 --node-rank 0] [--master-addr 127.0.0.1]
 //              [--master-port 0] [--job-token T] [--listen-addr A] [--max-restarts 0]
-//              [--timeout-s 0] [--] prog args...
+//              [--restart job|rank] [--timeout-s 0] [--] prog args...
 // (torchrun's spellings are accepted too: Note [launcher options] in launcher/launch_options.hpp.)
 //
 // Note [launcher]
@@ -11,7 +11,8 @@
 // conventions in its environment: RANK = node_rank * nproc + local rank, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN (random for a single-node job
 // when not given, so two jobs on one host never join each other; required for several nodes),
-// TROUPE_LISTEN_ADDR and TROUPE_RESTART_COUNT. Rank 0 hosts the store. A master port of 0 picks
+// TROUPE_LISTEN_ADDR, TROUPE_RESTART_COUNT and TROUPE_REPLACEMENT (1 in a rank restarted alone,
+// Note [rank restart]). Rank 0 hosts the store. A master port of 0 picks
 // a free one (one node only).
 //
 //   launcher --spawn--> rank i: exec prog (env) ... exit
@@ -25,6 +26,8 @@
 // (the master's counts) the job restarts on every node, at most R times in all (Note [job
 // restart] in launcher/channel.hpp); then every launcher prints "troupe-run: job failed: rank R
 // ... on host H ..." and exits 1.
+//
+// --restart rank restarts only the rank that died (Note [rank restart] below).
 //
 // Exit codes (torchrun's): 0 success, 1 a rank or node failed, 2 bad usage. Besides: SIGINT/SIGTERM
 // to the launcher stop every rank and exit 130/143; a timeout (--timeout-s) stops every rank and
@@ -91,7 +94,7 @@ std::string host_name() {
   return buf;
 }
 
-[[noreturn]] void exec_rank(const launch_options& o, int local, int port, int restart) {
+[[noreturn]] void exec_rank(const launch_options& o, int local, int port, int restart, bool replacement = false) {
   const int world = o.nproc * o.nnodes;
   ::setenv("RANK", std::to_string(o.node_rank * o.nproc + local).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
@@ -105,6 +108,7 @@ std::string host_name() {
   if (!o.tls_key.empty()) ::setenv("TROUPE_TLS_KEY", o.tls_key.c_str(), 1);
   if (!o.tls_ca.empty()) ::setenv("TROUPE_TLS_CA", o.tls_ca.c_str(), 1);
   ::setenv("TROUPE_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+  ::setenv("TROUPE_REPLACEMENT", replacement ? "1" : "0", 1);
   std::vector<char*> args;
   for (const auto& s : o.command) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
@@ -160,6 +164,69 @@ int attempt(const launch_options& o, int port, int restart, bool& failed) {
     return 1;
   }
   return 0;
+}
+
+// Note [rank restart]
+// With --restart rank (one host) each rank is a spawn of its own. When a rank other than 0
+// fails and restarts are left, it alone starts again, with TROUPE_REPLACEMENT=1 and
+// TROUPE_RESTART_COUNT = the restarts used so far. The survivors keep running and heal their
+// process group (ddp::live_group, Note [live recovery]). Rank 0 hosts the store: its failure
+// stops every rank, and the job restarts (one restart of the budget too). A rank that exits 0
+// is done; the job succeeds when every rank is.
+//
+//   rank r != 0 fails --> restarts left? spawn rank r alone (TROUPE_REPLACEMENT=1) : stop all, exit 1
+//   rank 0 fails      --> stop every rank --> restarts left? start every rank again : exit 1
+
+// Runs the ranks of one attempt under Note [rank restart]; `restarts` counts restarts of the
+// job and of single ranks. `failed` as in attempt().
+int attempt_by_rank(const launch_options& o, int port, int& restarts, bool& failed) {
+  failed = false;
+  std::vector<std::optional<troupe::spawn_context>> ranks(static_cast<std::size_t>(o.nproc));
+  auto start_rank = [&](int local, bool replacement) {
+    ranks[local].reset();
+    ranks[local].emplace(troupe::spawn(1, [&](int) { exec_rank(o, local, port, restarts, replacement); }));
+  };
+  for (int i = 0; i < o.nproc; ++i) start_rank(i, false);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    bool running = false;
+    for (int i = 0; i < o.nproc; ++i) {
+      if (!ranks[i]) continue;
+      try {
+        if (ranks[i]->join(std::chrono::milliseconds(20))) ranks[i].reset();
+        else running = true;
+      } catch (const troupe::error& e) {
+        std::string text = e.message();  // the spawn names its only child "rank 0"
+        if (text.rfind("spawn: rank 0", 0) == 0) text = "spawn: rank " + std::to_string(i) + text.substr(13);
+        const std::string what = describe_failure(o, text);
+        if (o.node_rank * o.nproc + i == 0 || restarts >= o.max_restarts) {
+          std::fprintf(stderr, "troupe-run: %s\n", what.c_str());
+          failed = true;
+          return 1;  // the destructors stop and reap the other ranks
+        }
+        ++restarts;
+        std::fprintf(stderr, "troupe-run: %s; restarting that rank alone (%d of %d)\n", what.c_str(), restarts, o.max_restarts);
+        start_rank(i, true);
+        running = true;
+      }
+    }
+    if (!running) return 0;
+    if (const int code = stop_reason(o, start)) return code;
+  }
+}
+
+// The loop of --restart rank: a failure that attempt_by_rank cannot heal restarts the job.
+int run_by_rank(const launch_options& o) {
+  for (int restarts = 0;;) {
+    bool failed = false;
+    const int port = o.master_port != 0 ? o.master_port : free_port(o.listen_addr);
+    const int code = attempt_by_rank(o, port, restarts, failed);
+    if (code == 0 || !failed) return code;
+    if (restarts >= o.max_restarts)
+      return o.max_restarts > 0 ? job_failed("the failure above (no restarts left: " + std::to_string(o.max_restarts) + " used)") : code;
+    ++restarts;
+    std::fprintf(stderr, "troupe-run: restarting every rank (%d of %d)\n", restarts, o.max_restarts);
+  }
 }
 
 // Master: after a failure of the current attempt, restarts the job while the budget lasts
@@ -276,6 +343,7 @@ int main(int argc, char** argv) {
       port = next_port;
     }
   }
+  if (o.restart_rank) return run_by_rank(o);
   for (int restart = 0;; ++restart) {
     bool failed = false;
     const int port = o.master_port != 0 ? o.master_port : free_port(o.listen_addr);

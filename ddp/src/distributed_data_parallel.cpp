@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "reducer.hpp"
+#include "troupe/ddp/host_staged_group.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/factories.hpp"
@@ -84,7 +85,9 @@ struct distributed_data_parallel::impl {
   std::shared_ptr<nn::module> module;
   std::shared_ptr<nn::unary_module> unary;  // exactly one of unary and multi is set
   std::shared_ptr<nn::multi_input_module> multi;
-  collective_group& group;
+  collective_group& user_group;
+  std::unique_ptr<host_staged_group> staged;  // CUDA parameters over a CPU group
+  collective_group* group_ptr;
   ddp_options opts;
   tensor_list params;
   bool sync = true;
@@ -92,12 +95,23 @@ struct distributed_data_parallel::impl {
   std::unique_ptr<detail::reducer> reducer;
 
   impl(std::shared_ptr<nn::unary_module> u, std::shared_ptr<nn::multi_input_module> m, collective_group& g, ddp_options o)
-      : unary(std::move(u)), multi(std::move(m)), group(g), opts(o) {
+      : unary(std::move(u)), multi(std::move(m)), user_group(g), group_ptr(&g), opts(o) {
     if (unary) module = unary;
     else module = multi;
   }
 
+  collective_group& group() { return *group_ptr; }
+
+  /// CUDA parameters over a CPU group: the collectives stage through host memory
+  /// (Note [Host-staged collectives]).
+  void stage_if_needed(const tensor& first_param) {
+    if (!user_group.device().is_cpu() || !first_param.device().is_cuda()) return;
+    staged = std::make_unique<host_staged_group>(user_group, first_param.device());
+    group_ptr = staged.get();
+  }
+
   void rebuild_from_rank0_order() {
+    collective_group& group = *group_ptr;
     const auto& order = reducer->ready_order();
     tensor t = zeros({static_cast<std::int64_t>(params.size())}, {dtype::int64});
     for (std::size_t i = 0; i < order.size() && i < params.size(); ++i) t.data<std::int64_t>()[i] = static_cast<std::int64_t>(order[i]);
@@ -124,13 +138,14 @@ distributed_data_parallel::distributed_data_parallel(std::shared_ptr<nn::multi_i
 }
 
 void distributed_data_parallel::setup() {
-  collective_group& group = impl_->group;
   const ddp_options& opts = impl_->opts;
   if (!impl_->module) throw error(errc::bad_argument, "distributed_data_parallel: null module");
   if (opts.bucket_cap_mb <= 0 || opts.first_bucket_cap_mb <= 0)
     throw error(errc::bad_argument, "distributed_data_parallel: bucket caps must be positive");
   const auto named = impl_->module->named_parameters();
   if (named.empty()) throw error(errc::bad_argument, "distributed_data_parallel: the module has no parameters");
+  impl_->stage_if_needed(named.front().second);
+  collective_group& group = impl_->group();
   std::vector<std::string> names;
   for (const auto& [n, t] : named) {
     if (t.device() != group.device() || !t.is_contiguous())
@@ -167,7 +182,7 @@ tensor distributed_data_parallel::forward(const tensor_list& inputs) {
                                         std::to_string(inputs.size()));
   impl_->reducer->check_previous_finished();
   if (impl_->sync && impl_->reducer->needs_rebuild()) impl_->rebuild_from_rank0_order();
-  if (impl_->opts.broadcast_buffers) broadcast_all(impl_->group, impl_->module->named_buffers(), impl_->opts.timeout);
+  if (impl_->opts.broadcast_buffers) broadcast_all(impl_->group(), impl_->module->named_buffers(), impl_->opts.timeout);
   tensor out = impl_->unary ? impl_->unary->forward(inputs.front()) : impl_->multi->forward(inputs);
   if (grad_mode::is_enabled()) prepare_for_backward({out});
   return out;

@@ -3,7 +3,8 @@
 //
 // Note [DDP on CUDA]
 // ------------------
-// Parameters, buckets and the group (nccl_process_group) live on one CUDA device.
+// Parameters, buckets and the group (nccl_process_group, or a host_staged_group over a CPU
+// group) live on one CUDA device.
 //
 //   backward thread, current stream:  grad(p) -> copy into bucket view -> record ev[p]
 //   bucket actor thread, current stream:                wait ev[p] for p in bucket b
@@ -17,7 +18,10 @@
 //   gradient was copied into the bucket (so after the stream that produced the gradient, which
 //   the autograd engine orders before the hook).
 // - The bucket actor makes its own current stream wait on the events of its bucket before the
-//   hook runs; the group then orders its stream after that stream (Note [NCCL process group]).
+//   hook runs; the group then orders its stream after that stream (Note [NCCL process group]),
+//   or a host_staged_group copies the bucket to the host on that stream and waits for the copy
+//   (Note [Host-staged collectives]); the copy back runs on the backward thread's stream in
+//   work::wait.
 // - The averaged gradients are in place on the backward thread's current stream when backward
 //   returns; the host has seen every collective complete.
 // On a CPU group every call here is a no-op.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/ddp/nccl_process_group.hpp"
 #include "troupe/tensors/cuda.hpp"
 
@@ -113,6 +114,9 @@ struct nccl_work::state {
   std::optional<troupe::error> err;
   std::vector<tensor> keep;  // released once the completion was observed
   clock_point launched_at = nccl_detail::clock::now();  // the watchdog's reference
+  std::shared_ptr<flight_recorder> recorder;  // Note [NCCL flight recorder]; may be null
+  std::uint64_t token = 0;                    // its entry, ended when the completion is observed
+  bool blamed = false;                        // the watchdog reported it once (under the watchdog)
 
   state(std::shared_ptr<nccl_detail::communicator> c, std::string d);
   /// True once finished (successfully or not); checks the communicator's death and

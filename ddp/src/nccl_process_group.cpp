@@ -2,6 +2,7 @@
 // calling thread, the in-flight list that keeps tensors alive (Note [NCCL process group]).
 #include "troupe/ddp/nccl_process_group.hpp"
 
+#include "member_watch.hpp"
 #include "shm_transport.hpp"  // detail::rendezvous
 #include "store_checks.hpp"
 #include "work_state.hpp"
@@ -10,8 +11,10 @@
 
 #if defined(TROUPE_WITH_NCCL)
 
+#include <cstdio>
 #include <deque>
 #include <functional>
+#include <utility>
 
 #include "nccl_comm.hpp"
 #include "periodic_thread.hpp"
@@ -105,12 +108,16 @@ struct nccl_process_group::impl {
   cuda::event ready;    // reused: recorded on the caller's stream, waited on by `stream` (under comm->mu)
   tensor barrier_buf;
   std::uint64_t issued = 0;  // under comm->mu
+  std::string next_note;     // note_next(); taken by the next launch (under launch_mu)
   std::mutex inflight_mu;
   std::deque<std::shared_ptr<nccl_work::state>> inflight;
   detail::store_checks checks;       // Note [NCCL fingerprints]; used under launch_mu
   std::mutex launch_mu;              // one fingerprint exchange + launch at a time
   std::uint64_t fingerprinted = 0;   // under launch_mu
   std::unique_ptr<detail::periodic_thread> watchdog;  // Note [NCCL watchdog]
+  std::mutex lost_mu;
+  std::optional<std::string> lost;  // a lost member, for the watchdog to abort on (Note [group peer loss])
+  std::optional<detail::member_watch> members;  // declared last: ends before what its listener touches
 
   impl(const detail::rendezvous& rv, detail::check_store cs, int r, int w, std::string n, troupe::device d,
        const process_group_options& o)
@@ -122,9 +129,15 @@ struct nccl_process_group::impl {
     barrier_buf = empty({1}, {dtype::uint8, dev});  // its value is never read
     const auto tick = std::clamp(opts.timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     watchdog = std::make_unique<detail::periodic_thread>(tick, [this] { watch(); });
+    if (rv.events && world > 1)
+      members.emplace(rv, "troupe/nccl/" + name + "/worker/", rank, world, opts.timeout, [this](const std::string& why) {
+        std::lock_guard<std::mutex> lock(lost_mu);  // never comm->mu: a launch may hold it for long
+        if (!lost) lost = why;
+      });
   }
 
   ~impl() {
+    members.reset();   // no more losses reported
     watchdog.reset();  // before the teardown: the watchdog reads the in-flight list
     shutdown();
   }
@@ -133,19 +146,54 @@ struct nccl_process_group::impl {
     return "nccl_process_group '" + n + "' rank " + std::to_string(r) + " on " + troupe::to_string(d);
   }
 
-  /// The watchdog's step: drops completed works, fails the oldest one that outlived the timeout.
+  /// The watchdog's step: aborts the communicator after a member was lost, drops completed
+  /// works, fails the oldest one that outlived the timeout.
   void watch() {
+    abort_if_lost();
     std::lock_guard<std::mutex> lock(inflight_mu);
     while (!inflight.empty() && inflight.front()->poll()) inflight.pop_front();
     if (inflight.empty()) return;
     const auto& s = inflight.front();
-    if (clock::now() - s->launched_at <= opts.timeout) return;
+    const auto running = clock::now() - s->launched_at;
+    if (opts.blame_after.count() > 0 && running > opts.blame_after && !s->blamed) {
+      s->blamed = true;
+      blame(*s, std::chrono::duration_cast<std::chrono::milliseconds>(running));
+    }
+    if (running <= opts.timeout) return;
     s->expire(troupe::error(errc::timeout, s->description + ": the watchdog found it still running " +
                                                std::to_string(opts.timeout.count()) +
                                                " ms after its launch (a rank died or hangs); the communicator was aborted"));
   }
 
   const std::string& label() const { return comm->label; }
+
+  /// Note [NCCL flight recorder]: the report on a collective past opts.blame_after.
+  void blame(const nccl_work::state& s, std::chrono::milliseconds running) const {
+    std::string text = s.description + " still runs after " + std::to_string(running.count()) + " ms";
+    if (opts.recorder) {
+      std::string last;
+      for (const auto& e : opts.recorder->last(4))
+        if (e.kind == trace_kind::collective && e.ended) last = e.name + " #" + std::to_string(e.seq);
+      text += last.empty() ? "; no collective of this rank completed before it" : "; this rank's last completed: " + last;
+    }
+    text += opts.check_fingerprints ? " (every rank issued it: the fingerprints matched; a rank died or hangs inside it)"
+                                    : " (fingerprints off: a rank may not have issued it)";
+    if (opts.on_blame) opts.on_blame(text);
+    else std::fprintf(stderr, "troupe: %s\n", text.c_str());
+  }
+
+  /// A member lost (Note [group peer loss]) ends the communicator: every work in flight and every
+  /// later collective fails with peer_lost naming the member.
+  void abort_if_lost() {
+    std::optional<std::string> why;
+    {
+      std::lock_guard<std::mutex> lock(lost_mu);
+      why = lost;
+    }
+    if (!why) return;
+    std::lock_guard<std::mutex> lock(comm->mu);
+    if (!comm->dead) comm->abort_locked(troupe::error(errc::peer_lost, label() + ": " + *why + "; the communicator was aborted"));
+  }
 
   ncclUniqueId exchange_id(const detail::rendezvous& rv) {
     const std::string key = "troupe/nccl/" + name + "/unique_id";
@@ -204,7 +252,13 @@ struct nccl_process_group::impl {
     {
       std::lock_guard<std::mutex> lock(comm->mu);
       comm->ensure_alive_locked(what);
-      s = std::make_shared<nccl_work::state>(comm, label() + ": " + what + " #" + std::to_string(++issued));
+      const std::string note = std::exchange(next_note, {});
+      s = std::make_shared<nccl_work::state>(comm, label() + ": " + what + " #" + std::to_string(++issued) +
+                                                       (note.empty() ? "" : " (" + note + ")"));
+      if (opts.recorder) {  // Note [NCCL flight recorder]
+        s->recorder = opts.recorder;
+        s->token = opts.recorder->begin(trace_kind::collective, what.substr(0, what.find(' ')), issued, note.empty() ? what : note);
+      }
       nccl_detail::device_guard g(dev.index);
       ready.record(cuda::current_stream(dev.index));
       ready.wait(stream.handle());
@@ -283,7 +337,8 @@ struct nccl_process_group::impl {
 nccl_process_group::nccl_process_group(store_client& store, int rank, int world_size, std::string name,
                                        troupe::device device, process_group_options opts) {
   detail::rendezvous rv{[&store](const std::string& k, const std::string& v) { store.set(k, v); },
-                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr, nullptr};
+                        [&store](const std::string& k, std::chrono::milliseconds t) { return store.get(k, t); }, nullptr,
+                        store.peer_losses()};
   detail::check_store cs{rv.set, rv.get, [&store](const std::string& k) { store.erase(k); }};
   impl_ = std::make_unique<impl>(rv, std::move(cs), rank, world_size, std::move(name), device, opts);
 }
@@ -299,6 +354,11 @@ nccl_process_group::nccl_process_group(const file_store& store, int rank, int wo
 nccl_process_group::~nccl_process_group() = default;
 nccl_process_group::nccl_process_group(nccl_process_group&&) noexcept = default;
 nccl_process_group& nccl_process_group::operator=(nccl_process_group&&) noexcept = default;
+
+void nccl_process_group::note_next(std::string note) {
+  std::lock_guard<std::mutex> lock(impl_->launch_mu);
+  impl_->next_note = std::move(note);
+}
 
 int nccl_process_group::rank() const noexcept { return impl_->rank; }
 int nccl_process_group::world_size() const noexcept { return impl_->world; }

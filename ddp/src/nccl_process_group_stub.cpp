@@ -42,6 +42,7 @@ work nccl_process_group::recv(tensor, int) { no_nccl(""); }
 work nccl_process_group::batch_p2p(std::vector<p2p_op>) { no_nccl(""); }
 void nccl_process_group::monitored_barrier(std::chrono::milliseconds) { no_nccl(""); }
 tensor nccl_process_group::make_buffer(shape_t, troupe::dtype) { no_nccl(""); }
+void nccl_process_group::note_next(std::string) {}
 void nccl_process_group::abort(const std::string&) {}
 std::optional<troupe::error> nccl_process_group::failure() const { return std::nullopt; }
 

@@ -117,6 +117,7 @@ nccl_work::state::state(std::shared_ptr<nccl_detail::communicator> c, std::strin
     : comm(std::move(c)), description(std::move(d)), done(comm->device) {}
 
 void nccl_work::state::finish_locked(std::optional<troupe::error> e) {
+  if (recorder && !completed) recorder->end(token, !e.has_value());
   completed = true;
   err = std::move(e);
   keep.clear();

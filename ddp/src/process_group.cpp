@@ -8,14 +8,15 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "collective_watch.hpp"
 #include "collectives.hpp"
 #include "composed_collectives.hpp"
+#include "member_watch.hpp"
 #include "shm_transport.hpp"
 #include "tcp_transport.hpp"
-#include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/tensors/factories.hpp"
@@ -61,7 +62,7 @@ struct process_group::impl {
   std::string next_note;        // note_next(); taken by the next issue()
   std::unique_ptr<detail::collective_watch> watch;  // Note [hang blame]
   // Note [group peer loss]; declared last, so it ends before anything its listener touches.
-  peer_events::subscription loss_sub;
+  std::optional<detail::member_watch> members;
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
@@ -71,40 +72,12 @@ struct process_group::impl {
       shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
     watch = std::make_unique<detail::collective_watch>(detail::watch_store{store.set, store.get}, name, rank, world, opts.recorder,
                                                        opts.blame_after, opts.on_blame);
-    if (store.events && world > 1) watch_members(store, opts.timeout);
+    if (store.events && world > 1)
+      members.emplace(store, "troupe/pg/" + name + "/worker/", rank, world, opts.timeout,
+                      [this](const std::string& why) { visit([&](auto& tp) { tp.peer_lost(why); }); });
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
-  }
-
-  /// Note [group peer loss]
-  /// A group built on a node's store (every shm, tcp and new_group group) uses the node's
-  /// peer-loss detection (Note [peer loss events]). At construction each rank publishes its
-  /// worker name, learns every member's, subscribes to the node's losses and watches every
-  /// member (connects to it, so its node monitors it even when it never calls it).
-  ///   member frozen/dead --> node declares it lost (about connection_timeout) --> listener
-  ///     --> transport.peer_lost(reason) --> every wait fails with peer_lost naming rank and worker
-  ///     --> the group is broken: later collectives fail at once; the others abort alike.
-  /// A stall shorter than connection_timeout is no loss, so nothing fails. A member resumed
-  /// after its loss finds the group failed too (its peers aborted); it is never re-admitted
-  /// into the group: make a new group. A group on a file_store has no node and no such events.
-  void watch_members(const detail::rendezvous& store, std::chrono::milliseconds timeout) {
-    const std::string prefix = "troupe/pg/" + name + "/worker/";
-    store.set(prefix + std::to_string(rank), store.events->self());
-    std::map<std::string, int> members;
-    std::vector<std::string> workers;
-    for (int r = 0; r < world; ++r) {
-      auto w = r == rank ? store.events->self() : store.get(prefix + std::to_string(r), timeout);
-      members.emplace(w, r);
-      workers.push_back(std::move(w));
-    }
-    loss_sub = peer_events::subscribe(store.events, [this, members = std::move(members)](const peer_loss& l) {
-      auto it = members.find(l.worker);
-      if (it == members.end() || it->second == rank) return;
-      const std::string why = "rank " + std::to_string(it->second) + " (" + l.worker + ") was lost: " + l.reason;
-      visit([&](auto& tp) { tp.peer_lost(why); });
-    });
-    store.events->watch(workers, timeout);
   }
 
   /// Calls fn(transport) with the group's transport.

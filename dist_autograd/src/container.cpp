@@ -118,9 +118,13 @@ std::shared_ptr<context_state> container::impl::find_or_create(context_id id) {
 
 message_id container::impl::record_send(context_state& ctx, const tensor_list& tensors, const std::string& to) {
   edge_list edges;
-  for (const auto& t : tensors) edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : edge{});
+  std::vector<troupe::device> devices;
+  for (const auto& t : tensors) {
+    edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : edge{});
+    devices.push_back(t.defined() ? t.device() : cpu_device);
+  }
   const message_id msg = new_id();
-  auto send = std::make_shared<send_function>(std::move(edges));
+  auto send = std::make_shared<send_function>(std::move(edges), std::move(devices));
   std::lock_guard<std::mutex> lock(ctx.m);
   ctx.sends.emplace(msg, std::move(send));
   ctx.workers.insert(to);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/ddp/nccl_process_group.hpp"
 #include "troupe/tensors/cuda.hpp"
@@ -245,4 +246,29 @@ TEST_CASE("a user abort makes later nccl collectives fail with invalid_state nam
     CHECK(e.code() == errc::invalid_state);
     CHECK_THAT(e.message(), Catch::Contains("test teardown"));
   }
+}
+
+TEST_CASE("nccl collectives are recorded in the flight recorder with the note of note_next", "[ddp][nccl][cuda]") {
+  if (no_cuda()) return;
+  temp_store st;
+  auto opts = quick();
+  opts.recorder = std::make_shared<flight_recorder>(16);
+  ddp::nccl_process_group pg(st.fs, 0, 1, "recorded", cuda_device(0), opts);
+  tensor t = ones({256}, {dtype::float32, cuda_device(0)});
+  pg.note_next("bucket 3");
+  auto w = pg.allreduce(t);
+  CHECK_THAT(w.description(), Catch::Contains("bucket 3"));
+  w.wait(30s);
+  pg.broadcast(t, 0).wait(30s);
+  const auto entries = opts.recorder->last();
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].kind == trace_kind::collective);
+  CHECK_THAT(entries[0].name, Catch::StartsWith("allreduce"));
+  CHECK(entries[0].detail == "bucket 3");
+  CHECK(entries[0].seq == 1);
+  CHECK(entries[0].ended.has_value());
+  CHECK(entries[0].ok);
+  CHECK_THAT(entries[1].name, Catch::StartsWith("broadcast"));
+  CHECK(entries[1].seq == 2);
+  CHECK(entries[1].detail.find("bucket") == std::string::npos);  // a note names one collective only
 }

@@ -15,7 +15,7 @@ constexpr const char* usage_text =
     "usage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A --master-port P |\n"
     "                  --rdzv-endpoint A:P | --standalone] [--job-token T] [--listen-addr A]\n"
     "                  [--tls-cert F --tls-key F --tls-ca F]\n"
-    "                  [--max-restarts R] [--timeout-s S] [--join-timeout-s S] [--] prog args...\n"
+    "                  [--max-restarts R] [--restart job|rank] [--timeout-s S] [--join-timeout-s S] [--] prog args...\n"
     "Starts N ranks of prog on this host, like torchrun; each gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
     "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR and\n"
     "TROUPE_RESTART_COUNT. Flags take '--flag value' or '--flag=value', with '-' or '_'.\n"
@@ -34,6 +34,10 @@ constexpr const char* usage_text =
     "                       TCP ring (docs/tls.md); set TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA\n"
     "  --max-restarts R     start every rank of the job again after a failure, up to R times for\n"
     "                       the whole job (the master's value counts on several nodes)\n"
+    "  --restart job|rank   what a restart starts again: every rank (job, the default), or only the\n"
+    "                       rank that died (rank: live recovery on one host; the replacement gets\n"
+    "                       TROUPE_REPLACEMENT=1, the survivors keep running; rank 0 hosts the\n"
+    "                       store, so its death restarts the job)\n"
     "  --timeout-s S        stop every rank after S seconds and exit 124; 0 means none (default 0)\n"
     "  --join-timeout-s S   how long the hosts wait for each other at start (default 300)\n"
     "  --help               this text\n"
@@ -99,7 +103,10 @@ bool apply(launch_options& o, const std::string& f, const std::string& v) {
   else if (f == "--tls-key") o.tls_key = v;
   else if (f == "--tls-ca") o.tls_ca = v;
   else if (f == "--max-restarts") o.max_restarts = parse_int(f, v, 0);
-  else if (f == "--timeout-s") o.timeout_s = parse_int(f, v, 0);
+  else if (f == "--restart") {
+    if (v != "job" && v != "rank") usage("--restart needs job or rank, got '" + v + "'");
+    o.restart_rank = v == "rank";
+  } else if (f == "--timeout-s") o.timeout_s = parse_int(f, v, 0);
   else if (f == "--join-timeout-s") o.join_timeout_s = parse_int(f, v, 1);
   else return false;
   return true;
@@ -109,6 +116,7 @@ void validate(const launch_options& o, bool standalone) {
   if (o.command.empty()) usage("no program given");
   if (standalone && o.nnodes > 1) usage("--standalone runs one node; drop --nnodes " + std::to_string(o.nnodes));
   if (o.node_rank >= o.nnodes) usage("--node-rank must be below --nnodes");
+  if (o.multi_node() && o.restart_rank) usage("--restart rank runs on one host; drop --nnodes " + std::to_string(o.nnodes));
   if (o.multi_node() && o.master_port == 0) usage("--master-port (or --rdzv-endpoint host:port) must be given when --nnodes > 1");
   if (o.multi_node() && !o.token_given)
     usage("a job on " + std::to_string(o.nnodes) +
@@ -141,7 +149,7 @@ launch_options parse_options(int argc, char** argv) {
     }
     static const char* const known[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
                                         "--rdzv-endpoint", "--rdzv-backend", "--rdzv-id", "--job-token", "--listen-addr", "--tls-cert", "--tls-key", "--tls-ca",
-                                        "--max-restarts", "--timeout-s", "--join-timeout-s"};
+                                        "--max-restarts", "--restart", "--timeout-s", "--join-timeout-s"};
     if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) usage("unknown option " + a);
     std::string value;
     if (eq != std::string::npos) {

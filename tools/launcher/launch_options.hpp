@@ -8,6 +8,7 @@
 //   --nproc-per-node N   --nnodes N (or N:N)   --node-rank K   --master-addr A   --master-port P
 //   --rdzv-endpoint A:P (master address and port)   --rdzv-backend static|c10d   --rdzv-id ID
 //   --standalone (one node on loopback, a free port)   --max-restarts R
+// --restart job|rank: what a restart starts again (Note [rank restart] in troupe_run.cpp).
 // troupe-run's own: --job-token T (or TROUPE_JOB_TOKEN), --listen-addr A (or TROUPE_LISTEN_ADDR;
 // default: the local address that routes to the master), --timeout-s S, --join-timeout-s S.
 // Bad usage exits with code 2, as torchrun's argument parser does.
@@ -30,6 +31,7 @@ struct launch_options {
   /// launcher's own environment passes through unchanged).
   std::string tls_cert, tls_key, tls_ca;
   int max_restarts = 0;
+  bool restart_rank = false;  ///< --restart rank: restart only the rank that died (one host)
   int timeout_s = 0;
   int join_timeout_s = 300;
   std::vector<std::string> command;

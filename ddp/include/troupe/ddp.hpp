@@ -10,6 +10,7 @@
 #include "troupe/ddp/collective_group.hpp"
 #include "troupe/ddp/distributed_data_parallel.hpp"
 #include "troupe/ddp/file_store.hpp"
+#include "troupe/ddp/live_group.hpp"
 #include "troupe/ddp/nccl_process_group.hpp"
 #include "troupe/ddp/process_group.hpp"
 #include "troupe/ddp/work.hpp"

@@ -87,7 +87,9 @@ class distributed_data_parallel {
  public:
   /// Parameters must be contiguous tensors on the group's device (device_mismatch naming the
   /// parameter and both devices otherwise): CPU for a process_group, the rank's CUDA device for
-  /// an nccl_process_group (Note [DDP on CUDA] in grad_events.hpp).
+  /// an nccl_process_group (Note [DDP on CUDA] in grad_events.hpp). Parameters on one CUDA
+  /// device over a CPU group are reduced through a host_staged_group on that device
+  /// (Note [Host-staged collectives]); comm hooks then see that group.
   /// Checks that every rank has the same parameter names, shapes and dtypes (throws on every
   /// rank: bad_argument for names or counts, shape_mismatch, dtype_mismatch, naming the first
   /// difference and both ranks), broadcasts rank 0's parameters and buffers, builds the buckets

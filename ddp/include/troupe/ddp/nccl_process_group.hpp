@@ -37,6 +37,12 @@
 /// nothing hangs) and throws nccl_failure / timeout. An aborted group is dead: every later call
 /// throws invalid_state naming the cause; recovery means building a new group under a new name.
 ///
+/// Peer loss: a group built on a node's store_client watches its members through the node
+/// (Note [group peer loss] in src/member_watch.hpp). A member the node declares lost (dead at
+/// once, frozen after node_options::connection_timeout) makes the watchdog abort the
+/// communicator at its next tick, so every work in flight fails with peer_lost naming the rank
+/// and its worker. A group on a file_store has no node and relies on the watchdog's timeout.
+///
 /// Note [NCCL watchdog]
 /// --------------------
 /// A watchdog thread per group polls the oldest collective in flight every
@@ -45,6 +51,15 @@
 /// timeout), whether or not anybody waits on it. So a rank that dies or hangs inside a
 /// collective fails every other rank within about opts.timeout, never a hang.
 /// Assumes: one rank per device, the same collectives in the same order on every rank.
+///
+/// Note [NCCL flight recorder]
+/// ---------------------------
+/// With opts.recorder (node::shared_recorder()), each launch begins a collective entry (name,
+/// sequence number, note_next's note or the description) and the entry ends when the
+/// completion is observed (a wait, a poll, or the watchdog's next tick), failed or not. A
+/// collective running past opts.blame_after gets one report from the watchdog (opts.on_blame,
+/// else stderr): its description, how long it runs, this rank's last completed collective and
+/// what the fingerprint check implies about the other ranks.
 
 #include <chrono>
 #include <memory>
@@ -162,6 +177,8 @@ class nccl_process_group : public collective_group {
   void monitored_barrier(std::chrono::milliseconds timeout) override;
   /// zeros(shape, {dt, device()}).
   tensor make_buffer(shape_t shape, troupe::dtype dt) override;
+  /// Names the next collective ("bucket 2") in its description, errors and recorder entry.
+  void note_next(std::string note) override;
   /// Sends `t` to `dst` (!= rank). NCCL blocks the stream until `dst` receives: two ranks
   /// sending to each other must use batch_p2p.
   work send(tensor t, int dst);

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "troupe/autograd/grad_node.hpp"
 
@@ -26,11 +27,26 @@ using message_id = std::uint64_t;
 
 /// The sender's end of an RPC: gradients that arrive for the sent tensors enter the local graph
 /// here (apply passes them through to the sent tensors' edges).
+///
+/// Note [Gradients keep their device]
+/// A gradient that comes back over RPC may arrive on another device than the tensor that was
+/// sent (RPC stages CUDA tensors through the host where no device map covers the way back).
+/// send_function remembers each sent tensor's device and moves an arriving gradient there, so
+/// the local backward sees it where the forward ran. The copy to a CUDA device runs on the
+/// backward thread's current stream of that device (Note [Current stream]), the stream the
+/// engine runs the send_function's node on, so the nodes after it see the gradient in order.
 class send_function final : public grad_node {
  public:
-  /// `edges[i]` is the gradient edge of the i-th sent tensor (invalid if it needs no grad).
-  explicit send_function(edge_list edges);
+  /// `edges[i]` is the gradient edge of the i-th sent tensor (invalid if it needs no grad);
+  /// `devices[i]` its device (empty: every gradient is passed through as it arrives).
+  explicit send_function(edge_list edges, std::vector<troupe::device> devices = {});
+  /// The gradients, each moved to its sent tensor's device (Note [Gradients keep their device]).
   tensor_list apply(tensor_list&& grads) override;
+  /// The devices of the sent tensors, in order.
+  const std::vector<troupe::device>& devices() const noexcept { return devices_; }
+
+ private:
+  std::vector<troupe::device> devices_;
 };
 
 /// The receiver's end: the grad_fn of the received tensors. Its backward hands the gradients to
