@@ -12,7 +12,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # ccache, when installed, makes rebuilds and fresh build folders cheap; nothing requires it.
 LAUNCHER := $(shell command -v ccache >/dev/null 2>&1 && echo -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catch2 libopenblas-dev python3 iproute2 nftables
+DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catch2 libopenblas-dev python3 iproute2 nftables libssl-dev
 # clang, libFuzzer and LeakSanitizer's runtime, llvm-symbolizer for readable reports.
 CLANG_DEB_PACKAGES := clang libclang-rt-14-dev llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -1,6 +1,7 @@
 # Third-party dependencies, all from Debian packages (`make deps` installs them).
 find_package(Threads REQUIRED)
 find_package(CAF 0.17 REQUIRED)
+find_package(OpenSSL 1.1.1 REQUIRED)  # libssl-dev: mutual TLS between ranks (Note [tls])
 find_package(Boost 1.74 REQUIRED COMPONENTS serialization)
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)

@@ -104,6 +104,9 @@ std::string host_name() {
   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   ::setenv("TROUPE_JOB_TOKEN", o.token.c_str(), 1);
   ::setenv("TROUPE_LISTEN_ADDR", o.listen_addr.c_str(), 1);
+  if (!o.tls_cert.empty()) ::setenv("TROUPE_TLS_CERT", o.tls_cert.c_str(), 1);
+  if (!o.tls_key.empty()) ::setenv("TROUPE_TLS_KEY", o.tls_key.c_str(), 1);
+  if (!o.tls_ca.empty()) ::setenv("TROUPE_TLS_CA", o.tls_ca.c_str(), 1);
   ::setenv("TROUPE_RESTART_COUNT", std::to_string(restart).c_str(), 1);
   ::setenv("TROUPE_REPLACEMENT", replacement ? "1" : "0", 1);
   std::vector<char*> args;

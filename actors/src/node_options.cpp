@@ -51,6 +51,9 @@ node_options node_options::from_env() {
   if (const char* a = env_text("MASTER_ADDR")) o.master_addr = a;
   if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) o.job_token = t;
   if (const char* d = env_text("TROUPE_TRACE")) o.trace_dir = d;
+  if (const char* c = env_text("TROUPE_TLS_CERT")) o.tls.cert_file = c;
+  if (const char* k = env_text("TROUPE_TLS_KEY")) o.tls.key_file = k;
+  if (const char* a = env_text("TROUPE_TLS_CA")) o.tls.ca_file = a;
   if (const char* l = env_text("TROUPE_LISTEN_ADDR")) o.listen_addr = l;
   else if (!is_loopback_address(o.master_addr)) o.listen_addr = routable_address(o.master_addr);
   return o;

@@ -12,6 +12,7 @@ env_process_group::env_process_group(node_options node, std::string name, proces
     throw error(errc::bad_argument, "env_process_group: RANK " + std::to_string(node.rank) + " outside [0, WORLD_SIZE " +
                                         std::to_string(node.world_size) + ")");
   if (opts_.tcp_address == process_group_options{}.tcp_address) opts_.tcp_address = node.listen_addr;
+  if (!opts_.tls.enabled()) opts_.tls = node.tls;
   node_ = std::make_unique<troupe::node>(std::move(node));
   if (!opts_.recorder) opts_.recorder = node_->shared_recorder();
   group_ = std::make_unique<process_group>(node_->store(), rank_, world_size_, std::move(name), opts_);
@@ -46,6 +47,7 @@ troupe::node& env_process_group::node() {
 
 std::optional<process_group> env_process_group::new_group(std::vector<int> ranks, process_group_options opts) {
   if (opts.tcp_address == process_group_options{}.tcp_address) opts.tcp_address = opts_.tcp_address;
+  if (!opts.tls.enabled()) opts.tls = opts_.tls;
   if (!opts.recorder) opts.recorder = node().shared_recorder();
   return group().new_group(node().store(), std::move(ranks), std::move(opts));
 }

@@ -51,7 +51,7 @@ std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f
     check_sender();
     frame_header h;
     try {
-      h = read_header(ring_in_.fd(), prev(), deadline_);
+      h = read_header(ring_in_, prev(), deadline_);
     } catch (const error& e) {
       // Ranks k+1 .. r-1 entered and forward what they get, so rank k has not entered.
       if (e.code() != errc::timeout) throw;
@@ -61,7 +61,7 @@ std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f
     if (static_cast<frame_type>(h.type) != frame_type::fingerprint || h.length != sizeof(fingerprint))
       throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected a fingerprint from rank " +
                                            std::to_string(prev()));
-    read_exact(ring_in_.fd(), prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint), deadline_);
+    read_exact(ring_in_, prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint), deadline_);
     if (s < world_ - 2) sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&all[k]), sizeof(f), true);
   }
   return all;
@@ -96,7 +96,7 @@ void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseco
 
 void tcp_transport::p2p_send(int dst, const fingerprint& meta, const std::byte* p, std::size_t n) {
   if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
-  const int fd = p2p_out_[dst].fd();
+  tcp_socket& fd = p2p_out_[dst];
   frame_header h{static_cast<std::uint32_t>(frame_type::p2p_meta), 0, sizeof(meta)};
   write_exact(fd, dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
   write_exact(fd, dst, reinterpret_cast<const std::byte*>(&meta), sizeof(meta), deadline_);
@@ -105,20 +105,20 @@ void tcp_transport::p2p_send(int dst, const fingerprint& meta, const std::byte* 
 
 fingerprint tcp_transport::p2p_recv_meta(int src) {
   if (!p2p_in_[src]) p2p_in_[src] = take_incoming(2, src);
-  const frame_header h = read_header(p2p_in_[src].fd(), src, deadline_);
+  const frame_header h = read_header(p2p_in_[src], src, deadline_);
   fingerprint meta;
   if (static_cast<frame_type>(h.type) != frame_type::p2p_meta || h.length != sizeof(meta))
     throw error(errc::invalid_state, label() + ": protocol error receiving from rank " + std::to_string(src));
-  read_exact(p2p_in_[src].fd(), src, reinterpret_cast<std::byte*>(&meta), sizeof(meta), deadline_);
+  read_exact(p2p_in_[src], src, reinterpret_cast<std::byte*>(&meta), sizeof(meta), deadline_);
   return meta;
 }
 
 void tcp_transport::p2p_recv_data(int src, std::byte* p, std::size_t n) {
-  if (p != nullptr) return read_exact(p2p_in_[src].fd(), src, p, n, deadline_);
+  if (p != nullptr) return read_exact(p2p_in_[src], src, p, n, deadline_);
   std::vector<std::byte> sink(std::min<std::size_t>(n, std::size_t{1} << 20));
   for (std::size_t left = n; left > 0;) {
     const std::size_t m = std::min(left, sink.size());
-    read_exact(p2p_in_[src].fd(), src, sink.data(), m, deadline_);
+    read_exact(p2p_in_[src], src, sink.data(), m, deadline_);
     left -= m;
   }
 }

@@ -9,7 +9,7 @@
 
 namespace troupe::ddp::detail {
 
-tcp_sender::tcp_sender(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {
+tcp_sender::tcp_sender(tcp_socket& sock, std::string peer) : sock_(&sock), fd_(sock.fd()), peer_(std::move(peer)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -24,11 +24,22 @@ tcp_sender::~tcp_sender() {
 }
 
 void tcp_sender::push(frame_type t, const std::byte* data, std::size_t n, bool copy) {
-  job j{t, data, n, {}};
+  job j{t, data, n, {}, false};
   if (copy) {
     j.owned.assign(data, data + n);
     j.data = j.owned.data();
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(j));
+  }
+  cv_.notify_all();
+}
+
+void tcp_sender::push_raw(const std::byte* data, std::size_t n) {
+  job j{frame_type::data, nullptr, 0, std::vector<std::byte>(data, data + n), true};
+  j.data = j.owned.data();
+  j.n = n;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(j));
@@ -75,18 +86,18 @@ bool tcp_sender::write_all(const std::byte* p, std::size_t n) {
       if (!give_up_) give_up_ = now + std::chrono::seconds(1);
       if (now > *give_up_) return false;
     }
-    const ssize_t put = ::send(fd_, p, n, MSG_NOSIGNAL);
+    const ssize_t put = sock_->send_some(p, n);
     if (put > 0) {
       p += put;
       n -= static_cast<std::size_t>(put);
     } else if (put < 0 && (errno == EAGAIN || errno == EINTR)) {
-      pollfd pf{fd_, POLLOUT, 0};
+      pollfd pf{fd_, sock_->wants(POLLOUT), 0};
       ::poll(&pf, 1, 20);  // a slice: the abort flag is checked between slices
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       if (!err_)
         err_ = troupe::error(errc::peer_lost, "process_group (tcp): " + peer_ + " is unreachable (" +
-                                                  std::string(put == 0 ? "closed" : std::strerror(errno)) +
+                                                  std::string(put == 0 ? "closed" : sock_->error_text(errno)) +
                                                   "): it exited or was killed");
       return false;
     }
@@ -107,7 +118,7 @@ void tcp_sender::loop() {
       busy_ = true;
     }
     frame_header h{static_cast<std::uint32_t>(j.type), 0, j.n};
-    const bool ok = write_all(reinterpret_cast<const std::byte*>(&h), sizeof(h)) && write_all(j.data, j.n);
+    const bool ok = (j.raw || write_all(reinterpret_cast<const std::byte*>(&h), sizeof(h))) && write_all(j.data, j.n);
     {
       std::lock_guard<std::mutex> lock(mu_);
       busy_ = false;

@@ -79,19 +79,6 @@ std::string read_first_line(const char* path) {
 thread_local std::string tcp_transport::what_;
 thread_local std::chrono::steady_clock::time_point tcp_transport::deadline_;
 
-tcp_socket::~tcp_socket() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-tcp_socket& tcp_socket::operator=(tcp_socket&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
 transport_kind choose_transport(const rendezvous& store, int rank, int world, const std::string& name,
                                 transport_kind requested, std::chrono::milliseconds timeout) {
   if (requested != transport_kind::automatic) return requested;
@@ -115,6 +102,7 @@ tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const
     throw error(errc::bad_argument, "process_group: the group name must be 1-64 characters, got '" + name + "'");
   if (chunk_bytes_ < 4096 || chunk_bytes_ % 64 != 0)
     throw error(errc::bad_argument, label() + ": tcp_chunk_bytes must be a multiple of 64, >= 4096");
+  tls_ = make_tls_context(opts.tls);  // bad_argument / io_error naming a file: before any rendezvous
   sockaddr_in a = parse_addr(opts.tcp_address, 0);
   if (a.sin_addr.s_addr == htonl(INADDR_ANY))
     throw error(errc::bad_argument, label() + ": tcp_address " + opts.tcp_address +
@@ -141,9 +129,18 @@ tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const
   p2p_in_.resize(static_cast<std::size_t>(world));
   if (world == 1) return;
   begin("rendezvous");
+  if (tls_) {  // Note [tcp ring]: the sender runs the client handshake while this rank accepts
+    std::vector<std::byte> hello_bytes;
+    ring_out_ = connect_to(next(), 1, &hello_bytes);
+    sender_ = std::make_unique<tcp_sender>(ring_out_, "rank " + std::to_string(next()));
+    sender_->push_raw(hello_bytes.data(), hello_bytes.size());
+    ring_in_ = take_incoming(1, prev());
+    sender_->flush(deadline_, "rendezvous");
+    return;
+  }
   ring_out_ = connect_to(next(), 1);
   ring_in_ = take_incoming(1, prev());
-  sender_ = std::make_unique<tcp_sender>(ring_out_.fd(), "rank " + std::to_string(next()));
+  sender_ = std::make_unique<tcp_sender>(ring_out_, "rank " + std::to_string(next()));
 }
 
 tcp_transport::~tcp_transport() {
@@ -165,7 +162,7 @@ void tcp_transport::begin(std::string what) {
   deadline_ = clock::now() + timeout_;
 }
 
-tcp_socket tcp_transport::connect_to(int peer, std::uint32_t kind) {
+tcp_socket tcp_transport::connect_to(int peer, std::uint32_t kind, std::vector<std::byte>* hello_out) {
   sockaddr_in a = parse_addr(addrs_[peer].host, addrs_[peer].port);
   tcp_socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s) throw error(errc::io_error, label() + ": socket(): " + std::strerror(errno));
@@ -178,7 +175,12 @@ tcp_socket tcp_transport::connect_to(int peer, std::uint32_t kind) {
   h.rank = rank_;
   h.nonce = nonce_;
   std::strncpy(h.name, name_.c_str(), sizeof(h.name) - 1);
-  write_exact(s.fd(), peer, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
+  if (tls_) s.start_tls(tls_, tls_session::role::client);
+  const auto* bytes = reinterpret_cast<const std::byte*>(&h);
+  if (hello_out != nullptr)
+    hello_out->assign(bytes, bytes + sizeof(h));
+  else
+    write_exact(s, peer, bytes, sizeof(h), deadline_);
   return s;
 }
 
@@ -188,10 +190,20 @@ bool tcp_transport::accept_one(clock::time_point deadline) {
   tcp_socket s(::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC));
   if (!s) return false;
   tune(s.fd());
+  // A bounded wait: a client that connects and says nothing cannot hold the group up long.
+  const auto hello_deadline = std::min(deadline, clock::now() + std::chrono::seconds(2));
+  if (tls_) {
+    s.start_tls(tls_, tls_session::role::server);
+    try {
+      s.tls()->handshake(hello_deadline);
+    } catch (const error& e) {
+      std::fprintf(stderr, "troupe: %s rank %d: refused a connection: %s\n", label().c_str(), rank_, e.what());
+      return false;
+    }
+  }
   hello h;
   try {
-    // A bounded wait: a client that connects and says nothing cannot hold the group up long.
-    read_exact(s.fd(), -1, reinterpret_cast<std::byte*>(&h), sizeof(h), std::min(deadline, clock::now() + std::chrono::seconds(2)));
+    read_exact(s, -1, reinterpret_cast<std::byte*>(&h), sizeof(h), hello_deadline);
   } catch (const error& e) {
     std::fprintf(stderr, "troupe: %s rank %d: refused a connection without a hello: %s\n", label().c_str(), rank_, e.what());
     return false;
@@ -234,9 +246,9 @@ void tcp_transport::fail_timeout(int peer) {
                                  " ms waiting for rank " + std::to_string(peer));
 }
 
-void tcp_transport::read_exact(int fd, int peer, std::byte* p, std::size_t n, clock::time_point deadline) {
+void tcp_transport::read_exact(tcp_socket& fd, int peer, std::byte* p, std::size_t n, clock::time_point deadline) {
   while (n > 0) {
-    const ssize_t got = ::recv(fd, p, n, 0);
+    const ssize_t got = fd.recv_some(p, n);
     if (got > 0) {
       p += got;
       n -= static_cast<std::size_t>(got);
@@ -249,20 +261,20 @@ void tcp_transport::read_exact(int fd, int peer, std::byte* p, std::size_t n, cl
         if (peer < 0) throw error(errc::timeout, "no data before the deadline");
         fail_timeout(peer);
       }
-      pollfd pf{fd, POLLIN, 0};
+      pollfd pf{fd.fd(), fd.wants(POLLIN), 0};
       ::poll(&pf, 1, ms_until(deadline));
       continue;
     }
     if (peer >= 0) check_failed();  // our own abort shut this socket: report the first failure
     throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + (got == 0 ? " closed its connection" : " reset its connection (") +
-                                     (got == 0 ? "" : std::string(std::strerror(e)) + ")") + " during " + what_ +
+                                     (got == 0 ? "" : fd.error_text(e) + ")") + " during " + what_ +
                                      " (it exited or was killed)");
   }
 }
 
-void tcp_transport::write_exact(int fd, int peer, const std::byte* p, std::size_t n, clock::time_point deadline) {
+void tcp_transport::write_exact(tcp_socket& fd, int peer, const std::byte* p, std::size_t n, clock::time_point deadline) {
   while (n > 0) {
-    const ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
+    const ssize_t put = fd.send_some(p, n);
     if (put > 0) {
       p += put;
       n -= static_cast<std::size_t>(put);
@@ -271,16 +283,16 @@ void tcp_transport::write_exact(int fd, int peer, const std::byte* p, std::size_
     if (put < 0 && (errno == EAGAIN || errno == EINTR || errno == EINPROGRESS)) {
       check_failed();
       if (clock::now() >= deadline) fail_timeout(peer);
-      pollfd pf{fd, POLLOUT, 0};
+      pollfd pf{fd.fd(), fd.wants(POLLOUT), 0};
       ::poll(&pf, 1, ms_until(deadline));
       continue;
     }
     throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + " is unreachable during " + what_ + ": " +
-                                     std::strerror(errno) + " (it exited or was killed)");
+                                     fd.error_text(errno) + " (it exited or was killed)");
   }
 }
 
-frame_header tcp_transport::read_header(int fd, int peer, clock::time_point deadline) {
+frame_header tcp_transport::read_header(tcp_socket& fd, int peer, clock::time_point deadline) {
   frame_header h;
   read_exact(fd, peer, reinterpret_cast<std::byte*>(&h), sizeof(h), deadline);
   if (static_cast<frame_type>(h.type) == frame_type::leave) {
@@ -315,10 +327,10 @@ void tcp_transport::check_sender() {
   std::vector<std::byte> sink(64 << 10);
   try {
     for (;;) {
-      const frame_header h = read_header(ring_in_.fd(), prev(), grace);  // throws on an abort frame
+      const frame_header h = read_header(ring_in_, prev(), grace);  // throws on an abort frame
       for (std::uint64_t left = h.length; left > 0;) {
         const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(left, sink.size()));
-        read_exact(ring_in_.fd(), prev(), sink.data(), m, grace);
+        read_exact(ring_in_, prev(), sink.data(), m, grace);
         left -= m;
       }
     }
@@ -336,12 +348,12 @@ void tcp_transport::send_next(const std::byte* p, std::size_t n) {
 
 void tcp_transport::recv_prev(std::byte* p, std::size_t n) {
   check_sender();
-  const frame_header h = read_header(ring_in_.fd(), prev(), deadline_);
+  const frame_header h = read_header(ring_in_, prev(), deadline_);
   if (static_cast<frame_type>(h.type) != frame_type::data || h.length != n)
     throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected " + std::to_string(n) +
                                          " data bytes from rank " + std::to_string(prev()) + ", got frame type " +
                                          std::to_string(h.type) + " of " + std::to_string(h.length) + " bytes");
-  read_exact(ring_in_.fd(), prev(), p, n, deadline_);
+  read_exact(ring_in_, prev(), p, n, deadline_);
 }
 
 void tcp_transport::flush() {

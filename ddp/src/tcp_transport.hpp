@@ -28,6 +28,11 @@
 // the sender (hello kind p2p). Reduction order: shard k is folded along the ring starting at the
 // rank that holds it first; with 2 ranks the operands are put in rank order, so the bits equal
 // the shared-memory path's; with more ranks float results may differ in the last bits.
+// TLS (Note [tls] in troupe/actors/tls_context.hpp, opts.tls set): every connection is mutual
+// TLS and the hello travels inside it. The listener runs the server handshake (2 s at most) in
+// accept_one; a peer whose certificate does not verify is closed and logged like a wrong hello.
+// The ring's client side sends its hello from the sender thread, so that the handshake with
+// next() runs while this rank accepts prev()'s (every rank connects before it accepts).
 // Assumes: collectives issued in the same order on every rank; ranks of one binary layout.
 
 #include <atomic>
@@ -45,25 +50,37 @@
 #include <vector>
 
 #include "collectives.hpp"
+#include "troupe/actors/tls_session.hpp"
 #include "shm_transport.hpp"
 
 namespace troupe::ddp::detail {
 
-/// A socket file descriptor, closed on destruction. Move-only.
+/// A socket file descriptor, closed on destruction, optionally carrying a TLS session. Move-only.
 class tcp_socket {
  public:
   tcp_socket() = default;
   explicit tcp_socket(int fd) noexcept : fd_(fd) {}
   ~tcp_socket();
-  tcp_socket(tcp_socket&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  tcp_socket(tcp_socket&& o) noexcept : fd_(o.fd_), tls_(std::move(o.tls_)) { o.fd_ = -1; }
   tcp_socket& operator=(tcp_socket&& o) noexcept;
   tcp_socket(const tcp_socket&) = delete;
   tcp_socket& operator=(const tcp_socket&) = delete;
   int fd() const noexcept { return fd_; }
   explicit operator bool() const noexcept { return fd_ >= 0; }
+  /// Wraps the socket in TLS from now on (the handshake runs on the first read or write).
+  void start_tls(std::shared_ptr<const tls_context> ctx, tls_session::role r);
+  tls_session* tls() noexcept { return tls_.get(); }
+  /// recv/send semantics (> 0, 0 closed, -1 with errno), through TLS when started.
+  ssize_t recv_some(std::byte* p, std::size_t n);
+  ssize_t send_some(const std::byte* p, std::size_t n);
+  /// The poll events to wait for after EAGAIN, `natural` without TLS.
+  short wants(short natural) const noexcept { return tls_ ? tls_->wants() : natural; }
+  /// strerror(e), or the TLS failure for EPROTO.
+  std::string error_text(int e) const;
 
  private:
   int fd_ = -1;
+  std::unique_ptr<tls_session> tls_;
 };
 
 enum class frame_type : std::uint32_t { data = 1, fingerprint = 2, abort = 3, p2p_meta = 4, leave = 5 };
@@ -79,12 +96,14 @@ struct frame_header {
 /// slow receiver while it could reduce. Errors are kept and reported by flush()/error().
 class tcp_sender {
  public:
-  tcp_sender(int fd, std::string peer);
+  tcp_sender(tcp_socket& sock, std::string peer);
   ~tcp_sender();
   tcp_sender(const tcp_sender&) = delete;
   tcp_sender& operator=(const tcp_sender&) = delete;
   /// Queues a frame; `data` must stay valid until flush() returned (or `copy` is set).
   void push(frame_type t, const std::byte* data, std::size_t n, bool copy = false);
+  /// Queues bytes written as they are, without a frame header (the hello of a TLS ring).
+  void push_raw(const std::byte* data, std::size_t n);
   /// Blocks until the queue is written or `deadline`; throws the write error (peer_lost) or timeout.
   void flush(std::chrono::steady_clock::time_point deadline, const std::string& what);
   /// Like flush(), but returns false when `until` passed first.
@@ -101,10 +120,12 @@ class tcp_sender {
     const std::byte* data;
     std::size_t n;
     std::vector<std::byte> owned;
+    bool raw = false;
   };
   void loop();
   bool write_all(const std::byte* p, std::size_t n);
 
+  tcp_socket* sock_;
   int fd_;
   std::string peer_;
   std::mutex mu_;
@@ -172,12 +193,13 @@ class tcp_transport {
     std::string host;
     int port = 0;
   };
-  tcp_socket connect_to(int peer, std::uint32_t kind);
+  /// Connects to `peer` and writes the hello, or with `hello_out` stores it there unsent.
+  tcp_socket connect_to(int peer, std::uint32_t kind, std::vector<std::byte>* hello_out = nullptr);
   tcp_socket take_incoming(std::uint32_t kind, int peer);
   bool accept_one(std::chrono::steady_clock::time_point deadline);
-  frame_header read_header(int fd, int peer, std::chrono::steady_clock::time_point deadline);
-  void read_exact(int fd, int peer, std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
-  void write_exact(int fd, int peer, const std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  frame_header read_header(tcp_socket& s, int peer, std::chrono::steady_clock::time_point deadline);
+  void read_exact(tcp_socket& s, int peer, std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  void write_exact(tcp_socket& s, int peer, const std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
   void check_failed();
   /// Passes the fingerprints around the ring; every rank's, indexed by rank.
   std::vector<fingerprint> gather_fingerprints(const fingerprint& f);
@@ -193,6 +215,7 @@ class tcp_transport {
   std::chrono::milliseconds timeout_;
   std::uint64_t nonce_ = 0;
   std::vector<peer_addr> addrs_;
+  std::shared_ptr<const tls_context> tls_;  // null: plain TCP
   tcp_socket listener_;
   tcp_socket ring_out_;
   tcp_socket ring_in_;

@@ -14,6 +14,7 @@ namespace {
 constexpr const char* usage_text =
     "usage: troupe-run --nproc-per-node N [--nnodes M --node-rank K] [--master-addr A --master-port P |\n"
     "                  --rdzv-endpoint A:P | --standalone] [--job-token T] [--listen-addr A]\n"
+    "                  [--tls-cert F --tls-key F --tls-ca F]\n"
     "                  [--max-restarts R] [--restart job|rank] [--timeout-s S] [--join-timeout-s S] [--] prog args...\n"
     "Starts N ranks of prog on this host, like torchrun; each gets RANK, WORLD_SIZE, LOCAL_RANK,\n"
     "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR and\n"
@@ -29,6 +30,8 @@ constexpr const char* usage_text =
     "                       required on several)\n"
     "  --listen-addr A      address the ranks bind (default: TROUPE_LISTEN_ADDR, else the local\n"
     "                       address that routes to the master; 0.0.0.0 binds every interface)\n"
+    "  --tls-cert F, --tls-key F, --tls-ca F  PEM files of mutual TLS on the process groups'\n"
+    "                       TCP ring (docs/tls.md); set TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA\n"
     "  --max-restarts R     start every rank of the job again after a failure, up to R times for\n"
     "                       the whole job (the master's value counts on several nodes)\n"
     "  --restart job|rank   what a restart starts again: every rank (job, the default), or only the\n"
@@ -96,6 +99,9 @@ bool apply(launch_options& o, const std::string& f, const std::string& v) {
     o.token = v;
     o.token_given = true;
   } else if (f == "--listen-addr") o.listen_addr = v;
+  else if (f == "--tls-cert") o.tls_cert = v;
+  else if (f == "--tls-key") o.tls_key = v;
+  else if (f == "--tls-ca") o.tls_ca = v;
   else if (f == "--max-restarts") o.max_restarts = parse_int(f, v, 0);
   else if (f == "--restart") {
     if (v != "job" && v != "rank") usage("--restart needs job or rank, got '" + v + "'");
@@ -142,7 +148,7 @@ launch_options parse_options(int argc, char** argv) {
       continue;
     }
     static const char* const known[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                                        "--rdzv-endpoint", "--rdzv-backend", "--rdzv-id", "--job-token", "--listen-addr",
+                                        "--rdzv-endpoint", "--rdzv-backend", "--rdzv-id", "--job-token", "--listen-addr", "--tls-cert", "--tls-key", "--tls-ca",
                                         "--max-restarts", "--restart", "--timeout-s", "--join-timeout-s"};
     if (std::find(std::begin(known), std::end(known), flag) == std::end(known)) usage("unknown option " + a);
     std::string value;

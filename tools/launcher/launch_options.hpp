@@ -27,6 +27,9 @@ struct launch_options {
   std::string token;
   bool token_given = false;  ///< by flag or environment (a multi-node job needs one)
   std::string listen_addr;   ///< empty: the address that routes to the master
+  /// --tls-cert/--tls-key/--tls-ca: passed to the ranks as TROUPE_TLS_CERT/KEY/CA (empty: the
+  /// launcher's own environment passes through unchanged).
+  std::string tls_cert, tls_key, tls_ca;
   int max_restarts = 0;
   bool restart_rank = false;  ///< --restart rank: restart only the rank that died (one host)
   int timeout_s = 0;

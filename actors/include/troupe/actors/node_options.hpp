@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/tls_options.hpp"
+
 namespace caf {
 class actor_system_config;
 }
@@ -17,7 +19,8 @@ class actor_system_config;
 namespace troupe {
 
 /// How a node starts. `from_env()` fills the launcher conventions (RANK, WORLD_SIZE, LOCAL_RANK,
-/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR, TROUPE_TRACE, or Slurm's); every field can
+/// MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR, TROUPE_TRACE, TROUPE_TLS_CERT/KEY/CA,
+/// or Slurm's); every field can
 /// then be overridden in code.
 struct node_options {
   /// Worker name; empty means "worker<rank>".
@@ -36,6 +39,9 @@ struct node_options {
   /// The shared secret every connection must present (hello) before it can call anything.
   /// An empty token is refused off loopback, and on loopback unless allow_empty_token is set.
   std::string job_token;
+  /// Mutual TLS (Note [tls] in tls_context.hpp): certificate, key and CA files; empty is off.
+  /// Process groups formed through env_process_group use it on their TCP ring.
+  tls_options tls;
   /// Accept an empty job_token on a loopback listen_addr: any local process can then join.
   bool allow_empty_token = false;
   /// A connection that has not authenticated by then is closed (the direct channel and the

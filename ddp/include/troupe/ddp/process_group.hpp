@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/tls_options.hpp"
 #include "troupe/ddp/collective_group.hpp"
 #include "troupe/tensors/error.hpp"
 #include "troupe/tensors/tensor.hpp"
@@ -51,6 +52,10 @@ struct process_group_options {
   /// TCP: the address this rank listens on and publishes to its peers: an IPv4 address or host
   /// name of this rank's interface (not 0.0.0.0). bad_argument when it does not resolve.
   std::string tcp_address = "127.0.0.1";
+  /// TCP: mutual TLS on the ring and the send/recv connections (Note [tls] in
+  /// troupe/actors/tls_context.hpp); empty is off. Every rank must use the same CA. The group's
+  /// constructor throws bad_argument / io_error naming a missing or unreadable file.
+  tls_options tls;
   /// TCP: bytes of one pipelined chunk on the ring.
   std::size_t tcp_chunk_bytes = std::size_t{1} << 20;
   /// Shared memory: address space of this rank's shared arena (empty_shared); memory is taken
