@@ -25,6 +25,8 @@
 ///   returned its future (the staging copy is complete by then).
 /// - Results and RRef values travel back to the caller staged as CPU tensors (no reverse map).
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -40,6 +42,20 @@ using device_map = std::map<int, int>;
 /// local devices mapped to the same peer device. Never blocks.
 void validate_device_map(const std::string& peer, const device_map& map);
 
+/// The inverse of `map` (peer index -> local index), after validate_device_map (throws as it
+/// does, naming `peer`). Results of a call come back through it.
+device_map invert_device_map(const std::string& peer, const device_map& map);
+
+/// Throws device_mismatch naming the device and `peer` when `reverse` (invert_device_map of the
+/// map for `peer`) has no entry for the peer's CUDA device `remote`; else the local device.
+troupe::device result_device(const std::string& peer, const device_map& reverse, int remote);
+
+/// How a node's CUDA arguments went to their peers (Note [rpc device map]).
+struct device_transfers {
+  std::uint64_t ipc = 0;     ///< by CUDA IPC handle (same host, another process)
+  std::uint64_t staged = 0;  ///< staged through host memory and sent as bytes
+};
+
 /// The device maps of one node, per peer (Note [rpc device map]). Thread-safe.
 class device_maps {
  public:
@@ -50,8 +66,13 @@ class device_maps {
   troupe::device target(const std::string& peer, troupe::device local) const;
   /// The map of `peer` (empty when none was set).
   device_map of(const std::string& peer) const;
+  /// Counts one CUDA argument sent by IPC handle (`ipc`) or staged.
+  void count(bool ipc) const;
+  /// The transfers counted so far.
+  device_transfers transfers() const;
 
  private:
+  mutable std::atomic<std::uint64_t> ipc_{0}, staged_{0};
   mutable std::mutex mu_;
   std::map<std::string, device_map> maps_;
 };
