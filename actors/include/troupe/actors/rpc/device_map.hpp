@@ -7,8 +7,11 @@
 /// ---------------------
 /// A map belongs to the caller and names one peer: {local CUDA index -> peer CUDA index}.
 ///
-///   caller: arg on cuda:1 --map[peer]{1 -> 0}--> staged to host --wire (kind 3, "cuda:0")-->
-///   callee: bytes -> cuda:0 on the decoding thread's current stream -> synchronised -> fn(arg)
+///   caller: arg on cuda:1 --map[peer]{1 -> 0}--> same host, other process: private copy + IPC
+///           handle + IPC event (kind 5); else staged to host --wire (kind 3, "cuda:0")-->
+///   callee: IPC: current stream waits for the event, copies d2d; staged: bytes -> cuda:0;
+///           on the decoding thread's current stream -> synchronised -> fn(arg)
+///   callee: result on cuda:0 --staged (kind 4, "cuda:0")--> caller: reverse map {0 -> 1} -> cuda:1
 ///
 /// - Set time: node_options::device_maps and node::set_device_map validate at once: a negative
 ///   index, two local devices mapped to one peer device, or a peer that is not a worker of the
@@ -16,14 +19,27 @@
 /// - Call time: a CUDA argument whose device has no entry in the map of the callee fails the
 ///   call with device_mismatch naming the device and the peer (the future carries it; nothing
 ///   is sent). A CPU argument is unaffected by the map.
-/// - Transfer: the tensor is staged through host memory (one device-to-host copy on the
-///   caller's current stream, which the encoder waits for), sent as bytes, and copied to the
-///   mapped device on the receiver. A receiver without that device fails the call with
-///   device_mismatch naming it.
+/// - Transfer, same host and another process: the caller clones the tensor on its current
+///   stream, records an interprocess event after the clone and sends cudaIpcGetMemHandle of the
+///   clone's allocation (the caching allocator gives whole cudaMalloc blocks, so a plain
+///   storage's data is the base), the offset and the event's handle (kind 5). The call state
+///   holds the clone and the event until the call completes. The receiver opens the handle in
+///   the node's cuda_ipc_cache (once per peer allocation and device: CUDA refuses a second open;
+///   dropped with the peer, closed at teardown), makes its current stream wait on the event and
+///   copies device to device into its own tensor. A receiver-side failure fails the call.
+/// - Transfer otherwise (another host, the same process, a caller-side IPC call that fails):
+///   staged through host memory (one device-to-host copy on the caller's current stream, which
+///   the encoder waits for), sent as bytes (kind 3) and copied to the mapped device on the
+///   receiver. node::device_transfers() counts both ways. A receiver without the mapped device
+///   fails the call with device_mismatch naming it.
 /// - Stream rule: the receiver's tensor is ready on every stream when the function runs (the
-///   decoder synchronises its copy). The caller may reuse or free its tensor once the call
-///   returned its future (the staging copy is complete by then).
-/// - Results and RRef values travel back to the caller staged as CPU tensors (no reverse map).
+///   decoder synchronises its copy on its current stream of the device), for kinds 3, 4 and 5.
+///   The caller may reuse or free its tensor once the call returned its future (the staging
+///   copy or the private IPC copy exists by then).
+/// - Results and RRef values fetched by a call: a CUDA tensor goes staged with the callee's device
+///   (kind 4) and lands on the caller's device given by the reverse of the caller's map for that
+///   callee (invert_device_map); no reverse entry, or no call to place it by, is device_mismatch
+///   naming the device and the peer.
 
 #include <atomic>
 #include <cstdint>
