@@ -439,6 +439,7 @@ node::~node() {
 }
 
 const worker_info& node::info() const { return impl_->me; }
+rpc::device_transfers node::device_transfers() const { return impl_->device_maps.transfers(); }
 std::uint16_t node::port() const { return impl_->port; }
 caf::actor_system& node::system() {
   if (!impl_->sys) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
@@ -491,11 +492,14 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
   std::vector<char> payload, meta;
   try {
     detail::bulk_scope scope(detail::same_host(peer.agent.node(), im.sys->node()), im.bulk.get(), peer.agent.node());
-    rpc::detail::device_scope devices(im.device_maps, to);
+    // Note [rpc device map]: IPC handles only to another process of this host.
+    rpc::detail::device_scope devices(im.device_maps, to, detail::same_host_other_process(peer.agent.node(), im.sys->node()));
+    st->set_result_map(rpc::invert_device_map(to, im.device_maps.of(to)));
     auto intercepted = begin_call_scope(im.interceptor->get(), to, function);
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
     payload = encode();
+    if (!devices.kept().empty()) st->hold_until_complete(std::move(devices.kept()));
     if (intercepted) meta = rpc::detail::guarded("take_meta", [&] { return intercepted->take_meta(); });
     st->set_scope(std::move(intercepted));
   } catch (const rpc::detail::interceptor_failure& e) {

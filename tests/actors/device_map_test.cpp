@@ -117,5 +117,109 @@ TEST_CASE("a CUDA argument arrives on the mapped device, and an unmapped one fai
   CHECK_THAT(msg, Catch::Contains("cuda:0") && Catch::Contains("worker0"));
   n.set_device_map("worker0", {{0, 0}});
   CHECK(rpc_sync<std::int64_t>(n, "worker0", "where", x) == 8);
+  // One process: staged, never by IPC handle. The result comes back on cuda:0 by the reverse map.
+  CHECK(n.device_transfers().ipc == 0);
+  CHECK(n.device_transfers().staged == 1);
+  n.functions().add("twice", [](tensor t) { return t * 2.0; });
+  const tensor back = rpc_sync<tensor>(n, "worker0", "twice", x);
+  CHECK(back.device() == cuda_device(0));
+  CHECK(back.sum().item<double>() == 16.0);
+  n.shutdown(shutdown_mode::graceful, 2s);
+}
+
+TEST_CASE("a device map inverts one-to-one, and a result device without a reverse entry is refused naming it and the peer",
+          "[actors][rpc]") {
+  CHECK(rpc::invert_device_map("worker1", {{0, 2}, {1, 0}}) == rpc::device_map{{2, 0}, {0, 1}});
+  CHECK(rpc::invert_device_map("worker1", {}).empty());
+  std::string msg;
+  CHECK(code_of([&] { rpc::invert_device_map("worker1", {{0, 1}, {1, 1}}); }, &msg) == errc::bad_argument);
+  CHECK_THAT(msg, Catch::Contains("worker1"));
+  const rpc::device_map reverse = rpc::invert_device_map("worker1", {{1, 3}});
+  CHECK(rpc::result_device("worker1", reverse, 3) == cuda_device(1));
+  CHECK(code_of([&] { rpc::result_device("worker1", reverse, 1); }, &msg) == errc::device_mismatch);
+  CHECK_THAT(msg, Catch::Contains("cuda:1") && Catch::Contains("worker 'worker1'"));
+}
+
+namespace {
+// A kind-4 payload: a float32 result of 2 elements from the sender's cuda:`index`.
+std::vector<char> result_payload(std::int32_t index) {
+  std::vector<char> bytes;
+  rpc::detail::writer w(bytes);
+  w.pod(std::uint8_t{4});  // kind 4: a result from a device of the sender
+  w.pod(std::uint8_t{1});  // defined
+  w.pod(index);
+  w.pod(static_cast<std::uint8_t>(dtype::float32));
+  w.pod(std::uint32_t{1});
+  w.pod(std::int64_t{2});
+  w.pod(std::uint64_t{8});
+  w.pod(std::uint8_t{0});  // no padding
+  const float values[2] = {1.f, 2.f};
+  w.raw(values, sizeof values);
+  return bytes;
+}
+}  // namespace
+
+TEST_CASE("a CUDA result comes back by the reverse map only: outside a call or without an entry it fails naming the device",
+          "[actors][rpc]") {
+  const auto bytes = result_payload(5);
+  std::string msg;
+  {
+    rpc::detail::reader r(bytes.data(), bytes.size());
+    CHECK(code_of([&] { rpc::detail::read_tensor(r); }, &msg) == errc::device_mismatch);
+    CHECK_THAT(msg, Catch::Contains("cuda:5"));
+  }
+  const rpc::device_map reverse{{2, 0}};
+  const std::string peer = "worker7";
+  rpc::detail::result_devices scope(reverse, peer);
+  {
+    rpc::detail::reader r(bytes.data(), bytes.size());
+    CHECK(code_of([&] { rpc::detail::read_tensor(r); }, &msg) == errc::device_mismatch);
+    CHECK_THAT(msg, Catch::Contains("cuda:5") && Catch::Contains("worker 'worker7'"));
+  }
+  if (cuda::device_count() == 0) {  // mapped to cuda:0, which this process lacks
+    const auto mapped = result_payload(2);
+    rpc::detail::reader r(mapped.data(), mapped.size());
+    CHECK(code_of([&] { rpc::detail::read_tensor(r); }, &msg) == errc::device_mismatch);
+    CHECK_THAT(msg, Catch::Contains("cuda:0"));
+  }
+}
+
+TEST_CASE("an IPC tensor payload for a device this process lacks, or with a range past its allocation, is refused",
+          "[actors][rpc]") {
+  const auto payload = [](std::int32_t index, std::uint64_t offset) {
+    std::vector<char> bytes;
+    rpc::detail::writer w(bytes);
+    w.pod(std::uint8_t{5});  // kind 5: an IPC handle
+    w.pod(std::uint8_t{1});
+    w.pod(index);
+    w.pod(static_cast<std::uint8_t>(dtype::float32));
+    w.pod(std::uint32_t{1});
+    w.pod(std::int64_t{4});
+    w.pod(std::uint64_t{16});
+    const char handle[64] = {};
+    w.raw(handle, sizeof handle);
+    w.pod(offset);
+    w.pod(std::uint64_t{32});  // the allocation's size
+    w.raw(handle, sizeof handle);
+    return bytes;
+  };
+  const auto absent = payload(cuda::device_count(), 0);
+  rpc::detail::reader r(absent.data(), absent.size());
+  std::string msg;
+  CHECK(code_of([&] { rpc::detail::read_tensor(r); }, &msg) == errc::device_mismatch);
+  CHECK_THAT(msg, Catch::Contains("cuda:" + std::to_string(cuda::device_count())));
+  const auto past = payload(0, 24);  // 16 bytes at 24 of 32
+  rpc::detail::reader p(past.data(), past.size());
+  CHECK(code_of([&] { rpc::detail::read_tensor(p); }, &msg) == errc::protocol_violation);
+  CHECK_THAT(msg, Catch::Contains("offset 24"));
+  std::vector<char> unknown{6, 1};
+  rpc::detail::reader u(unknown.data(), unknown.size());
+  CHECK(code_of([&] { rpc::detail::read_tensor(u); }) == errc::protocol_violation);
+}
+
+TEST_CASE("a node counts no CUDA transfers before it sends a CUDA argument", "[actors][rpc][node]") {
+  node n(solo());
+  CHECK(n.device_transfers().ipc == 0);
+  CHECK(n.device_transfers().staged == 0);
   n.shutdown(shutdown_mode::graceful, 2s);
 }

@@ -212,6 +212,7 @@ std::unique_ptr<bulk_segment> create_segment(std::size_t capacity) {
 bulk_names::~bulk_names() { unlink_all(); }
 
 void bulk_names::unlink_all() {
+  ipc_.clear();
   std::vector<pinned> pins;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -302,6 +303,7 @@ bool can_open_probe(const shm_probe& p) {
 }
 
 void bulk_names::drop_peer(const std::string& peer) {
+  ipc_.drop(peer);
   std::vector<std::shared_ptr<const void>> released;  // declared first: dies after the lock
   std::lock_guard<std::mutex> lock(mutex_);
   reachable_.erase(peer);
@@ -390,6 +392,13 @@ bool same_host(const caf::node_id& a, const caf::node_id& b) {
   const auto* x = dynamic_cast<const caf::node_id::default_data*>(&*a);
   const auto* y = dynamic_cast<const caf::node_id::default_data*>(&*b);
   return x && y && x->host_id() == y->host_id();
+}
+
+bool same_host_other_process(const caf::node_id& a, const caf::node_id& b) {
+  if (!same_host(a, b)) return false;
+  const auto* x = dynamic_cast<const caf::node_id::default_data*>(&*a);
+  const auto* y = dynamic_cast<const caf::node_id::default_data*>(&*b);
+  return x->process_id() != y->process_id();
 }
 
 }  // namespace troupe::detail

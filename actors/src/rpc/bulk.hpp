@@ -89,6 +89,7 @@
 #include <caf/node_id.hpp>
 
 #include "rpc/byte_pool.hpp"
+#include "rpc/cuda_ipc.hpp"
 #include "troupe/actors/messages.hpp"
 
 namespace troupe::detail {
@@ -154,6 +155,9 @@ class bulk_names {
 
   /// Note [byte pool]: the node's buffers of large payloads sent or received as bytes.
   byte_pool& buffers() { return buffers_; }
+  /// Note [rpc device map]: the peers' CUDA allocations this node opened by IPC handle (dropped
+  /// with their peer, closed at teardown).
+  cuda_ipc_cache& ipc() { return ipc_; }
 
  private:
   struct pinned {
@@ -177,6 +181,7 @@ class bulk_names {
   std::shared_ptr<seg_mapping> probe_;
   std::map<std::string, bool> reachable_;
   byte_pool buffers_;
+  cuda_ipc_cache ipc_;
 };
 
 /// The byte pool of the node whose bulk_scope is active on this thread, enabled or not (null
@@ -203,5 +208,7 @@ class bulk_scope {
 
 /// Whether two CAF nodes run on the same host.
 bool same_host(const caf::node_id& a, const caf::node_id& b);
+/// Whether two CAF nodes run on the same host in different processes (CUDA IPC is possible).
+bool same_host_other_process(const caf::node_id& a, const caf::node_id& b);
 
 }  // namespace troupe::detail

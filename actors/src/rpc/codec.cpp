@@ -7,6 +7,8 @@
 
 #include "device_scope.hpp"
 #include "executor.hpp"
+#include "rpc/cuda_ipc.hpp"
+#include "rpc/bulk_segment.hpp"
 #include "intercept.hpp"
 #include "rpc/bulk.hpp"
 #include "troupe/tensors/cuda.hpp"
@@ -56,6 +58,37 @@ void write_tensor_header(writer& w, const tensor& h) {
   w.pod(static_cast<std::uint64_t>(h.nbytes()));
 }
 
+namespace {
+/// Kind 0 (`device` < 0), 3 or 4 (with `device`): header, padding, the bytes of contiguous CPU `h`.
+void write_inline(writer& w, const tensor& h, std::uint8_t kind, std::int32_t device) {
+  w.pod(kind);
+  w.pod(std::uint8_t{1});  // defined
+  if (kind != 0) w.pod(device);
+  write_tensor_header(w, h);
+  // Note [adopted payload]: the data at a 64-byte offset of the buffer (a u8 count, then zeros).
+  const auto pad = static_cast<std::uint8_t>((64 - (w.buffer().size() + 1) % 64) % 64);
+  w.pod(pad);
+  static constexpr char zeros[64] = {};
+  w.raw(zeros, pad);
+  w.raw(h.data_ptr(), h.nbytes());
+}
+
+/// Note [rpc device map]: a CUDA tensor under a device scope.
+void write_cuda_tensor(writer& w, const tensor& t, const device_scope& d) {
+  if (d.answering()) {
+    write_inline(w, t.cpu().contiguous(), 4, t.device().index);  // the caller maps it back
+    return;
+  }
+  const std::int32_t to = d.target(t.device()).index;  // device_mismatch when unmapped
+  if (d.ipc() && write_tensor_ipc(w, t, to, d.kept())) {
+    d.count(true);
+    return;
+  }
+  d.count(false);
+  write_inline(w, t.cpu().contiguous(), 3, to);
+}
+}  // namespace
+
 // Note [call interceptor]: only defined tensors are reported, on both sides, so the n-th tensor
 // written is the n-th tensor read.
 void write_tensor(writer& w, const tensor& t) {
@@ -68,22 +101,11 @@ void write_tensor(writer& w, const tensor& t) {
   }
   // A large copy ahead: a leading executor thread running quick jobs hands the lead off first.
   if (t.nbytes() >= long_copy_bytes) troupe::detail::long_work_ahead();
-  // Note [rpc device map]: a CUDA tensor goes to the peer device its map names (kind 3).
-  std::int32_t to_device = -1;
   if (t.device().is_cuda())
-    if (const auto* d = device_scope::active()) to_device = d->target(t.device()).index;
+    if (const auto* d = device_scope::active()) return write_cuda_tensor(w, t, *d);
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
-  if (to_device < 0 && write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
-  w.pod(std::uint8_t{to_device < 0 ? std::uint8_t{0} : std::uint8_t{3}});  // kind 0: inline bytes; 3: for a device
-  w.pod(std::uint8_t{1});  // defined
-  if (to_device >= 0) w.pod(to_device);
-  write_tensor_header(w, h);
-  // Note [adopted payload]: the data at a 64-byte offset of the buffer (a u8 count, then zeros).
-  const auto pad = static_cast<std::uint8_t>((64 - (w.buffer().size() + 1) % 64) % 64);
-  w.pod(pad);
-  static constexpr char zeros[64] = {};
-  w.raw(zeros, pad);
-  w.raw(h.data_ptr(), h.nbytes());
+  if (write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
+  write_inline(w, h, 0, -1);            // kind 0: inline bytes
 }
 
 namespace {
@@ -111,13 +133,34 @@ const payload_keeper* payload_keeper::holding(const char* p, std::size_t n) {
 }
 
 namespace {
-/// A received kind-3 tensor on the device its sender mapped it to, ready on every stream.
-tensor to_mapped_device(const tensor& host, std::int32_t index) {
+thread_local const result_devices* tls_results = nullptr;
+}  // namespace
+
+result_devices::result_devices(const std::map<int, int>& reverse, const std::string& peer)
+    : reverse_(reverse), peer_(peer), outer_(tls_results) {
+  tls_results = this;
+}
+
+result_devices::~result_devices() { tls_results = outer_; }
+
+troupe::device result_devices::local_of(int remote) {
+  if (!tls_results)
+    throw error(errc::device_mismatch, "a CUDA tensor from cuda:" + std::to_string(remote) +
+                                           " of its sender arrived outside a call's result (no device map to place it by)");
+  return result_device(tls_results->peer_, tls_results->reverse_, remote);
+}
+
+void check_device_present(const shape_t& sizes, std::int32_t index) {
   const int visible = cuda::device_count();
   if (index < 0 || index >= visible)
-    throw error(errc::device_mismatch, "an rpc tensor " + shape_to_string(host.shape()) + " was mapped to cuda:" +
-                                           std::to_string(index) + " by its sender's device map; this process sees " +
-                                           std::to_string(visible) + " CUDA device(s)");
+    throw error(errc::device_mismatch, "an rpc tensor " + shape_to_string(sizes) + " was mapped to cuda:" + std::to_string(index) +
+                                           " by a device map; this process sees " + std::to_string(visible) + " CUDA device(s)");
+}
+
+namespace {
+/// A received kind-3 or kind-4 tensor on its CUDA device, ready on every stream.
+tensor to_mapped_device(const tensor& host, std::int32_t index) {
+  check_device_present(host.shape(), index);
   tensor t = host.to(cuda_device(index));
 #if defined(TROUPE_WITH_CUDA)
   cuda::event ready(index);  // the stream rule: ready on every stream before the function runs
@@ -127,7 +170,7 @@ tensor to_mapped_device(const tensor& host, std::int32_t index) {
   return t;
 }
 
-tensor read_tensor_body(reader& r, std::uint8_t kind) {
+tensor read_tensor_body(reader& r, std::uint8_t kind, std::int32_t device = -1) {
   std::uint8_t dt = 0;
   std::uint32_t rank = 0;
   r.pod(dt);
@@ -151,6 +194,11 @@ tensor read_tensor_body(reader& r, std::uint8_t kind) {
                                               std::to_string(expected) + " bytes)");
   if (kind == 1) return read_tensor_bulk(r, sizes, type, nbytes);    // a view of a segment: no copy
   if (kind == 2) return read_tensor_shared(r, sizes, type, nbytes);  // a share_memory_() tensor, mapped
+  if (kind == 5) {  // Note [rpc device map]: by IPC handle, opened in the node's cache of that peer
+    auto* names = troupe::detail::active_bulk_names();
+    return read_tensor_ipc(r, sizes, type, nbytes, device, names ? &names->ipc() : nullptr,
+                           caf::to_string(troupe::detail::active_bulk_peer()));
+  }
   std::uint8_t pad = 0;
   r.pod(pad);
   if (pad >= 64) throw error(errc::protocol_violation, "malformed tensor padding in an rpc payload");
@@ -171,11 +219,16 @@ tensor read_tensor_bytes(reader& r) {
   std::uint8_t kind = 0, defined = 0;
   r.pod(kind);
   r.pod(defined);
-  if (kind > 3) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
+  if (kind > 5) throw error(errc::protocol_violation, "tensor payload kind " + std::to_string(kind) + " is unknown");
   if (!defined) return tensor();
-  if (kind != 3) return read_tensor_body(r, kind);
+  if (kind < 3) return read_tensor_body(r, kind);
   std::int32_t index = -1;
   r.pod(index);
+  if (kind == 5) return read_tensor_body(r, kind, index);
+  if (kind == 4) {  // a result: its device is the sender's; the reverse map says which is ours
+    const std::int32_t local = result_devices::local_of(index).index;
+    return to_mapped_device(read_tensor_body(r, 0), local);
+  }
   return to_mapped_device(read_tensor_body(r, 0), index);
 }
 

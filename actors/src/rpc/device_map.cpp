@@ -21,6 +21,27 @@ void validate_device_map(const std::string& peer, const device_map& map) {
   }
 }
 
+device_map invert_device_map(const std::string& peer, const device_map& map) {
+  validate_device_map(peer, map);
+  device_map inverse;
+  for (const auto& [local, remote] : map) inverse.emplace(remote, local);
+  return inverse;
+}
+
+troupe::device result_device(const std::string& peer, const device_map& reverse, int remote) {
+  if (const auto e = reverse.find(remote); e != reverse.end()) return cuda_device(e->second);
+  throw error(errc::device_mismatch, "a CUDA tensor on cuda:" + std::to_string(remote) + " of worker '" + peer +
+                                         "' cannot come back to this worker: the device map for '" + peer +
+                                         "' maps no local device to cuda:" + std::to_string(remote) +
+                                         " (results come back by the reverse map), or move it to the CPU first");
+}
+
+void device_maps::count(bool ipc) const { (ipc ? ipc_ : staged_).fetch_add(1, std::memory_order_relaxed); }
+
+device_transfers device_maps::transfers() const {
+  return {ipc_.load(std::memory_order_relaxed), staged_.load(std::memory_order_relaxed)};
+}
+
 void device_maps::set(const std::string& peer, device_map map) {
   validate_device_map(peer, map);
   std::lock_guard<std::mutex> lock(mu_);
@@ -48,9 +69,11 @@ namespace {
 thread_local const device_scope* tls_scope = nullptr;
 }  // namespace
 
-device_scope::device_scope(const device_maps& maps, std::string peer) : maps_(maps), peer_(std::move(peer)), outer_(tls_scope) {
+device_scope::device_scope(const device_maps& maps, std::string peer, bool ipc)
+    : maps_(&maps), peer_(std::move(peer)), ipc_(ipc), outer_(tls_scope) {
   tls_scope = this;
 }
+device_scope::device_scope() : outer_(tls_scope) { tls_scope = this; }
 device_scope::~device_scope() { tls_scope = outer_; }
 const device_scope* device_scope::active() { return tls_scope; }
 }  // namespace detail

@@ -22,12 +22,19 @@ void call_state::set_recycler(std::function<void(std::vector<char>&&)> recycle) 
   recycle_ = std::move(recycle);
 }
 
+void call_state::hold_until_complete(std::vector<std::shared_ptr<const void>> held) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!done_) held_ = std::move(held);
+}
+
 bool call_state::complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta) {
   std::vector<std::function<void()>> conts, inline_conts;
+  std::vector<std::shared_ptr<const void>> released;  // the IPC sources go once the call is over
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return false;
     done_ = true;
+    released.swap(held_);
     code_ = code;
     message_ = std::move(message);
     if (payload.size() >= adopt_min_bytes) {  // Note [adopted payload]: recycled when the last viewer is gone

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <optional>
 
+#include "rpc/device_scope.hpp"
 #include "rpc/intercept.hpp"
 #include "troupe/actors/rref/caller.hpp"
 
@@ -51,6 +52,7 @@ class deferred_reply final : public rpc::reply_later {
     rpc_response resp{ctx_->req.id, 0, {}, {}, {}};
     try {
       bulk_scope bulk(ctx_->to.same_host, ctx_->to.bulk.get(), ctx_->to.node);
+      rpc::detail::device_scope answer;  // CUDA results keep their device (Note [rpc device map])
       rref_detail::caller_scope caller(ctx_->req.caller);
       std::optional<rpc::scope_guard> active;
       rpc::detail::guarded("enter", [&] { active.emplace(ctx_->scope.get()); });
@@ -156,6 +158,7 @@ rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
 void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
                rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
   bulk_scope bulk(to.same_host, to.bulk.get(), to.node);  // the result may go through shared memory
+  rpc::detail::device_scope answer;                       // CUDA results keep their device (Note [rpc device map])
   rref_detail::caller_scope caller(req.caller);            // RRefs in the result know where they go
   std::shared_ptr<rpc::call_scope> scope;
   deferral_point point{&fn, &req, &me, &to, &scope, &respond, {}, {}, false};

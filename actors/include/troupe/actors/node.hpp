@@ -110,6 +110,9 @@ class node {
   /// index, two devices mapped to one, a worker not in the job, naming it), timeout.
   void set_device_map(const std::string& worker, const rpc::device_map& map,
                       std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+  /// How the CUDA arguments of this node's calls went (Note [rpc device map]): by CUDA IPC
+  /// handle or staged through host memory. Never blocks.
+  rpc::device_transfers device_transfers() const;
   /// Reports that this process reached a named fault point at `step` (Note [fault events]): the
   /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
   /// user code (troupe::fault_point) and by the library's own points.

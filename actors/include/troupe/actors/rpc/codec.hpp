@@ -14,7 +14,9 @@
 /// of arithmetic types as a u64 count and one binary blob; vectors, maps, pairs and tuples element-wise; tensors as
 /// kind (0 = inline bytes; 1 = the name of a shared-memory segment, between processes of one host,
 /// see Note [tensor over shared memory] in src/rpc/bulk.hpp; 3 = inline bytes for a CUDA device
-/// of the receiver, with its index, Note [rpc device map] in device_map.hpp), dtype, rank, sizes, bytes of
+/// of the receiver, with its index; 4 = inline bytes of a result from a CUDA device of the sender,
+/// with its index; 5 = a CUDA IPC handle for a device of the receiver; Note [rpc device map] in
+/// device_map.hpp), dtype, rank, sizes, bytes of
 /// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
 /// inside a user struct uses troupe/tensors/boost_tensor.hpp), read by a bounded_iarchive
 /// (Note [bounded archive]).
@@ -242,13 +244,34 @@ inline constexpr unsigned archive_flags = boost::archive::no_header | boost::arc
 
 /// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
 /// of the buffer, raw bytes of its contiguous CPU copy.
-/// Under a call's device map a CUDA tensor is written as kind 3 for the mapped device, or
-/// throws device_mismatch naming its device and the peer (Note [rpc device map]).
+/// Under a call's device map a CUDA tensor is written as kind 3 (or 5, by IPC handle) for the
+/// mapped device, or throws device_mismatch naming its device and the peer; in a served call's
+/// answer as kind 4 with its own device (Note [rpc device map]).
 void write_tensor(writer& w, const tensor& t);
 /// Reads a tensor written by write_tensor into a new contiguous CPU tensor, or one that views the
-/// payload itself (Note [adopted payload]). Kind 3 gives a tensor on the mapped CUDA device; device_mismatch when
-/// this process does not have it.
+/// payload itself (Note [adopted payload]). Kinds 3 and 5 give a tensor on the mapped CUDA device;
+/// device_mismatch when this process does not have it. Kind 4 gives a tensor on the device the
+/// active result_devices maps the sender's device to; device_mismatch naming it when there is none.
 tensor read_tensor(reader& r);
+
+/// While alive on a thread, CUDA results (kind 4) read there come back to the device that
+/// `reverse` (the inverse of the caller's device map for `peer`) gives for the sender's device
+/// (Note [rpc device map]). Nested scopes restore the outer one. Both references must outlive it.
+class result_devices {
+ public:
+  result_devices(const std::map<int, int>& reverse, const std::string& peer);
+  ~result_devices();
+  result_devices(const result_devices&) = delete;
+  result_devices& operator=(const result_devices&) = delete;
+  /// The local CUDA device for the peer's device `remote`: device_mismatch naming it and the
+  /// peer when the innermost scope has no entry, or when no scope is active.
+  static troupe::device local_of(int remote);
+
+ private:
+  const std::map<int, int>& reverse_;
+  const std::string& peer_;
+  const result_devices* outer_;
+};
 
 /// Note [adopted payload]
 /// A large tensor sent as inline bytes (between hosts, or without shared memory) used to be copied

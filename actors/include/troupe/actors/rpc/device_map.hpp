@@ -7,8 +7,11 @@
 /// ---------------------
 /// A map belongs to the caller and names one peer: {local CUDA index -> peer CUDA index}.
 ///
-///   caller: arg on cuda:1 --map[peer]{1 -> 0}--> staged to host --wire (kind 3, "cuda:0")-->
-///   callee: bytes -> cuda:0 on the decoding thread's current stream -> synchronised -> fn(arg)
+///   caller: arg on cuda:1 --map[peer]{1 -> 0}--> same host, other process: private copy + IPC
+///           handle + IPC event (kind 5); else staged to host --wire (kind 3, "cuda:0")-->
+///   callee: IPC: current stream waits for the event, copies d2d; staged: bytes -> cuda:0;
+///           on the decoding thread's current stream -> synchronised -> fn(arg)
+///   callee: result on cuda:0 --staged (kind 4, "cuda:0")--> caller: reverse map {0 -> 1} -> cuda:1
 ///
 /// - Set time: node_options::device_maps and node::set_device_map validate at once: a negative
 ///   index, two local devices mapped to one peer device, or a peer that is not a worker of the
@@ -16,15 +19,30 @@
 /// - Call time: a CUDA argument whose device has no entry in the map of the callee fails the
 ///   call with device_mismatch naming the device and the peer (the future carries it; nothing
 ///   is sent). A CPU argument is unaffected by the map.
-/// - Transfer: the tensor is staged through host memory (one device-to-host copy on the
-///   caller's current stream, which the encoder waits for), sent as bytes, and copied to the
-///   mapped device on the receiver. A receiver without that device fails the call with
-///   device_mismatch naming it.
+/// - Transfer, same host and another process: the caller clones the tensor on its current
+///   stream, records an interprocess event after the clone and sends cudaIpcGetMemHandle of the
+///   clone's allocation (the caching allocator gives whole cudaMalloc blocks, so a plain
+///   storage's data is the base), the offset and the event's handle (kind 5). The call state
+///   holds the clone and the event until the call completes. The receiver opens the handle in
+///   the node's cuda_ipc_cache (once per peer allocation and device: CUDA refuses a second open;
+///   dropped with the peer, closed at teardown), makes its current stream wait on the event and
+///   copies device to device into its own tensor. A receiver-side failure fails the call.
+/// - Transfer otherwise (another host, the same process, a caller-side IPC call that fails):
+///   staged through host memory (one device-to-host copy on the caller's current stream, which
+///   the encoder waits for), sent as bytes (kind 3) and copied to the mapped device on the
+///   receiver. node::device_transfers() counts both ways. A receiver without the mapped device
+///   fails the call with device_mismatch naming it.
 /// - Stream rule: the receiver's tensor is ready on every stream when the function runs (the
-///   decoder synchronises its copy). The caller may reuse or free its tensor once the call
-///   returned its future (the staging copy is complete by then).
-/// - Results and RRef values travel back to the caller staged as CPU tensors (no reverse map).
+///   decoder synchronises its copy on its current stream of the device), for kinds 3, 4 and 5.
+///   The caller may reuse or free its tensor once the call returned its future (the staging
+///   copy or the private IPC copy exists by then).
+/// - Results and RRef values fetched by a call: a CUDA tensor goes staged with the callee's device
+///   (kind 4) and lands on the caller's device given by the reverse of the caller's map for that
+///   callee (invert_device_map); no reverse entry, or no call to place it by, is device_mismatch
+///   naming the device and the peer.
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -40,6 +58,20 @@ using device_map = std::map<int, int>;
 /// local devices mapped to the same peer device. Never blocks.
 void validate_device_map(const std::string& peer, const device_map& map);
 
+/// The inverse of `map` (peer index -> local index), after validate_device_map (throws as it
+/// does, naming `peer`). Results of a call come back through it.
+device_map invert_device_map(const std::string& peer, const device_map& map);
+
+/// Throws device_mismatch naming the device and `peer` when `reverse` (invert_device_map of the
+/// map for `peer`) has no entry for the peer's CUDA device `remote`; else the local device.
+troupe::device result_device(const std::string& peer, const device_map& reverse, int remote);
+
+/// How a node's CUDA arguments went to their peers (Note [rpc device map]).
+struct device_transfers {
+  std::uint64_t ipc = 0;     ///< by CUDA IPC handle (same host, another process)
+  std::uint64_t staged = 0;  ///< staged through host memory and sent as bytes
+};
+
 /// The device maps of one node, per peer (Note [rpc device map]). Thread-safe.
 class device_maps {
  public:
@@ -50,8 +82,13 @@ class device_maps {
   troupe::device target(const std::string& peer, troupe::device local) const;
   /// The map of `peer` (empty when none was set).
   device_map of(const std::string& peer) const;
+  /// Counts one CUDA argument sent by IPC handle (`ipc`) or staged.
+  void count(bool ipc) const;
+  /// The transfers counted so far.
+  device_transfers transfers() const;
 
  private:
+  mutable std::atomic<std::uint64_t> ipc_{0}, staged_{0};
   mutable std::mutex mu_;
   std::map<std::string, device_map> maps_;
 };

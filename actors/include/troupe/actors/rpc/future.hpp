@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -90,6 +91,15 @@ class call_state {
   /// Lets the thread that waits for this call help complete it (call_helper, which knows it as
   /// `id`). Set before the call is shared.
   void set_helper(std::shared_ptr<call_helper> helper, std::uint64_t id);
+  /// Note [rpc device map]: CUDA results come back by `reverse` (the inverse of the caller's
+  /// map for the callee). Set before the call is shared.
+  void set_result_map(std::map<int, int> reverse) { result_map_ = std::move(reverse); }
+  const std::map<int, int>& result_map() const { return result_map_; }
+  /// The worker the call went to.
+  const std::string& callee() const { return to_; }
+  /// Keeps `held` (the sources of CUDA arguments sent by IPC handle) alive until the call
+  /// completes. Set before the request is sent.
+  void hold_until_complete(std::vector<std::shared_ptr<const void>> held);
   /// "call to 'f' on worker1 from worker0", for error messages (made when asked).
   std::string what() const { return "call to '" + function_ + "' on " + to_ + " from " + from_; }
   clock::time_point deadline() const { return deadline_; }
@@ -122,6 +132,8 @@ class call_state {
   std::vector<std::function<void()>> inline_continuations_;
   std::shared_ptr<call_helper> helper_;
   std::uint64_t helper_id_ = 0;
+  std::map<int, int> result_map_;
+  std::vector<std::shared_ptr<const void>> held_;
   std::function<void(std::vector<char>&&)> recycle_;
   std::shared_ptr<flight_recorder> recorder_;
   std::uint64_t trace_token_ = 0;
@@ -191,6 +203,7 @@ class future {
   R get() const {
     if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
     const auto& bytes = st_->value();
+    detail::result_devices devices(st_->result_map(), st_->callee());  // Note [rpc device map]
     if (st_->intercepted()) {  // decoded once, under the call's scope (Note [call interceptor])
       auto v = st_->decode_once([this](const std::vector<char>& b) -> std::shared_ptr<void> {
         if constexpr (std::is_void_v<R>) return nullptr;
