@@ -51,7 +51,7 @@ void serve(std::uint16_t port) {
 }  // namespace
 
 TEST_CASE("a CUDA argument to another process of the host goes by IPC handle and its result comes back on the caller's device",
-          "[actors][rpc][cuda]") {
+          "[actors][rpc][cuda][gpu_fork]") {
   if (!gpu_device_files()) {
     WARN("no CUDA device: skipped");
     return;
