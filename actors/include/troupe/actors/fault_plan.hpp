@@ -47,7 +47,9 @@
 /// cut, and dropped heartbeats, that last the peer timeout (connection_timeout) make each side
 /// that hears nothing declare the other lost (Note [silent peers]): pending calls fail with
 /// peer_lost naming it. A held cut never does.
-/// Points are reported by fault_point(); a node whose hook has no event there does nothing.
+/// Points are reported by fault_point(); a node whose hook has no event there does nothing. The
+/// library reports its own: DDP "forward", "backward", "allreduce", "allreduce_done" (through its
+/// group), the checkpointer's "checkpoint" and distributed autograd's "backward" (docs/faults.md).
 ///
 /// Note [fault schedule]
 /// An injector with a log sink writes one line per fault it applies, when it applies it:
