@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "troupe/actors/node.hpp"
 #include "troupe/tensors/error.hpp"
@@ -73,6 +74,8 @@ void parse_field(fault_rule& r, const std::string& kv, int line) {
   const std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
   if (k == "fail_first") {
     r.fail_first = static_cast<int>(parse_count(v, k, line, std::numeric_limits<int>::max()));
+  } else if (k == "nth") {
+    r.nth = static_cast<int>(parse_count(v, k, line, std::numeric_limits<int>::max()));
   } else if (k == "drop") {
     r.drop = parse_probability(v, k, line);
   } else if (k == "drop_reply") {
@@ -120,11 +123,28 @@ fault_partition parse_partition(std::istringstream& words, int line) {
   return p;
 }
 
-// `kill POINT step=N [worker=W]` and `pause POINT step=N for=MS [worker=W]`.
+// `drop_heartbeats A B [for=MS]` (Note [fault events]).
+fault_silence parse_silence(std::istringstream& words, int line) {
+  fault_silence s;
+  std::string a, b;
+  if (!(words >> a >> b)) throw error(errc::bad_argument, line_prefix(line) + "drop_heartbeats needs two worker lists");
+  s.from = split_names(a);
+  s.to = split_names(b);
+  if (s.from.empty() || s.to.empty()) throw error(errc::bad_argument, line_prefix(line) + "drop_heartbeats needs two worker lists");
+  for (std::string w; words >> w;) {
+    if (w.rfind("for=", 0) == 0) s.duration = parse_ms(w.substr(4), "for", line);
+    else throw error(errc::bad_argument, line_prefix(line) + "unknown drop_heartbeats field '" + w + "'");
+  }
+  return s;
+}
+
+const char* action_name(point_action a) { return a == point_action::kill ? "kill" : a == point_action::pause ? "pause" : "delay"; }
+
+// `kill POINT step=N [worker=W]`, `pause|delay POINT step=N for=MS [worker=W]`.
 fault_point_event parse_point(point_action action, std::istringstream& words, int line) {
   fault_point_event e;
   e.action = action;
-  const char* what = action == point_action::kill ? "kill" : "pause";
+  const char* what = action_name(action);
   if (!(words >> e.point) || e.point.find('=') != std::string::npos)
     throw error(errc::bad_argument, line_prefix(line) + what + " needs a point name");
   bool has_step = false;
@@ -134,14 +154,14 @@ fault_point_event parse_point(point_action action, std::istringstream& words, in
       has_step = true;
     } else if (w.rfind("worker=", 0) == 0 && w.size() > 7) {
       e.worker = w.substr(7);
-    } else if (w.rfind("for=", 0) == 0 && action == point_action::pause) {
+    } else if (w.rfind("for=", 0) == 0 && action != point_action::kill) {
       e.duration = parse_ms(w.substr(4), "for", line);
     } else {
       throw error(errc::bad_argument, line_prefix(line) + "unknown " + what + " field '" + w + "'");
     }
   }
   if (!has_step) throw error(errc::bad_argument, line_prefix(line) + what + " needs step=N");
-  if (action == point_action::pause && e.duration.count() == 0) throw error(errc::bad_argument, line_prefix(line) + "pause needs for=MS");
+  if (action != point_action::kill && e.duration.count() == 0) throw error(errc::bad_argument, line_prefix(line) + what + " needs for=MS");
   return e;
 }
 
@@ -206,10 +226,14 @@ fault_plan fault_plan::parse(const std::string& text) {
       plan.rules.push_back(std::move(r));
     } else if (head == "partition") {
       plan.partitions.push_back(parse_partition(words, line));
-    } else if (head == "kill" || head == "pause") {
-      plan.points.push_back(parse_point(head == "kill" ? point_action::kill : point_action::pause, words, line));
+    } else if (head == "kill" || head == "pause" || head == "delay") {
+      const auto action = head == "kill" ? point_action::kill : head == "pause" ? point_action::pause : point_action::delay;
+      plan.points.push_back(parse_point(action, words, line));
+    } else if (head == "drop_heartbeats") {
+      plan.silences.push_back(parse_silence(words, line));
     } else {
-      throw error(errc::bad_argument, line_prefix(line) + "expected 'seed', 'rule', 'partition', 'kill' or 'pause', got '" + head + "'");
+      throw error(errc::bad_argument, line_prefix(line) + "expected 'seed', 'rule', 'partition', 'drop_heartbeats', 'kill', 'pause' or 'delay', got '" +
+                                          head + "'");
     }
   }
   return plan;
@@ -232,16 +256,17 @@ std::string fault_plan::to_string() const {
   out.precision(17);
   out << "seed " << seed << "\n";
   for (const auto& r : rules) {
-    out << "rule " << r.match << " fail_first=" << r.fail_first << " drop=" << r.drop << " drop_reply=" << r.drop_reply
+    out << "rule " << r.match << " fail_first=" << r.fail_first << " nth=" << r.nth << " drop=" << r.drop << " drop_reply=" << r.drop_reply
         << " duplicate=" << r.duplicate << " delay=" << r.delay_min.count() << ".." << r.delay_max.count()
         << " reorder=" << r.reorder.count() << "\n";
   }
   for (const auto& p : partitions)
     out << "partition " << join(p.side_a) << " " << join(p.side_b) << " for=" << p.duration.count() << (p.hold ? " hold" : "") << "\n";
+  for (const auto& h : silences) out << "drop_heartbeats " << join(h.from) << " " << join(h.to) << " for=" << h.duration.count() << "\n";
   for (const auto& e : points) {
-    out << (e.action == point_action::kill ? "kill " : "pause ") << e.point << " step=" << e.step;
+    out << action_name(e.action) << " " << e.point << " step=" << e.step;
     if (!e.worker.empty()) out << " worker=" << e.worker;
-    if (e.action == point_action::pause) out << " for=" << e.duration.count();
+    if (e.action != point_action::kill) out << " for=" << e.duration.count();
     out << "\n";
   }
   return out.str();
@@ -249,7 +274,7 @@ std::string fault_plan::to_string() const {
 
 fault_injector::fault_injector(fault_plan plan, log_sink log) : plan_(std::move(plan)), log_(std::move(log)) {
   if (log_) log_("troupe-fault: plan seed " + std::to_string(plan_.seed) + ", " + std::to_string(plan_.rules.size()) + " rules, " +
-                 std::to_string(plan_.partitions.size()) + " partitions, " + std::to_string(plan_.points.size()) + " point events");
+                 std::to_string(plan_.partitions.size()) + " partitions, " + std::to_string(plan_.points.size()) + " point events, " + std::to_string(plan_.silences.size()) + " heartbeat losses");
 }
 
 fault_injector::~fault_injector() {
@@ -306,8 +331,12 @@ void fault_injector::on_point(const std::string& worker, const std::string& poin
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.points_fired;
-    log("troupe-fault: " + std::string(hit->action == point_action::kill ? "kill " : "pause ") + worker + " at " + point + " step " +
-        std::to_string(step) + (hit->action == point_action::pause ? " for " + std::to_string(hit->duration.count()) + "ms" : ""));
+    log("troupe-fault: " + std::string(action_name(hit->action)) + " " + worker + " at " + point + " step " + std::to_string(step) +
+        (hit->action != point_action::kill ? " for " + std::to_string(hit->duration.count()) + "ms" : ""));
+  }
+  if (hit->action == point_action::delay) {
+    std::this_thread::sleep_for(hit->duration);  // the fault itself: this thread is late
+    return;
   }
   if (hit->action == point_action::kill) {
     std::fflush(nullptr);
@@ -317,6 +346,25 @@ void fault_injector::on_point(const std::string& worker, const std::string& poin
   pause_self(hit->duration);
   std::lock_guard<std::mutex> lock(mutex_);
   log("troupe-fault: resumed " + worker + " at " + point + " step " + std::to_string(step));
+}
+
+bool fault_injector::may_silence() const {
+  if (!plan_.silences.empty()) return true;
+  return std::any_of(plan_.partitions.begin(), plan_.partitions.end(), [](const fault_partition& p) { return !p.hold; });
+}
+
+// Note [silent peers]: the cuts and heartbeat losses all begin at the injector's start.
+std::optional<std::chrono::steady_clock::time_point> fault_injector::silent_since(const std::string& from, const std::string& to) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  auto live = [&](std::chrono::milliseconds d) { return now < healed_ && (d.count() == 0 || now < start_ + d); };
+  for (const auto& p : plan_.partitions) {
+    const bool across = (contains(p.side_a, from) && contains(p.side_b, to)) || (contains(p.side_b, from) && contains(p.side_a, to));
+    if (!p.hold && across && live(p.duration)) return start_;
+  }
+  for (const auto& h : plan_.silences)
+    if (contains(h.from, from) && contains(h.to, to) && live(h.duration)) return start_;
+  return std::nullopt;
 }
 
 const fault_rule* fault_injector::rule_for(message_kind kind, const std::string& function) const {
@@ -350,13 +398,16 @@ transport_decision fault_injector::on_send(envelope& msg) {
   // Actor messages are faulted as requests (Note [remote actors]: drop, fail_first, duplicate,
   // delay, reorder), keyed by their kind.
   const bool request = msg.kind != message_kind::rpc_response;
-  const std::string function = msg.kind == message_kind::rpc_request ? msg.function : request ? std::string() : function_of(msg, true);
+  const std::string function = msg.kind != message_kind::rpc_response ? msg.function : function_of(msg, true);
   const fault_rule* r = rule_for(msg.kind, function);
   if (!r) return {};
-  const std::string key = (request ? "req:" : "rep:") + (function.empty() ? r->match : function);
+  // Actor messages count per type only under a rule for that type (a kind rule counts them all).
+  const bool by_function = !function.empty() && (msg.kind != message_kind::actor_message || r->match == function);
+  const std::string key = (request ? "req:" : "rep:") + (by_function ? function : r->match);
   const std::uint64_t n = sequence_[key]++;
   transport_decision d;
   if (request && n < static_cast<std::uint64_t>(r->fail_first)) d.copies = 0;
+  if (request && r->nth > 0 && n + 1 == static_cast<std::uint64_t>(r->nth)) d.copies = 0;
   const double p_drop = request ? r->drop : r->drop_reply;
   if (p_drop > 0 && fault_random(plan_.seed, key, n, s_drop) < p_drop) d.copies = 0;
   const std::string what = key + " #" + std::to_string(n) + " " + msg.from + "->" + msg.to;

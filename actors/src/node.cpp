@@ -23,6 +23,7 @@
 #include "rpc/bulk.hpp"
 #include "rpc/device_scope.hpp"
 #include "rpc/fast_path.hpp"
+#include "silence_watch.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/host_address.hpp"
 #include "troupe/actors/error_caf.hpp"
@@ -75,6 +76,9 @@ struct node::impl {
   std::atomic<bool> down{false};
   std::shared_ptr<flight_recorder> recorder;  // Note [flight recorder]; lives as long as the node
   std::atomic<std::uint64_t> calls_made{0};   // numbers the recorded calls
+  std::unique_ptr<detail::silence_watch> silence;  // Note [silent peers]; null unless the hook may silence
+
+  void watch_silence();
 
   void configure();
   void start(std::shared_ptr<transport_hook> hook);
@@ -220,6 +224,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     ev->notify(peer_loss{name, reason, false});  // Note [peer loss events]
   };
   agent = detail::spawn_agent(*sys, std::move(ac));
+  watch_silence();
   open_gate();
   if (opts.rank != 0) {
     auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
@@ -242,6 +247,19 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   // Note [listen and advertise]: peers get a reachable address, never the wildcard.
   store->set("troupe/addr/" + me.name, advertised_address(opts.listen_addr, opts.master_addr) + ":" + std::to_string(port));
   store->set("troupe/worker/" + std::to_string(me.rank), me.name);  // the worker list (workers.hpp)
+}
+
+// Note [silent peers]
+void node::impl::watch_silence() {
+  if (!hook || !hook->may_silence()) return;
+  auto linked = [this] {
+    std::vector<std::string> names;
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    for (const auto& [name, l] : peers) names.push_back(name);
+    return names;
+  };
+  auto declare = [this](const std::string& peer, const std::string& reason) { caf::anon_send(agent, detail::peer_silent_msg{peer, reason}); };
+  silence = std::make_unique<detail::silence_watch>(me.name, hook, opts.connection_timeout, linked, declare);
 }
 
 // Note [CAF port gate]: the agent is published behind the gate, on each admitted socket.
@@ -380,6 +398,7 @@ void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
 
 void node::impl::teardown() {
   if (down.exchange(true)) return;
+  silence.reset();  // Note [silent peers]: declares nothing from now on
   if (gate) gate->stop();  // admits nobody from now on
   if (events) events->detach();
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);

@@ -183,6 +183,7 @@ bool checkpointer::maybe_save(std::int64_t step) {
 }
 
 void checkpointer::save(std::int64_t step) {
+  group_.fault_point("checkpoint", step);
   checkpoint_state st;
   st.model = collect();
   st.step = step;

@@ -15,6 +15,7 @@ env_process_group::env_process_group(node_options node, std::string name, proces
   if (!opts_.tls.enabled()) opts_.tls = node.tls;
   node_ = std::make_unique<troupe::node>(std::move(node));
   if (!opts_.recorder) opts_.recorder = node_->shared_recorder();
+  if (!opts_.fault_points) opts_.fault_points = [n = node_.get()](const std::string& p, std::int64_t s) { n->fault_point(p, s); };
   group_ = std::make_unique<process_group>(node_->store(), rank_, world_size_, std::move(name), opts_);
 }
 
@@ -49,6 +50,7 @@ std::optional<process_group> env_process_group::new_group(std::vector<int> ranks
   if (opts.tcp_address == process_group_options{}.tcp_address) opts.tcp_address = opts_.tcp_address;
   if (!opts.tls.enabled()) opts.tls = opts_.tls;
   if (!opts.recorder) opts.recorder = node().shared_recorder();
+  if (!opts.fault_points) opts.fault_points = opts_.fault_points;
   return group().new_group(node().store(), std::move(ranks), std::move(opts));
 }
 

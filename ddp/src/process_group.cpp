@@ -60,12 +60,14 @@ struct process_group::impl {
   std::uint32_t issued = 0;  // sequence numbers of group collectives
   std::uint32_t subgroups = 0;  // new_group calls so far (names the next subgroup)
   std::string next_note;        // note_next(); taken by the next issue()
+  std::function<void(const std::string&, std::int64_t)> fault_points;  // process_group_options::fault_points
   std::unique_ptr<detail::collective_watch> watch;  // Note [hang blame]
   // Note [group peer loss]; declared last, so it ends before anything its listener touches.
   std::optional<detail::member_watch> members;
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
+    fault_points = opts.fault_points;
     if (detail::choose_transport(store, rank, world, name, opts.transport, opts.timeout) == transport_kind::tcp)
       tcp = std::make_unique<detail::tcp_transport>(store, rank, world, name, opts);
     else
@@ -309,6 +311,10 @@ work process_group::all_to_all(tensor output, tensor input) {
                                           std::to_string(w) + ")");
   return impl_->issue("all_to_all", typed(input),
                       [output, input](auto& tp, std::uint32_t seq) { detail::run_all_to_all(tp, seq, output, input); });
+}
+
+void process_group::fault_point(const std::string& point, std::int64_t step) {
+  if (impl_->fault_points) impl_->fault_points(point, step);
 }
 
 void process_group::note_next(std::string note) {

@@ -88,6 +88,8 @@ class reducer {
   void launch(int b);
 
   bool needs_rebuild() const { return !rebuilt_ && iterations_ > 0; }
+  /// Synchronised backward passes finished so far: the step of the library's fault points.
+  int iterations() const { return iterations_; }
   void mark_rebuilt() { rebuilt_ = true; }
   const std::vector<std::size_t>& ready_order() const { return ready_order_; }
   std::vector<std::vector<std::size_t>> assignment() const;

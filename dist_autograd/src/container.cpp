@@ -212,6 +212,7 @@ context_id container::current_context() const {
 
 void container::backward(context_id ctx_id, const tensor_list& roots, bool retain_graph) {
   auto ctx = impl_->find(ctx_id, "backward");
+  impl_->n.fault_point("backward", impl_->backwards++);  // Note [fault events]
   edge_list edges;
   tensor_list grads;
   for (std::size_t i = 0; i < roots.size(); ++i) {

@@ -162,6 +162,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   impl(node& nd, container_options o);
 
   node& n;
+  std::atomic<std::int64_t> backwards{0};  // backward() calls so far: the step of its fault point
   const container_options opts;
   const std::uint64_t worker_bits;
   std::atomic<std::uint64_t> next_id{0};  // contexts, messages and passes share one counter

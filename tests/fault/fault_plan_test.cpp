@@ -68,7 +68,7 @@ TEST_CASE("a malformed fault plan is refused naming the line and the field", "[f
   CHECK_THAT(message_of("seed 1\nrule f drop=1.5\n"), Catch::Contains("line 2") && Catch::Contains("drop=1.5"));
   CHECK_THAT(message_of("rule f bogus=1\n"), Catch::Contains("unknown field 'bogus'"));
   CHECK_THAT(message_of("rule f delay=9..2\n"), Catch::Contains("max < min"));
-  CHECK_THAT(message_of("frobnicate\n"), Catch::Contains("expected 'seed', 'rule', 'partition', 'kill' or 'pause'"));
+  CHECK_THAT(message_of("frobnicate\n"), Catch::Contains("expected 'seed', 'rule', 'partition', 'drop_heartbeats', 'kill', 'pause' or 'delay'"));
   // Fault events: partitions, kills and pauses.
   CHECK_THAT(message_of("seed 1\npartition a\n"), Catch::Contains("line 2") && Catch::Contains("two worker lists"));
   CHECK_THAT(message_of("partition a b hold\n"), Catch::Contains("needs for=MS"));

@@ -96,3 +96,21 @@ TEST_CASE("reordered remote actor messages all arrive in some order", "[actors][
   CHECK(c.first == 30);
   WARN("out of order under reorder=30: " << c.second);
 }
+
+TEST_CASE("a rule for one actor message type drops its second message and leaves other types alone", "[actors][fault]") {
+  // The key is CAF's name of the message's type, as the plan's author reads it from CAF.
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  const std::string type = sys.types().portable_name(caf::make_message(std::int32_t{0}).type(0));
+  faulted f("seed 5\nrule actor:" + type + " nth=2\n");
+  CHECK(f.count().first != -1);  // another type: answered
+  auto first = f.add_one(1, 5s);
+  REQUIRE(first);
+  auto second = f.add_one(2, 300ms);
+  REQUIRE_FALSE(second);
+  CHECK(second.error() == caf::sec::request_timeout);
+  auto third = f.add_one(3, 5s);
+  REQUIRE(third);
+  CHECK(*third == 4);
+  CHECK(f.hook->counters().dropped_requests == 1);
+}

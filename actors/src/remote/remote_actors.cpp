@@ -108,7 +108,9 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
                                                              std::to_string(fast_->max_body()) + ")"));
     return;
   }
-  fast_->send_actor(c, std::move(frame), false);
+  std::string type = "actor:";  // Note [fault plan]: rules match actor messages by their type names
+  for (std::size_t i = 0; i < content.size(); ++i) type += (i == 0 ? "" : ",") + sys_.types().portable_name(content.type(i));
+  fast_->send_actor(c, std::move(frame), false, std::move(type));
 }
 
 void remote_actors::forward_later(const caf::node_id& to, caf::actor_id dest, caf::message content) {

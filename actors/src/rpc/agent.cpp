@@ -185,22 +185,30 @@ void on_response(agent_actor* self, rpc_response& r) {
   complete(self, r.id, static_cast<errc>(r.code), std::move(r.message), std::move(r.payload), std::move(r.meta));
 }
 
-void on_peer_down(agent_actor* self, const caf::down_msg& dm) {
+// Fails every call pending to the peer behind `addr` with peer_lost and reports the loss.
+void lose_peer(agent_actor* self, const caf::actor_addr& addr, const std::string& why) {
   auto& s = self->state;
-  auto it = s.peers.find(dm.source);
+  auto it = s.peers.find(addr);
   if (it == s.peers.end()) return;
   const std::string name = it->second;
   s.peers.erase(it);
-  s.identities->forget(dm.source);
+  s.identities->forget(addr);
   std::vector<std::uint64_t> lost;
   for (const auto& [id, p] : s.pending)
-    if (p.peer == dm.source) lost.push_back(id);
+    if (p.peer == addr) lost.push_back(id);
   for (auto id : lost) {
     const auto fn = s.pending[id].function;
-    complete(self, id, errc::peer_lost,
-             "worker " + name + " was lost (" + caf::to_string(dm.reason) + ") during call to '" + fn + "' from " + s.cfg.me.name, {});
+    complete(self, id, errc::peer_lost, "worker " + name + " was lost (" + why + ") during call to '" + fn + "' from " + s.cfg.me.name, {});
   }
-  if (s.cfg.on_peer_down) s.cfg.on_peer_down(name, caf::to_string(dm.reason));
+  if (s.cfg.on_peer_down) s.cfg.on_peer_down(name, why);
+}
+
+void on_peer_down(agent_actor* self, const caf::down_msg& dm) { lose_peer(self, dm.source, caf::to_string(dm.reason)); }
+
+// Note [silent peers]
+void on_peer_silent(agent_actor* self, const peer_silent_msg& m) {
+  for (const auto& [addr, name] : self->state.peers)
+    if (name == m.name) return lose_peer(self, caf::actor_addr(addr), m.reason);
 }
 
 caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
@@ -240,6 +248,7 @@ caf::behavior agent(agent_actor* self, agent_config cfg) {
       [=](hello& h) { return on_hello(self, h); },
       [=](local_call& c) { start_call(self, c); },
       [=](watch_peer_msg& w) { watch_peer(self, w.peer, w.name); },
+      [=](peer_silent_msg& m) { on_peer_silent(self, m); },
       [=](shm_verdict& v) {  // Note [shm reachability]: whether the caller can open ours
         const auto& from = self->current_sender();
         if (from && self->state.cfg.bulk && self->state.cfg.auth->contains(from->node()))

@@ -79,6 +79,13 @@ struct watch_peer_msg {
   std::string name;
 };
 
+/// Tells the agent that a peer has been silent past the peer timeout (Note [silent peers]): it
+/// is lost as if its heartbeat had stopped (local only).
+struct peer_silent_msg {
+  std::string name;
+  std::string reason;
+};
+
 /// Spawns the agent (see Note [rpc call]).
 caf::actor spawn_agent(caf::actor_system& sys, agent_config cfg);
 
@@ -86,3 +93,4 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_config cfg);
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::local_call)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::watch_peer_msg)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::detail::peer_silent_msg)

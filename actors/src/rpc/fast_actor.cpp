@@ -5,13 +5,13 @@
 
 namespace troupe::detail {
 
-void fast_path::send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control) {
+void fast_path::send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control, std::string type) {
   if (frame.size() < frame_header_size || frame.size() - frame_header_size > max_body()) return;  // forward() refused it
   put_frame_header(frame.data(), frame.size() - frame_header_size, control ? frame_kind::actor_control : frame_kind::actor);
   if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();  // the I/O thread polls it from now on
   transport_decision d;
   if (cfg_.hook && !control) {
-    envelope env{message_kind::actor_message, cfg_.me.name, c->peer, 0, {}, std::move(frame), {}};
+    envelope env{message_kind::actor_message, cfg_.me.name, c->peer, 0, std::move(type), std::move(frame), {}};
     d = cfg_.hook->on_send(env);
     frame = std::move(env.payload);
   }

@@ -166,7 +166,8 @@ class fast_path : public io_source, public std::enable_shared_from_this<fast_pat
   /// header. A message (not `control`) passes the transport hook as message_kind::actor_message.
   /// Runs on the sending thread; blocks only on a full socket. A closed `c` drops it, and so does
   /// a body larger than max_body() (remote_actors::forward refuses those first).
-  void send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control);
+  /// `type`: the message's type names, the hook's envelope function ("actor:NAME", Note [fault plan]).
+  void send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control, std::string type = {});
   /// The largest frame body (or fragmented total) sent or accepted: node_options::max_message_bytes
   /// within [min_message_bytes, max_frame_body]. A peer announcing more is dropped before anything
   /// is allocated; a message of more is refused to its sender.

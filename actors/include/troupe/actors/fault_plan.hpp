@@ -12,10 +12,13 @@
 /// Note [fault plan]
 /// A plan is a seed and a list of rules. A rule matches a message by its key: the function name
 /// of the call (requests and the responses to them), or "rpc_request" / "rpc_response" /
-/// "actor_message" (every message of that kind), or "*" (everything). Remote actor messages
-/// (requests, responses and one-way sends alike) are faulted as requests. The first matching rule decides. Per rule:
+/// "actor_message" (every message of that kind), "actor:TYPES" (remote actor messages whose
+/// CAF type names, comma-separated, are TYPES, e.g. "actor:my_msg") or "*" (everything). Remote
+/// actor messages (requests, responses and one-way sends alike) are faulted as requests. The
+/// first matching rule decides. Per rule:
 ///   fail_first=N   drops the first N requests of the key that leave this injector (PyTorch's
 ///                  faulty agent fails the first sends of fork request, child accept, user delete)
+///   nth=N          drops the N-th request of the key (1-based)
 ///   drop=p         drops a request with probability p (a lost request: the callee never runs)
 ///   drop_reply=p   drops a response with probability p (a lost reply: the callee ran)
 ///   duplicate=p    delivers two copies with probability p
@@ -34,9 +37,19 @@
 ///                  when it reaches fault_point(POINT, N).
 ///   pause POINT step=N for=MS [worker=W]  stops that process (SIGSTOP) for MS ms at that point;
 ///                  a forked helper sends SIGCONT and the process reaps it on resuming.
-/// A partition applies to the messages that pass the hook (RPC and actor messages); it does not
-/// close connections or stop heartbeats, so a dropping cut makes calls time out, not peer_lost.
-/// Points are reported by fault_point(); a node whose hook has no event there does nothing.
+///   drop_heartbeats A B [for=MS]   the workers of list B hear nothing from those of list A,
+///                  heartbeats included, from the injector's start for MS ms (0 or no `for`:
+///                  until heal()); messages are not dropped by it.
+///   delay POINT step=N for=MS [worker=W]  blocks the thread that reaches that point for MS ms
+///                  (the rest of the process runs on): a late collective contribution, a slow
+///                  step.
+/// A partition applies to the messages that pass the hook (RPC and actor messages). A dropping
+/// cut, and dropped heartbeats, that last the peer timeout (connection_timeout) make each side
+/// that hears nothing declare the other lost (Note [silent peers]): pending calls fail with
+/// peer_lost naming it. A held cut never does.
+/// Points are reported by fault_point(); a node whose hook has no event there does nothing. The
+/// library reports its own: DDP "forward", "backward", "allreduce", "allreduce_done" (through its
+/// group), the checkpointer's "checkpoint" and distributed autograd's "backward" (docs/faults.md).
 ///
 /// Note [fault schedule]
 /// An injector with a log sink writes one line per fault it applies, when it applies it:
@@ -74,8 +87,9 @@ class node;
 struct fault_rule {
   /// The largest delay, lower or upper bound, or reorder window a plan may set (one hour).
   static constexpr long max_delay_ms = 3'600'000;
-  std::string match = "*";  ///< function name, "rpc_request", "rpc_response" or "*"
+  std::string match = "*";  ///< function name, "rpc_request", "rpc_response", "actor_message", "actor:TYPES" or "*"
   int fail_first = 0;       ///< drop the first N requests
+  int nth = 0;              ///< drop the N-th request (1-based; 0: none)
   double drop = 0.0;        ///< probability of dropping a request
   double drop_reply = 0.0;  ///< probability of dropping a response
   double duplicate = 0.0;   ///< probability of delivering two copies
@@ -92,7 +106,13 @@ struct fault_partition {
 };
 
 /// What a process does at a fault point (Note [fault events]).
-enum class point_action : std::uint8_t { kill = 0, pause = 1 };
+enum class point_action : std::uint8_t { kill = 0, pause = 1, delay = 2 };
+
+/// Heartbeats (and all else) from workers `from` to workers `to` lost (Note [fault events]).
+struct fault_silence {
+  std::vector<std::string> from, to;      ///< worker names
+  std::chrono::milliseconds duration{0};  ///< 0: until fault_injector::heal()
+};
 
 /// A kill or pause at a named fault point (fault_point(node, point, step)).
 struct fault_point_event {
@@ -100,7 +120,7 @@ struct fault_point_event {
   std::string point;                      ///< "step", "forward", "backward", "allreduce", "checkpoint" or a user name
   std::int64_t step = 0;                  ///< the step the point must report
   std::string worker;                     ///< the worker it applies to; empty: any
-  std::chrono::milliseconds duration{0};  ///< pause length
+  std::chrono::milliseconds duration{0};  ///< pause or delay length
 };
 
 /// A seed, its rules (first match wins) and its events.
@@ -109,6 +129,7 @@ struct fault_plan {
   std::vector<fault_rule> rules;
   std::vector<fault_partition> partitions;
   std::vector<fault_point_event> points;
+  std::vector<fault_silence> silences;
 
   /// Parses the text format of Note [fault plan]: lines `seed N` and `rule KEY k=v...`; `#`
   /// starts a comment. Throws troupe::error(bad_argument) naming the line and the bad field.
@@ -149,6 +170,10 @@ class fault_injector : public transport_hook {
   /// Applies a kill or pause event of the plan that names (worker, point, step). A kill does
   /// not return. A pause returns after the process was continued.
   void on_point(const std::string& worker, const std::string& point, std::int64_t step) override;
+  /// The injector's start while a dropping partition or dropped heartbeats cut `to` off from
+  /// `from` (Note [silent peers]).
+  std::optional<std::chrono::steady_clock::time_point> silent_since(const std::string& from, const std::string& to) override;
+  bool may_silence() const override;
 
   /// Ends every partition now (those without a duration included); held traffic is delivered.
   void heal();

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,14 @@ class transport_hook {
   /// Called when the process of `worker` reaches a named fault point (fault_point()). May not
   /// return (a kill) or block for a while (a pause).
   virtual void on_point(const std::string& /*worker*/, const std::string& /*point*/, std::int64_t /*step*/) {}
+  /// Since when everything from worker `from` to worker `to`, heartbeats included, is lost (a
+  /// dropping partition, dropped heartbeats); nullopt while it is not. The node declares `from`
+  /// lost once that lasts node_options::connection_timeout (Note [silent peers]).
+  virtual std::optional<std::chrono::steady_clock::time_point> silent_since(const std::string& /*from*/, const std::string& /*to*/) {
+    return std::nullopt;
+  }
+  /// Whether silent_since may ever answer: the node watches for silent peers only then.
+  virtual bool may_silence() const { return false; }
 };
 
 }  // namespace troupe

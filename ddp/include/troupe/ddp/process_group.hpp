@@ -75,6 +75,9 @@ struct process_group_options {
   /// launches (Note [NCCL fingerprints]); costs one store write and world_size - 1 reads per
   /// collective, and the store must outlive the group. CPU groups always compare, in band.
   bool check_fingerprints = true;
+  /// Receives the library's fault points (collective_group::fault_point); env_process_group
+  /// sets it to its node's fault plan (node::fault_point). Null: they are ignored.
+  std::function<void(const std::string& point, std::int64_t step)> fault_points;
 };
 
 /// A CPU group of `world_size` processes, identified by `name` in the store (a collective_group:
@@ -138,6 +141,7 @@ class process_group : public collective_group {
   /// bucket allreduces): its description, its recorder entry and hang reports carry `note`.
   /// Thread-safe; the note goes to whichever collective is issued next.
   void note_next(std::string note) override;
+  void fault_point(const std::string& point, std::int64_t step) override;
   /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
   /// names the ranks that did not arrive. Blocks the calling thread.
   void monitored_barrier(std::chrono::milliseconds timeout) override;

@@ -125,7 +125,8 @@ class container {
   /// autograd_error for a root that does not require grad or has more than one element,
   /// bad_argument for an unknown context, or the first error of any worker (remote_exception with
   /// the remote text, peer_lost naming the worker, timeout). A failed backward releases the
-  /// context on the other workers (the local one stays until the context ends).
+  /// context on the other workers (the local one stays until the context ends). Reports the
+  /// fault point "backward" at step n for its n-th call on this container (Note [fault events]).
   void backward(context_id ctx, const tensor_list& roots, bool retain_graph = false);
   /// The gradients accumulated in `ctx` on this worker (a copy). Throws bad_argument for an
   /// unknown context.
