@@ -362,6 +362,10 @@ void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
   w.wait(timeout + std::chrono::seconds(5));
 }
 
+void process_group::break_group(const std::string& reason) noexcept {
+  impl_->visit([&](auto& tp) { tp.peer_lost(reason); });
+}
+
 work process_group::send(tensor t, int dst, int tag) {
   check_tensor("send", t);
   check_rank("send", dst, world_size());
