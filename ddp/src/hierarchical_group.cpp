@@ -83,6 +83,7 @@ struct hierarchical_group::impl {
     for (int q = 0; q < world; ++q)
       if (host_of[q] == host_of[rank]) mine.push_back(q);
     const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
+    opts.watch_peers = false;  // watch_members breaks every part, naming the host
     auto local_opts = opts;
     local_opts.transport = transport_kind::shared_memory;
     local = std::make_unique<process_group>(store, local_rank, static_cast<int>(mine.size()),
@@ -107,11 +108,18 @@ struct hierarchical_group::impl {
     for (auto& s : queue) s->finish(troupe::error(errc::invalid_state, s->description + ": the group was destroyed"));
   }
 
-  /// A lost member breaks every part, naming the member, its host and that host's ranks. The
-  /// flat group published every member's worker name.
+  /// A lost member breaks every part, naming the member, its host and that host's ranks
+  /// (Note [group peer loss], once for all parts).
   void watch_members(store_client& store, std::chrono::milliseconds timeout) {
+    const auto& events = store.peer_losses();
+    const std::string prefix = "troupe/hg/" + name + "/worker/";
+    store.set(prefix + std::to_string(rank), events->self());
     std::map<std::string, int> members;
-    for (int q = 0; q < world; ++q) members.emplace(store.get("troupe/pg/" + name + "-f/worker/" + std::to_string(q), timeout), q);
+    std::vector<std::string> workers;
+    for (int q = 0; q < world; ++q) {
+      workers.push_back(q == rank ? events->self() : store.get(prefix + std::to_string(q), timeout));
+      members.emplace(workers.back(), q);
+    }
     loss_sub = peer_events::subscribe(store.peer_losses(), [this, members = std::move(members)](const peer_loss& l) {
       auto it = members.find(l.worker);
       if (it == members.end() || it->second == rank) return;
@@ -121,6 +129,7 @@ struct hierarchical_group::impl {
       break_all("rank " + std::to_string(it->second) + " (" + l.worker + ") on host " + std::to_string(host_of[it->second]) +
                 " (ranks " + list(same_host) + ") was lost: " + l.reason);
     });
+    events->watch(workers, timeout);
   }
 
   void break_all(const std::string& reason) noexcept {

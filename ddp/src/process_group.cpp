@@ -71,7 +71,7 @@ struct process_group::impl {
       shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
     watch = std::make_unique<detail::collective_watch>(detail::watch_store{store.set, store.get}, name, rank, world, opts.recorder,
                                                        opts.blame_after, opts.on_blame);
-    if (store.events && world > 1) watch_members(store, opts.timeout);
+    if (store.events && world > 1 && opts.watch_peers) watch_members(store, opts.timeout);
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });

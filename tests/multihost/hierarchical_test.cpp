@@ -162,6 +162,9 @@ TEST_CASE("multihost hierarchical cut rank", "[.mh_hier_cut_rank]") {
         std::printf("LOST %lld %d %s\n", test::wall_ms(), static_cast<int>(e.code()), e.message().c_str());
       }
       std::fflush(stdout);
+      // The other survivor must see host 1's loss, not this rank's exit.
+      test::set_mark(marks, "done-" + std::to_string(rank));
+      test::await_marks(marks, {"done-0", "done-1"}, 20s);
     } else {
       test::set_mark(marks, "held-" + std::to_string(rank));
       try {

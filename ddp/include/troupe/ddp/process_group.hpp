@@ -70,6 +70,10 @@ struct process_group_options {
   /// launches (Note [NCCL fingerprints]); costs one store write and world_size - 1 reads per
   /// collective, and the store must outlive the group. CPU groups always compare, in band.
   bool check_fingerprints = true;
+  /// A group on a node's store watches its members and fails at their loss (Note [group peer
+  /// loss]). false leaves that to the caller (a group composed of process groups watches every
+  /// member once and breaks its parts with break_group).
+  bool watch_peers = true;
 };
 
 /// A CPU group of `world_size` processes, identified by `name` in the store (a collective_group:
