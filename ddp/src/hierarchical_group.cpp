@@ -186,15 +186,11 @@ struct hierarchical_group::impl {
     }
   }
 
-  /// Breaks every part with `e` and runs one local barrier, which fails at once and so tells
-  /// this host's ranks waiting on this one (Note [hierarchical allreduce]).
+  /// Breaks every part with `e`: the ranks waiting on this one in a part fail at once
+  /// (Note [hierarchical allreduce]).
   void fail(const troupe::error& e) {
     broken = e;
     break_all(e.message());
-    try {
-      local->barrier().wait(std::chrono::seconds(2));
-    } catch (const troupe::error&) {
-    }
   }
 
   void allreduce(tensor t, reduce_op op) {

@@ -363,7 +363,13 @@ void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
 }
 
 void process_group::break_group(const std::string& reason) noexcept {
-  impl_->visit([&](auto& tp) { tp.peer_lost(reason); });
+  impl_->visit([&](auto& tp) { tp.peer_lost(reason); });  // wakes a running collective
+  try {
+    // On the worker, after whatever runs: breaks the group and aborts the transport, which
+    // tells the peers waiting on this rank (a group failed earlier ignores it).
+    impl_->submit("break_group", [reason] { throw troupe::error(errc::peer_lost, reason); });
+  } catch (...) {
+  }
 }
 
 work process_group::send(tensor t, int dst, int tag) {

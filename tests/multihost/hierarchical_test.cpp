@@ -25,6 +25,41 @@ ddp::process_group_options group_options(const node_options& o) {
   return po;
 }
 
+// Waits (60 s at most) for the marks; shows every rank's output when they do not come.
+void require_marks(const std::string& marks, const std::vector<std::string>& names, std::vector<test::host_process>& ranks) {
+  const bool up = test::await_marks(marks, names, 60s);
+  if (!up)
+    for (std::size_t r = 0; r < ranks.size(); ++r) UNSCOPED_INFO("rank " << r << ":\n" << ranks[r].output());
+  REQUIRE(up);
+}
+
+// Cuts host 1 while ranks 0, 1 wait in an allreduce of the rank program `tag`; checks that both
+// survivors failed with peer_lost within 2 s of the cut and returns their error texts.
+std::vector<std::string> survivors_lost(test::netns_bed& bed, const std::string& tag) {
+  const auto marks = test::mark_dir(bed);
+  auto ranks = test::start_direct_ranks(bed, tag);
+  std::vector<std::string> texts;
+  require_marks(marks, {"in-0", "in-1", "held-2", "held-3"}, ranks);
+  const long long t_cut = test::wall_ms();
+  bed.cut(1);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(ranks[static_cast<std::size_t>(r)].wait(20s) == 0);
+    const auto out = ranks[static_cast<std::size_t>(r)].output();
+    INFO("rank " << r << ":\n" << out);
+    const auto at = out.find("LOST ");
+    REQUIRE(at != std::string::npos);
+    std::istringstream in(out.substr(at + 5));
+    long long at_ms = 0;
+    int code = -1;
+    in >> at_ms >> code;
+    CHECK(code == static_cast<int>(errc::peer_lost));
+    CHECK(at_ms - t_cut < 2000);
+    texts.push_back(out.substr(at, out.find('\n', at) - at));
+  }
+  bed.heal(1);
+  return texts;
+}
+
 }  // namespace
 
 TEST_CASE("a hierarchical group across hosts trains ddp like a single process and bitwise identically on every rank",
@@ -41,26 +76,15 @@ TEST_CASE("a host cut off during a hierarchical allreduce fails both survivors w
           "[multihost][partition][hierarchical]") {
   test::netns_bed bed(2);
   test::require_bed(bed);
-  const auto marks = test::mark_dir(bed);
-  auto ranks = test::start_direct_ranks(bed, "[.mh_hier_cut_rank]");
-  REQUIRE(test::await_marks(marks, {"in-0", "in-1", "held-2", "held-3"}, 60s));
-  const long long t_cut = test::wall_ms();
-  bed.cut(1);
-  for (int r = 0; r < 2; ++r) {
-    CHECK(ranks[static_cast<std::size_t>(r)].wait(20s) == 0);
-    const auto out = ranks[static_cast<std::size_t>(r)].output();
-    INFO("rank " << r << ":\n" << out);
-    const auto at = out.find("LOST ");
-    REQUIRE(at != std::string::npos);
-    std::istringstream in(out.substr(at + 5));
-    long long at_ms = 0;
-    int code = -1;
-    in >> at_ms >> code;
-    CHECK(code == static_cast<int>(errc::peer_lost));
-    CHECK_THAT(out.substr(at), Catch::Contains("(ranks 2, 3)"));
-    CHECK(at_ms - t_cut < 2000);
-  }
-  bed.heal(1);
+  for (const auto& text : survivors_lost(bed, "[.mh_hier_cut_rank]")) CHECK_THAT(text, Catch::Contains("(ranks 2, 3)"));
+}
+
+TEST_CASE("a host cut off during a tcp ring allreduce fails both survivors with peer_lost within 2 s",
+          "[multihost][partition]") {
+  test::netns_bed bed(2);
+  test::require_bed(bed);
+  for (const auto& text : survivors_lost(bed, "[.mh_ring_cut_rank]"))
+    CHECK_THAT(text, Catch::Contains("(worker2)") || Catch::Contains("(worker3)"));
 }
 
 TEST_CASE("a cut of 200 ms loses no hierarchical allreduce in flight or later",
@@ -69,10 +93,8 @@ TEST_CASE("a cut of 200 ms loses no hierarchical allreduce in flight or later",
   test::require_bed(bed);
   const auto marks = test::mark_dir(bed);
   auto ranks = test::start_direct_ranks(bed, "[.mh_hier_blip_rank]");
-  REQUIRE(test::await_marks(marks, {"reducing-0"}, 60s));
-  bed.cut(1);
-  std::this_thread::sleep_for(200ms);  // the length of the cut, not a synchronisation
-  bed.heal(1);
+  require_marks(marks, {"reducing-0"}, ranks);
+  bed.blip(1, 200ms);
   test::set_mark(marks, "healed");
   for (auto& r : ranks) {
     const int code = r.wait(60s);
@@ -141,19 +163,24 @@ TEST_CASE("multihost hierarchical rank: train and compare", "[.mh_hier_rank]") {
   test::finish_rank(n);
 }
 
+namespace {
+
 // Ranks 0, 1 (host 0) mark in-<rank> and wait in an allreduce; ranks 2, 3 (host 1) mark
 // held-<rank> and never issue it. A survivor prints "LOST <wall ms> <errc> <text>".
-TEST_CASE("multihost hierarchical cut rank", "[.mh_hier_cut_rank]") {
+void cut_rank(bool hierarchical) {
   const std::string marks = test::rank_marks();
   const auto o = test::rank_options();
   troupe::node n(o);
   const int rank = n.info().rank;
   {
     auto po = group_options(o);
-    ddp::hierarchical_group hg(n.store(), rank, 4, "mh-hier-cut", po);
+    po.transport = ddp::transport_kind::tcp;  // the flat group: one TCP ring through all ranks
+    std::unique_ptr<ddp::collective_group> g;
+    if (hierarchical) g = std::make_unique<ddp::hierarchical_group>(n.store(), rank, 4, "mh-hier-cut", po);
+    else g = std::make_unique<ddp::process_group>(n.store(), rank, 4, "mh-ring-cut", po);
     if (rank < 2) {
-      tensor t = hg.make_buffer({1 << 16}, dtype::float32);
-      auto w = hg.allreduce(t);
+      tensor t = g->make_buffer({1 << 16}, dtype::float32);
+      auto w = g->allreduce(t);
       test::set_mark(marks, "in-" + std::to_string(rank));
       try {
         w.wait(20s);
@@ -175,6 +202,11 @@ TEST_CASE("multihost hierarchical cut rank", "[.mh_hier_cut_rank]") {
   }
   n.shutdown(shutdown_mode::immediate);
 }
+
+}  // namespace
+
+TEST_CASE("multihost hierarchical cut rank", "[.mh_hier_cut_rank]") { cut_rank(true); }
+TEST_CASE("multihost ring cut rank", "[.mh_ring_cut_rank]") { cut_rank(false); }
 
 // Every rank runs allreduces of 256 KiB until rank 0 saw the "healed" mark and 20 more; rank 0
 // marks reducing-0 after 20. Rank 0's flag travels in the last element, so all ranks stop at

@@ -141,8 +141,8 @@ class process_group : public collective_group {
   /// names the ranks that did not arrive. Blocks the calling thread.
   void monitored_barrier(std::chrono::milliseconds timeout) override;
   /// Breaks the group as a lost member does (Note [group peer loss]): this rank's running and
-  /// later collectives fail with peer_lost carrying `reason`, and so do the peers' waits on
-  /// this rank. Never blocks; thread-safe. Groups composed of process groups use it to fail
+  /// later collectives fail with peer_lost carrying `reason`, then the group aborts, so the
+  /// peers' waits on this rank fail with peer_lost too. Never blocks; thread-safe. Groups composed of process groups use it to fail
   /// every part when one part fails.
   void break_group(const std::string& reason) noexcept;
   /// Sends `t` to rank `dst`; messages between a pair with the same tag arrive in order. A send
