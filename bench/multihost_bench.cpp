@@ -1,7 +1,8 @@
 // multihost_bench: figures between two namespace hosts of the multi-host test bed
 // (tools/netns_bed.sh; needs root): raw TCP ping-pong and stream (the limits), rpc_sync round
-// trip, 64 MB echo, TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, and the time from a
-// cut to peer_lost. The orchestrator (no --role) makes the bed, runs each role on its host
+// trip, 64 MB echo, TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, the hierarchical
+// allreduce on 2 x 2 ranks, and the time from a cut to peer_lost (an rpc's caller; every
+// survivor of a hierarchical allreduce). The orchestrator (no --role) makes the bed, runs each role on its host
 // (this binary again) and reports what they measured. Without namespaces it prints why and
 // exits 0.
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "troupe/actors/host_address.hpp"
 #include "troupe/actors/node.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/ddp/hierarchical_group.hpp"
 #include "troupe/ddp/process_group.hpp"
 #include "troupe/tensors/factories.hpp"
 
@@ -59,8 +61,10 @@ int role_rpc(bool quick) {
   return 0;
 }
 
-// Every rank: allreduce of 100 MB over the TCP process group; rank 0 reports busbw.
-int role_allreduce(bool quick) {
+// Every rank: allreduce of 100 MB over the TCP process group (or the hierarchical group: shared
+// memory within a host, TCP between the hosts' leaders); rank 0 reports busbw (the ring formula,
+// 2 (w - 1) / w bytes per rank, for both).
+int role_allreduce(bool quick, bool hier) {
   const auto o = role_options();
   troupe::node n(o);
   const int me = n.info().rank, world = n.info().world_size;
@@ -68,21 +72,34 @@ int role_allreduce(bool quick) {
     troupe::ddp::process_group_options po;
     po.tcp_address = troupe::advertised_address(o.listen_addr, o.master_addr);
     po.transport = troupe::ddp::transport_kind::tcp;
-    troupe::ddp::process_group pg(n.store(), me, world, "mh-bench", po);
+    std::unique_ptr<troupe::ddp::collective_group> pg;
+    if (hier) pg = std::make_unique<troupe::ddp::hierarchical_group>(n.store(), me, world, "mh-bench-h", po);
+    else pg = std::make_unique<troupe::ddp::process_group>(n.store(), me, world, "mh-bench", po);
     const std::int64_t elems = (quick ? 10 : 100) * (1 << 20) / 4;
-    auto t = troupe::ones({elems});
+    auto t = pg->make_buffer({elems}, troupe::dtype::float32);
+    t.fill_(1.0);
     const int reps = quick ? 1 : 5;
-    const auto s = tb::summarize(tb::time_runs(1, reps, [&] { pg.allreduce(t).wait(120s); }));
+    const auto s = tb::summarize(tb::time_runs(1, reps, [&] { pg->allreduce(t).wait(120s); }));
     const double bytes = static_cast<double>(elems) * 4;
     const double busbw = bytes * 2.0 * (world - 1) / world / s.median / 1e9;
+    const std::string name = hier ? "mh_allreduce_busbw_100mb_2h2r_hier_gbps"
+                             : world == 2 ? "mh_allreduce_busbw_100mb_2h_gbps"
+                                          : "mh_allreduce_busbw_100mb_2h2r_gbps";
     if (me == 0)
-      tb::mh::emit(world == 2 ? "mh_allreduce_busbw_100mb_2h_gbps" : "mh_allreduce_busbw_100mb_2h2r_gbps", busbw, "GB/s",
+      tb::mh::emit(name, busbw, "GB/s",
                    "\"bytes\": " + std::to_string(static_cast<long long>(bytes)) + ", \"ranks\": " + std::to_string(world) +
-                       ", \"algorithm\": \"tcp ring\"");
+                       ", \"algorithm\": \"" + (hier ? "shm reduce, tcp ring of leaders, shm broadcast" : "tcp ring") + "\"");
   }
   n.store().barrier("done", me, world, 120s);
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
   return 0;
+}
+
+/// Waits for the orchestrator's <marks>/cut (the cut's wall ms); 0 when it never came.
+long long read_cut(const std::string& marks) {
+  long long cut = 0;
+  for (int i = 0; i < 500 && !(std::ifstream(marks + "/cut") >> cut); ++i) std::this_thread::sleep_for(10ms);
+  return cut;
 }
 
 // Rank 1 (host 1) holds a call of rank 0 and creates <marks>/held; the orchestrator cuts host 1
@@ -105,15 +122,56 @@ int role_cut(const std::string& marks) {
       std::fprintf(stderr, "cut: the call was not lost\n");
     } catch (const troupe::error& e) {
       const auto lost = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-      long long cut = 0;
-      for (int i = 0; i < 500 && !(std::ifstream(marks + "/cut") >> cut); ++i) std::this_thread::sleep_for(10ms);
-      if (cut > 0 && e.code() == troupe::errc::peer_lost) tb::mh::emit("mh_cut_to_peer_lost_ms", static_cast<double>(lost - cut), "ms");
+      const long long cut = read_cut(marks);
+      if (cut > 0 && e.code() == troupe::errc::peer_lost)
+        tb::mh::emit("mh_cut_to_peer_lost_ms", static_cast<double>(lost - cut), "ms", "\"limit_ms\": 2000");
       else std::fprintf(stderr, "cut: no figure (cut at %lld): %s\n", cut, e.what());
     }
   } else {
     try {
       n.store().get("never set", 40s);  // serves until host 0 is gone
     } catch (const troupe::error&) {
+    }
+  }
+  n.shutdown(troupe::shutdown_mode::immediate);
+  return 0;
+}
+
+// 2 hosts x 2 ranks in a hierarchical group: ranks 0, 1 (host 0) wait in an allreduce that
+// ranks 2, 3 (host 1) never issue (they create <marks>/held-<rank>); the orchestrator cuts host
+// 1; each survivor reports the time from the cut to its peer_lost.
+int role_cut_allreduce(const std::string& marks) {
+  const auto o = role_options();
+  troupe::node n(o);
+  const int me = n.info().rank;
+  {
+    troupe::ddp::process_group_options po;
+    po.tcp_address = troupe::advertised_address(o.listen_addr, o.master_addr);
+    troupe::ddp::hierarchical_group hg(n.store(), me, 4, "mh-bench-cut", po);
+    if (me < 2) {
+      auto w = hg.allreduce(hg.make_buffer({1 << 16}, troupe::dtype::float32));
+      std::ofstream(marks + "/held-" + std::to_string(me)) << "1";
+      try {
+        w.wait(30s);
+        std::fprintf(stderr, "cut: the allreduce was not lost\n");
+      } catch (const troupe::error& e) {
+        const auto lost = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+        const long long cut = read_cut(marks);
+        if (cut > 0 && e.code() == troupe::errc::peer_lost)
+          tb::mh::emit("mh_cut_to_peer_lost_allreduce_rank" + std::to_string(me) + "_ms", static_cast<double>(lost - cut), "ms",
+                       "\"limit_ms\": 2000");
+        else std::fprintf(stderr, "cut: no figure (cut at %lld): %s\n", cut, e.what());
+      }
+      std::ofstream(marks + "/done-" + std::to_string(me)) << "1";  // the other survivor sees host 1's loss first
+      struct stat st{};
+      for (int i = 0; i < 2000 && ::stat((marks + "/done-" + std::to_string(1 - me)).c_str(), &st) != 0; ++i)
+        std::this_thread::sleep_for(10ms);
+    } else {
+      std::ofstream(marks + "/held-" + std::to_string(me)) << "1";
+      try {
+        n.store().get("never set", 40s);  // serves until host 0 is gone
+      } catch (const troupe::error&) {
+      }
     }
   }
   n.shutdown(troupe::shutdown_mode::immediate);
@@ -155,6 +213,29 @@ void run_cut(tb::mh::bench_bed& bed, tb::report& rep, const std::string& self, i
   std::system(("rm -rf " + marks).c_str());
 }
 
+// The time from a cut of host 1 to peer_lost on both survivors of a hierarchical allreduce.
+void run_cut_allreduce(tb::mh::bench_bed& bed, tb::report& rep, const std::string& self, int port) {
+  const std::string marks = bed.marks();
+  std::vector<tb::mh::host_run> runs;
+  for (int r = 0; r < 4; ++r)
+    runs.push_back(bed.start(r / 2, {self, "--role", "cut-allreduce", "--marks", marks}, tb::mh::rank_env(r, 4, port)));
+  struct stat st{};
+  for (const char* m : {"/held-0", "/held-1", "/held-2", "/held-3"})
+    for (int i = 0; i < 6000 && ::stat((marks + m).c_str(), &st) != 0; ++i) std::this_thread::sleep_for(10ms);
+  bed.cut(1);
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ofstream(marks + "/cut") << now;
+  for (int r = 0; r < 2; ++r) {
+    auto& run = runs[static_cast<std::size_t>(r)];
+    if (!run.wait(60s)) std::fprintf(stderr, "multihost_bench: survivor %d did not end within 60 s\n", r);
+    if (!tb::mh::collect(rep, run.output()))
+      std::fprintf(stderr, "multihost_bench: survivor %d of the allreduce cut did not report:\n%s\n", r, run.output().c_str());
+  }
+  bed.heal(1);
+  for (int r = 2; r < 4; ++r) runs[static_cast<std::size_t>(r)].wait(60s);
+  std::system(("rm -rf " + marks).c_str());
+}
+
 int multihost_orchestrate(bool quick, const std::string& self) {
   tb::mh::bench_bed bed;
   if (!bed.up()) {
@@ -174,7 +255,9 @@ int multihost_orchestrate(bool quick, const std::string& self) {
   run_role(bed, rep, self, "rpc", quick, {0, 1}, 29610);
   run_role(bed, rep, self, "allreduce", quick, {0, 1}, 29620);
   run_role(bed, rep, self, "allreduce", quick, {0, 0, 1, 1}, 29630);
+  run_role(bed, rep, self, "allreduce-hier", quick, {0, 0, 1, 1}, 29650);
   run_cut(bed, rep, self, 29640);
+  run_cut_allreduce(bed, rep, self, 29660);
   rep.print_table();
   return 0;
 }
@@ -197,8 +280,10 @@ int main(int argc, char** argv) {
     if (role == "tcp-client")
       return tb::mh::tcp_client("10.77.0.2", std::stoi(port_env) + 1, quick ? 2000 : 20000, (quick ? 256ull : 2048ull) << 20);
     if (role == "rpc") return role_rpc(quick);
-    if (role == "allreduce") return role_allreduce(quick);
+    if (role == "allreduce") return role_allreduce(quick, false);
+    if (role == "allreduce-hier") return role_allreduce(quick, true);
     if (role == "cut") return role_cut(marks);
+    if (role == "cut-allreduce") return role_cut_allreduce(marks);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "multihost_bench --role %s: %s\n", role.c_str(), e.what());
     return 1;

@@ -6,6 +6,8 @@
 #   netns_bed.sh down PREFIX       deletes every namespace of the bed (and stops what runs in them)
 #   netns_bed.sh cut  PREFIX I     host I drops every packet on eth0, both directions (nftables)
 #   netns_bed.sh heal PREFIX I     undoes cut
+#   netns_bed.sh blip PREFIX I MS  cut, then heal MS milliseconds later, timed inside the host's
+#                                  namespace (the script's own start-up is not part of the cut)
 #   netns_bed.sh freeze PREFIX I   SIGSTOP to every process on host I; thaw sends SIGCONT
 #   netns_bed.sh exec PREFIX I CMD...   runs CMD on host I with its own hostname (PREFIX-hI)
 #   netns_bed.sh gc                deletes beds whose owner process (PREFIX = tmh<pid>...) is gone
@@ -96,6 +98,21 @@ heal() {
   return 0
 }
 
+blip() {
+  local ns ms
+  ns=$(host_ns "$1")
+  ms=${2:?milliseconds}
+  case $ms in *[!0-9]*|'') die "blip: milliseconds must be a number, got '$ms'" ;; esac
+  command -v nft >/dev/null || die "'nft' (nftables) is not installed"
+  ip netns exec "$ns" sh -c "nft -f - && sleep $(printf '%d.%03d' $((ms / 1000)) $((ms % 1000))) && nft delete table inet troupe_cut" <<EOF \
+    || { heal "$1"; die "cannot cut $ns for $ms ms"; }
+table inet troupe_cut {
+  chain in { type filter hook input priority -100; policy accept; iifname "eth0" drop; }
+  chain out { type filter hook output priority -100; policy accept; oifname "eth0" drop; }
+}
+EOF
+}
+
 signal_host() {
   local pids
   pids=$(ip netns pids "$(host_ns "$1")" 2>/dev/null)
@@ -107,6 +124,7 @@ case "$cmd" in
   down) valid_prefix; down ;;
   cut) valid_prefix; cut "${3:?host index}" ;;
   heal) valid_prefix; heal "${3:?host index}" ;;
+  blip) valid_prefix; blip "${3:?host index}" "${4:?milliseconds}" ;;
   freeze) valid_prefix; signal_host "${3:?host index}" STOP ;;
   thaw) valid_prefix; signal_host "${3:?host index}" CONT ;;
   exec)
@@ -115,5 +133,5 @@ case "$cmd" in
     shift 3
     exec ip netns exec "$(host_ns "$i")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "${prefix}-h$i" "$@" ;;
   gc) gc ;;
-  *) die "usage: netns_bed.sh up|down|cut|heal|freeze|thaw|exec|gc PREFIX ..." ;;
+  *) die "usage: netns_bed.sh up|down|cut|heal|blip|freeze|thaw|exec|gc PREFIX ..." ;;
 esac

@@ -16,7 +16,9 @@ env_process_group::env_process_group(node_options node, std::string name, proces
   node_ = std::make_unique<troupe::node>(std::move(node));
   if (!opts_.recorder) opts_.recorder = node_->shared_recorder();
   if (!opts_.fault_points) opts_.fault_points = [n = node_.get()](const std::string& p, std::int64_t s) { n->fault_point(p, s); };
-  group_ = std::make_unique<process_group>(node_->store(), rank_, world_size_, std::move(name), opts_);
+  group_ = make_cpu_group(node_->store(), rank_, world_size_, std::move(name), opts_);
+  if (auto* h = dynamic_cast<hierarchical_group*>(group_.get())) flat_ = &h->flat();
+  else flat_ = static_cast<process_group*>(group_.get());
 }
 
 env_process_group::~env_process_group() {
@@ -30,15 +32,21 @@ env_process_group& env_process_group::operator=(env_process_group&& o) noexcept 
   group_.reset();  // the group before the node it met through
   node_ = std::move(o.node_);
   group_ = std::move(o.group_);
+  flat_ = o.flat_;
   opts_ = std::move(o.opts_);
   rank_ = o.rank_;
   world_size_ = o.world_size_;
   return *this;
 }
 
+collective_group& env_process_group::collectives() {
+  if (!group_) throw error(errc::invalid_state, "env_process_group::collectives() after shutdown");
+  return *group_;
+}
+
 process_group& env_process_group::group() {
   if (!group_) throw error(errc::invalid_state, "env_process_group::group() after shutdown");
-  return *group_;
+  return *flat_;
 }
 
 troupe::node& env_process_group::node() {

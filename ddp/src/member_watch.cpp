@@ -6,6 +6,10 @@
 
 namespace troupe::ddp::detail {
 
+std::string member_watch::describe(int member, const peer_loss& loss) {
+  return "rank " + std::to_string(member) + " (" + loss.worker + ") was lost: " + loss.reason;
+}
+
 member_watch::member_watch(const rendezvous& store, const std::string& key_prefix, int rank, int world,
                            std::chrono::milliseconds timeout, on_lost fn) {
   store.set(key_prefix + std::to_string(rank), store.events->self());
@@ -19,7 +23,7 @@ member_watch::member_watch(const rendezvous& store, const std::string& key_prefi
   sub_ = peer_events::subscribe(store.events, [rank, fn = std::move(fn), members = std::move(members)](const peer_loss& l) {
     auto it = members.find(l.worker);
     if (it == members.end() || it->second == rank) return;
-    fn("rank " + std::to_string(it->second) + " (" + l.worker + ") was lost: " + l.reason);
+    fn(it->second, l);
   });
   store.events->watch(workers, timeout);
 }

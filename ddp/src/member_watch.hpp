@@ -7,9 +7,10 @@
 // the node's peer-loss detection (Note [peer loss events]). At construction each rank publishes
 // its worker name, learns every member's, subscribes to the node's losses and watches every
 // member (connects to it, so its node monitors it even when it never calls it).
-//   member frozen/dead --> node declares it lost (about connection_timeout) --> on_lost(why)
+//   member frozen/dead --> node declares it lost (about connection_timeout) --> on_lost(rank, loss)
 //     shm/tcp: transport.peer_lost(why) --> every wait fails with peer_lost naming rank and worker
 //     nccl:    the watchdog aborts the communicator --> every work fails with peer_lost
+//     hierarchical: every part breaks, naming the member's host and that host's ranks
 //     --> the group is broken: later collectives fail at once; the others abort alike.
 // A stall shorter than connection_timeout is no loss, so nothing fails. A member resumed after
 // its loss finds the group failed too (its peers aborted); it is never re-admitted into the
@@ -28,9 +29,12 @@ namespace troupe::ddp::detail {
 /// listener refers to it. Destroy it before anything `on_lost` touches.
 class member_watch {
  public:
-  /// `why` names the lost member: "rank 2 (worker2) was lost: <reason>". Called on the node's
-  /// agent thread, at most once per lost member; it must not block.
-  using on_lost = std::function<void(const std::string& why)>;
+  /// `member` is the lost member's rank in the group. Called on the node's agent thread, at
+  /// most once per lost member; it must not block.
+  using on_lost = std::function<void(int member, const peer_loss& loss)>;
+
+  /// "rank 2 (worker2) was lost: <reason>".
+  static std::string describe(int member, const peer_loss& loss);
 
   /// Publishes this rank's worker under `key_prefix` + rank, reads every member's (each within
   /// `timeout`), subscribes to `store.events` and watches the members. Requires store.events.

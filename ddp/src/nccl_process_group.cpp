@@ -130,9 +130,9 @@ struct nccl_process_group::impl {
     const auto tick = std::clamp(opts.timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     watchdog = std::make_unique<detail::periodic_thread>(tick, [this] { watch(); });
     if (rv.events && world > 1)
-      members.emplace(rv, "troupe/nccl/" + name + "/worker/", rank, world, opts.timeout, [this](const std::string& why) {
+      members.emplace(rv, "troupe/nccl/" + name + "/worker/", rank, world, opts.timeout, [this](int m, const peer_loss& l) {
         std::lock_guard<std::mutex> lock(lost_mu);  // never comm->mu: a launch may hold it for long
-        if (!lost) lost = why;
+        if (!lost) lost = detail::member_watch::describe(m, l);
       });
   }
 

@@ -74,9 +74,12 @@ struct process_group::impl {
       shm = std::make_unique<detail::shm_transport>(store, rank, world, name, opts);
     watch = std::make_unique<detail::collective_watch>(detail::watch_store{store.set, store.get}, name, rank, world, opts.recorder,
                                                        opts.blame_after, opts.on_blame);
-    if (store.events && world > 1)
+    if (store.events && world > 1 && opts.watch_peers)
       members.emplace(store, "troupe/pg/" + name + "/worker/", rank, world, opts.timeout,
-                      [this](const std::string& why) { visit([&](auto& tp) { tp.peer_lost(why); }); });
+                      [this](int m, const peer_loss& l) {
+                        const std::string why = detail::member_watch::describe(m, l);
+                        visit([&](auto& tp) { tp.peer_lost(why); });
+                      });
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
     p2p.received.assign(static_cast<std::size_t>(world), 0);
     for (auto& l : lanes) l.thread = std::thread([this, &l] { loop(l); });
@@ -339,6 +342,16 @@ void process_group::monitored_barrier(std::chrono::milliseconds timeout) {
                       impl::collectives, false);
   }
   w.wait(timeout + std::chrono::seconds(5));
+}
+
+void process_group::break_group(const std::string& reason) noexcept {
+  impl_->visit([&](auto& tp) { tp.peer_lost(reason); });  // wakes a running collective
+  try {
+    // On the worker, after whatever runs: breaks the group and aborts the transport, which
+    // tells the peers waiting on this rank (a group failed earlier ignores it).
+    impl_->submit("break_group", [reason] { throw troupe::error(errc::peer_lost, reason); });
+  } catch (...) {
+  }
 }
 
 work process_group::send(tensor t, int dst, int tag) {

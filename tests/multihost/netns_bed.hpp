@@ -108,6 +108,10 @@ class netns_bed {
   /// Host `host` drops every packet on its interface, both directions (nftables).
   void cut(int host) { must("cut " + prefix_ + " " + std::to_string(host)); }
   void heal(int host) { must("heal " + prefix_ + " " + std::to_string(host)); }
+  /// A cut of `host` that lasts `length`, timed inside the host's namespace.
+  void blip(int host, std::chrono::milliseconds length) {
+    must("blip " + prefix_ + " " + std::to_string(host) + " " + std::to_string(length.count()));
+  }
   /// SIGSTOP / SIGCONT to every process on `host`.
   void freeze(int host) { must("freeze " + prefix_ + " " + std::to_string(host)); }
   void thaw(int host) { must("thaw " + prefix_ + " " + std::to_string(host)); }

@@ -102,9 +102,7 @@ TEST_CASE("a cut of 200 ms loses nothing: the calls in flight and the later ones
   const auto marks = troupe::test::mark_dir(bed);
   auto ranks = troupe::test::start_direct_ranks(bed, "[.mh_blip_rank]");
   REQUIRE(troupe::test::await_marks(marks, {"calling-0", "calling-1"}, 60s));
-  bed.cut(1);
-  std::this_thread::sleep_for(200ms);  // the length of the cut, not a synchronisation
-  bed.heal(1);
+  bed.blip(1, 200ms);
   troupe::test::set_mark(marks, "healed");
   for (auto& r : ranks) {
     const int code = r.wait(30s);

@@ -20,6 +20,7 @@
 
 #include "troupe/actors/node.hpp"
 #include "troupe/actors/node_options.hpp"
+#include "troupe/ddp/hierarchical_group.hpp"
 #include "troupe/ddp/process_group.hpp"
 
 namespace troupe::ddp {
@@ -43,7 +44,14 @@ class env_process_group {
   env_process_group(const env_process_group&) = delete;
   env_process_group& operator=(const env_process_group&) = delete;
 
-  /// The group of every rank. Throws invalid_state after shutdown().
+  /// The group of every rank for the common collectives (what DDP takes): make_cpu_group's
+  /// choice, a hierarchical_group when the job spans hosts with several ranks on some host
+  /// (unless opts.transport names a transport), the process group otherwise. Throws
+  /// invalid_state after shutdown().
+  collective_group& collectives();
+  /// The process group of every rank (every collective, send/recv, new_group): the
+  /// hierarchical group's flat TCP group when collectives() is one. Throws invalid_state after
+  /// shutdown().
   process_group& group();
   /// The runtime node (RPC, store, worker list). Throws invalid_state after shutdown().
   troupe::node& node();
@@ -60,7 +68,8 @@ class env_process_group {
 
  private:
   std::unique_ptr<troupe::node> node_;
-  std::unique_ptr<process_group> group_;
+  std::unique_ptr<collective_group> group_;
+  process_group* flat_ = nullptr;  // group_ itself, or its flat group
   process_group_options opts_;
   int rank_ = 0;
   int world_size_ = 1;

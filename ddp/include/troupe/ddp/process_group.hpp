@@ -78,6 +78,10 @@ struct process_group_options {
   /// Receives the library's fault points (collective_group::fault_point); env_process_group
   /// sets it to its node's fault plan (node::fault_point). Null: they are ignored.
   std::function<void(const std::string& point, std::int64_t step)> fault_points;
+  /// A group on a node's store watches its members and fails at their loss (Note [group peer
+  /// loss]). false leaves that to the caller (a group composed of process groups watches every
+  /// member once and breaks its parts with break_group).
+  bool watch_peers = true;
 };
 
 /// A CPU group of `world_size` processes, identified by `name` in the store (a collective_group:
@@ -145,6 +149,11 @@ class process_group : public collective_group {
   /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
   /// names the ranks that did not arrive. Blocks the calling thread.
   void monitored_barrier(std::chrono::milliseconds timeout) override;
+  /// Breaks the group as a lost member does (Note [group peer loss]): this rank's running and
+  /// later collectives fail with peer_lost carrying `reason`, then the group aborts, so the
+  /// peers' waits on this rank fail with peer_lost too. Never blocks; thread-safe. Groups composed of process groups use it to fail
+  /// every part when one part fails.
+  void break_group(const std::string& reason) noexcept;
   /// Sends `t` to rank `dst`; messages between a pair with the same tag arrive in order. A send
   /// larger than the mailbox completes only when `dst` runs the matching recv.
   work send(tensor t, int dst, int tag = 0);
