@@ -181,7 +181,7 @@ tensor distributed_data_parallel::forward(const tensor_list& inputs) {
     throw error(errc::bad_argument, "distributed_data_parallel::forward: the wrapped unary_module takes 1 input, got " +
                                         std::to_string(inputs.size()));
   impl_->reducer->check_previous_finished();
-  impl_->group.fault_point("forward", impl_->reducer->iterations());  // Note [fault events]
+  impl_->group().fault_point("forward", impl_->reducer->iterations());  // Note [fault events]
   if (impl_->sync && impl_->reducer->needs_rebuild()) impl_->rebuild_from_rank0_order();
   if (impl_->opts.broadcast_buffers) broadcast_all(impl_->group(), impl_->module->named_buffers(), impl_->opts.timeout);
   tensor out = impl_->unary ? impl_->unary->forward(inputs.front()) : impl_->multi->forward(inputs);
