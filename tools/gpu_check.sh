@@ -15,7 +15,8 @@
 #                                           .tar.xz (or .tar.gz), or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
 # JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s);
-# CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
+# GPU_BENCHES lists the GPU benches (default "tensor_bench gpu_bench"), TORCH_FIGURES=0 skips
+# PyTorch's GPU figures; CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
 # and the demo (ddp_train) with PyTorch loading its model.safetensors. Exits 2 without a visible device, 1 when a
 # check failed, 0 otherwise.
 set -uo pipefail
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 
 tests=(troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests troupe_dist_autograd_tests
        troupe_integration_tests)
-benches=(tensor_bench gpu_bench)
+read -r -a benches <<<"${GPU_BENCHES-tensor_bench gpu_bench}"  # GPU_BENCHES="" runs none
 # With CPU_BENCHES=1, run too: the CPU benches PyTorch's CPU figures compare with
 # (tools/torch_cpu_bench.py), on the GPU machine's otherwise idle cores.
 cpu_benches=(rpc_bench allreduce_bench ddp_bench actor_bench)
@@ -146,7 +147,9 @@ run_checks() {
   done
   local torch_bench=tools/gpu_torch_bench.py
   [ -f "$dir/bin/gpu_torch_bench.py" ] && torch_bench="$dir/bin/gpu_torch_bench.py"
-  if command -v python3 >/dev/null && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  if [ "${TORCH_FIGURES:-1}" != 1 ]; then
+    echo "gpu-check: SKIP pytorch figures (TORCH_FIGURES=0)" | tee -a "$out/summary.txt"
+  elif command -v python3 >/dev/null && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     check "pytorch figures" torch_bench.log python3 "$torch_bench"
     grep '^{' "$out/torch_bench.log" >>"$out/bench.jsonl"
   else
