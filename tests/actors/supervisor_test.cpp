@@ -207,12 +207,19 @@ TEST_CASE("a nested supervisor's failure reaches its parent, which gives up nami
   outer.name = "outer";
   outer.max_restarts = 1;
   outer.children = {{"inner_sup", "inner", {}, troupe::restart_type::permanent}};
+  outer.on_event = [&](const troupe::supervisor_event& e) {
+    if (e.kind == troupe::supervisor_event::kind_type::started) log.push("+" + e.child);
+  };
   auto sup = troupe::spawn_supervisor(n, outer);
   caf::scoped_actor self{n.system()};
   self->monitor(sup);
   log.wait_for("+leaf");
+  log.wait_for("+inner_sup");
   caf::anon_send(troupe::lookup_actor(n, n.info().name, "leaf", 5s), crash_atom::value);
   log.wait_for("+leaf", 2);  // the outer supervisor restarted the inner one, which started a new leaf
+  // The outer one has the new inner one in hand (published and looked up) before its leaf
+  // crashes; a crash earlier would be a failed start instead.
+  log.wait_for("+inner_sup", 2);
   caf::anon_send(troupe::lookup_actor(n, n.info().name, "leaf", 5s), crash_atom::value);
   troupe::error reason(errc::timeout, "the outer supervisor did not exit");
   self->receive([&](const caf::down_msg& d) { reason = troupe::from_caf_error(d.reason, "outer"); }, caf::after(20s) >> [] {});
