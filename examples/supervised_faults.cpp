@@ -38,9 +38,11 @@
 #include "troupe/actors.hpp"
 #include "troupe/autograd.hpp"
 #include "troupe/ddp.hpp"
+#include "fault_job.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
+using namespace troupe::examples;
 
 namespace {
 
@@ -76,18 +78,6 @@ struct options {
   std::string launcher;
   std::string out = "supervised_faults_out";
 };
-
-int integer(const std::string& flag, const std::string& text) {
-  std::size_t used = 0;
-  int v = 0;
-  try {
-    v = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) throw error(errc::bad_argument, flag + " needs an integer, got '" + text + "'");
-  return v;
-}
 
 fault parse_fault(const std::string& text) {
   const auto a = text.find(':'), b = text.find(':', a == std::string::npos ? a : a + 1);
@@ -130,21 +120,6 @@ options parse(int argc, char** argv) {
 }
 
 // ---- one rank ----------------------------------------------------------------------------------
-
-double now_ms() {
-  using namespace std::chrono;
-  return duration<double, std::milli>(system_clock::now().time_since_epoch()).count();
-}
-
-/// Appends one timestamped line to the job's timeline (O_APPEND: lines of ranks never mix).
-void timeline(const std::string& out, const std::string& text) {
-  const int fd = ::open((fs::path(out) / "timeline.txt").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  char buf[512];
-  const int n = std::snprintf(buf, sizeof buf, "%.3f %s\n", now_ms(), text.c_str());
-  if (n > 0 && ::write(fd, buf, static_cast<std::size_t>(std::min(n, 511))) < 0) {}
-  ::close(fd);
-}
 
 /// The kill hook of this example: dies by SIGKILL when this rank's fault of this attempt is due.
 class kill_switch {
@@ -250,12 +225,6 @@ void run_rank(const options& o) {
 
 // ---- the supervisor ------------------------------------------------------------------------------
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 int run_job(const options& o, const std::string& self, const std::string& dir, bool faults) {
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -271,32 +240,6 @@ int run_job(const options& o, const std::string& self, const std::string& dir, b
     if (faults) cmd += " --kill " + std::to_string(k.rank) + ":" + std::to_string(k.step) + ":" + k.point;
   const int status = std::system(cmd.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-}
-
-void print_timeline(const std::string& dir, double t0) {
-  std::ifstream in(fs::path(dir) / "timeline.txt");
-  std::vector<std::pair<double, std::string>> lines;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    double t = 0;
-    ls >> t;
-    std::string rest;
-    std::getline(ls, rest);
-    lines.emplace_back(t, rest);
-  }
-  std::sort(lines.begin(), lines.end());
-  std::printf("timeline of the faulty run:\n");
-  for (const auto& [t, text] : lines) std::printf("  %9.1f ms %s\n", t - t0, text.c_str());
-}
-
-bool same_bits(const state_dict& a, const state_dict& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [name, t] : a) {
-    const auto it = b.find(name);
-    if (it == b.end() || it->second.nbytes() != t.nbytes() || it->second.dtype() != t.dtype()) return false;
-    if (std::memcmp(it->second.data_ptr(), t.data_ptr(), t.nbytes()) != 0) return false;
-  }
-  return true;
 }
 
 int supervise(options o, const char* argv0) {
