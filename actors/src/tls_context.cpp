@@ -40,7 +40,7 @@ tls_context::tls_context(const tls_options& o) {
   if (ctx_ == nullptr) throw error(errc::io_error, "tls: SSL_CTX_new failed: " + openssl_reason());
   try {
     ::SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
-    ::SSL_CTX_set_num_tickets(ctx_, 0);  // no session tickets: nothing unread on one-way sockets
+    ::SSL_CTX_set_num_tickets(ctx_, 0);  // no resumption tickets: nothing unread on one-way sockets
     ::SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     if (::SSL_CTX_use_certificate_chain_file(ctx_, o.cert_file.c_str()) != 1)
       throw error(errc::io_error, "tls: cert_file '" + o.cert_file + "' holds no usable PEM certificate: " + openssl_reason());

@@ -73,7 +73,7 @@ tls_session::tls_session(std::shared_ptr<const tls_context> ctx, int fd, role r)
   ssl_ = ::SSL_new(ctx_->native());
   if (ssl_ == nullptr || ::SSL_set_fd(ssl_, fd) != 1) {
     ::SSL_free(ssl_);
-    throw error(errc::io_error, "tls: cannot create a session");
+    throw error(errc::io_error, "tls: cannot create an SSL object for the connection");
   }
   if (r == role::client)
     ::SSL_set_connect_state(ssl_);

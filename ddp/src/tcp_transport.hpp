@@ -55,7 +55,7 @@
 
 namespace troupe::ddp::detail {
 
-/// A socket file descriptor, closed on destruction, optionally carrying a TLS session. Move-only.
+/// A socket file descriptor, closed on destruction, optionally carrying a TLS connection. Move-only.
 class tcp_socket {
  public:
   tcp_socket() = default;

@@ -1,10 +1,13 @@
 #pragma once
 // Helpers of the ddp tests: run a function on N spawned ranks, each with its own process group
-// (rendezvous through a file_store: see /tmp/troupe-notes/h7.md — a runtime node cannot be linked
-// beside autograd while both define troupe::node); a pipe that carries small results from the
-// children to the parent. Children report failures by throwing (spawn's join rethrows the text).
+// (rendezvous through a file_store, so no runtime node is needed); a pipe that carries small
+// results from the children to the parent; a free loopback port. Children report failures by
+// throwing (spawn's join rethrows the text).
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -213,6 +216,22 @@ inline void expect_late_rank_named(int rank, const ddp::file_store& st, ddp::pro
   }
   st.set("late/done" + std::to_string(rank), "1");
   st.get("late/done" + std::to_string(1 - rank), seconds(20));
+}
+
+/// A loopback port that was free a moment ago (the launcher picks MASTER_PORT the same way).
+inline std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw error(errc::io_error, "free_port: no loopback port");
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace troupe::test

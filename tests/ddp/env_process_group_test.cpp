@@ -17,20 +17,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A loopback port that was free a moment ago (the launcher picks MASTER_PORT the same way).
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw error(errc::io_error, "free_port: no loopback port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 /// In a spawned child: the variables a launcher sets.
 void set_launcher_env(int rank, int world, std::uint16_t port) {
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -43,7 +29,7 @@ void set_launcher_env(int rank, int world, std::uint16_t port) {
 }  // namespace
 
 TEST_CASE("a process group forms from the launcher environment in one call", "[ddp][process_group]") {
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = troupe::test::free_port();
   auto ctx = spawn(3, [port](int rank) {
     set_launcher_env(rank, 3, port);
     ddp::env_process_group dist("envtest");

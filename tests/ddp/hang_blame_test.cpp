@@ -57,20 +57,6 @@ bool chrome_trace_holds(const fs::path& file, const std::vector<std::string>& na
   return rc == 0;
 }
 
-/// A loopback port that was free a moment ago.
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw error(errc::io_error, "free_port: no loopback port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace
@@ -136,7 +122,7 @@ TEST_CASE("ranks waiting for a rank that skipped an allreduce name it and the co
 }
 
 TEST_CASE("TROUPE_TRACE makes every rank write a chrome trace of its collectives and rpcs at shutdown", "[ddp][blame]") {
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = troupe::test::free_port();
   temp_dir traces;
   const std::string trace_dir = traces.path.string();
   auto ctx = spawn(3, [port, trace_dir](int rank) {

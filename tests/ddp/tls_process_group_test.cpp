@@ -57,25 +57,11 @@ bool intruder_kept(const test::tls_test_certs& certs, const std::string& host, i
   return kept;
 }
 
-/// A loopback port that was free a moment ago (the launcher picks MASTER_PORT the same way).
-std::uint16_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw error(errc::io_error, "free_port: no loopback port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 }  // namespace
 
 TEST_CASE("a job with tls in its environment runs an rpc and an allreduce over the tls ring", "[ddp][process_group][tcp][tls]") {
   const test::tls_test_certs certs;
-  const std::uint16_t port = free_port();
+  const std::uint16_t port = troupe::test::free_port();
   const tls_options files = certs.options();
   auto ctx = spawn(2, [port, files](int rank) {
     ::setenv("RANK", std::to_string(rank).c_str(), 1);

@@ -19,7 +19,7 @@ namespace troupe {
 class tls_session {
  public:
   enum class role { client, server };
-  /// Wraps `fd` (not owned; it must outlive the session). The handshake runs on handshake()
+  /// Wraps `fd` (not owned; it must outlive this object). The handshake runs on handshake()
   /// or the first read/write.
   tls_session(std::shared_ptr<const tls_context> ctx, int fd, role r);
   ~tls_session();
