@@ -91,6 +91,7 @@ struct distributed_data_parallel::impl {
   ddp_options opts;
   tensor_list params;
   bool sync = true;
+  std::int64_t forwards = 0;  // step(): the step of the library's fault points
   std::vector<hook_handle> hooks;
   std::unique_ptr<detail::reducer> reducer;
 
@@ -181,7 +182,9 @@ tensor distributed_data_parallel::forward(const tensor_list& inputs) {
     throw error(errc::bad_argument, "distributed_data_parallel::forward: the wrapped unary_module takes 1 input, got " +
                                         std::to_string(inputs.size()));
   impl_->reducer->check_previous_finished();
-  impl_->group().fault_point("forward", impl_->reducer->iterations());  // Note [fault events]
+  const std::int64_t step = impl_->forwards++;
+  impl_->reducer->set_step(step);
+  impl_->group().fault_point("forward", step);  // Note [fault events]
   if (impl_->sync && impl_->reducer->needs_rebuild()) impl_->rebuild_from_rank0_order();
   if (impl_->opts.broadcast_buffers) broadcast_all(impl_->group(), impl_->module->named_buffers(), impl_->opts.timeout);
   tensor out = impl_->unary ? impl_->unary->forward(inputs.front()) : impl_->multi->forward(inputs);
@@ -216,5 +219,10 @@ std::vector<std::vector<std::size_t>> distributed_data_parallel::bucket_assignme
 std::vector<std::size_t> distributed_data_parallel::last_ready_order() const { return impl_->reducer->ready_order(); }
 std::vector<int> distributed_data_parallel::last_launch_order() const { return impl_->reducer->launch_order(); }
 reduction_timeline distributed_data_parallel::last_timeline() const { return impl_->reducer->timeline(); }
+std::int64_t distributed_data_parallel::step() const { return impl_->forwards; }
+void distributed_data_parallel::set_step(std::int64_t s) {
+  if (s < 0) throw error(errc::bad_argument, "distributed_data_parallel::set_step: negative step " + std::to_string(s));
+  impl_->forwards = s;
+}
 
 }  // namespace troupe::ddp

@@ -142,7 +142,7 @@ void reducer::prepare(bool sync, const tensor_list& outputs) {
 void reducer::on_grad_ready(std::size_t i) {
   locally_used_[i] = 1;  // also under no_sync: the accumulated gradient is part of the next sum
   if (!armed_) return;    // no_sync, or a backward without a DDP forward
-  if (ready_count_ == 0) group_.fault_point("backward", iterations_);  // the first gradient of this backward
+  if (ready_count_ == 0) group_.fault_point("backward", step_.load(std::memory_order_relaxed));  // the first gradient of this backward
   if (ready_[i])
     throw error(errc::autograd_error, "distributed_data_parallel: parameter '" + names_[i] +
                                           "' was marked ready twice in one iteration (was it marked unused by "
@@ -172,7 +172,7 @@ void reducer::launch(int b) {
   comm_result r;
   try {
     events_.wait(buckets_[static_cast<std::size_t>(b)].params);  // Note [DDP on CUDA]
-    group_.fault_point("allreduce", iterations_);
+    group_.fault_point("allreduce", step_.load(std::memory_order_relaxed));
     group_.note_next("bucket " + std::to_string(b));  // Note [hang blame]: reports name the bucket
     r = hook_(group_, hook_views_[static_cast<std::size_t>(b)]);
     group_.note_next({});
@@ -227,7 +227,7 @@ void reducer::finalize() {
     auto& r = *results[b];
     if (r.pending.valid()) r.pending.wait(opts_.timeout);
     if (r.then) r.then();
-    group_.fault_point("allreduce_done", iterations_ - 1);
+    group_.fault_point("allreduce_done", step_.load(std::memory_order_relaxed));
     // Without a used map, bucket b's copy back overlaps the reduction of bucket b + 1.
     if (!used_work.valid()) write_back(buckets_[b], globally_used);
   }

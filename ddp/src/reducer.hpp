@@ -47,6 +47,7 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -88,8 +89,11 @@ class reducer {
   void launch(int b);
 
   bool needs_rebuild() const { return !rebuilt_ && iterations_ > 0; }
-  /// Synchronised backward passes finished so far: the step of the library's fault points.
+  /// Synchronised backward passes finished so far.
   int iterations() const { return iterations_; }
+  /// The step the backward and allreduce fault points report until the next call (the DDP's
+  /// forward count; set before prepare, read by the bucket actors).
+  void set_step(std::int64_t s) { step_.store(s, std::memory_order_relaxed); }
   void mark_rebuilt() { rebuilt_ = true; }
   const std::vector<std::size_t>& ready_order() const { return ready_order_; }
   std::vector<std::vector<std::size_t>> assignment() const;
@@ -123,6 +127,7 @@ class reducer {
   bool armed_ = false;
   bool rebuilt_ = false;
   int iterations_ = 0;
+  std::atomic<std::int64_t> step_{0};
   std::vector<std::size_t> ready_order_;
 
   mutable std::mutex mu_;

@@ -150,6 +150,15 @@ class distributed_data_parallel {
   /// The timeline of the last synchronised backward.
   reduction_timeline last_timeline() const;
 
+  /// The step of the library's DDP fault points (Note [fault events]): the number of forward()
+  /// calls so far, under no_sync too, so the n-th forward of every rank is step n (from 0). The
+  /// forward point of a call, and the backward and allreduce points of the backward it armed,
+  /// report the count before the call.
+  std::int64_t step() const;
+  /// Sets the count, for a job resumed at step `s` (from a checkpoint): the next forward is step s.
+  /// bad_argument when s is negative.
+  void set_step(std::int64_t s);
+
   struct impl;
 
  private:
