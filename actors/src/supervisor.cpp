@@ -13,9 +13,18 @@
 // - one_for_all stops the others in reverse start order, then starts all in order;
 // - rest_for_one stops the children after the failed one in reverse, then starts them in order.
 // Each restart event is timed. More than max_restarts events within period make it give up.
-// Giving up, a failed start, or an exit message stop every running child in reverse start
-// order, each waited for by its down_msg (bounded by stop_timeout, then a kill). Then the
-// supervisor quits; the reason of a failure names the supervisor, the child and the cause.
+// A start that fails on every worker is such an event too: the supervisor retries it after a
+// backoff (start_backoff, doubled per consecutive failure of the child, at most
+// period / (max_restarts + 1)) and starts the children after it only once it ran. It gives up
+// when the failures exceed the intensity, or after max_restarts + 1 consecutive failed starts of
+// one child (so starts that fail slower than the period still end).
+// A child that the spawn service started but that exited before the supervisor looked it up
+// (the lookup finds nothing, or another actor) is a crash, not a failed start: the supervisor
+// reports it started and exited (a message to itself, so the starts in progress finish first)
+// and restarts it by its type and the strategy.
+// Giving up or an exit message stop every running child in reverse start order, each waited for
+// by its down_msg (bounded by stop_timeout, then a kill). Then the supervisor quits; the reason
+// of a failure names the supervisor, the child and the cause.
 // A down_msg of an incarnation the supervisor stopped itself is stale and ignored: stopping
 // demonitors first. A lost peer kills its proxies with peer_lost, so a child on a dead worker
 // gives a down_msg, and a restart there fails fast and moves to the next worker.
@@ -29,6 +38,7 @@
 #include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <set>
@@ -44,6 +54,8 @@ namespace troupe {
 namespace {
 
 using start_atom = caf::atom_constant<caf::atom("supstart")>;
+using retry_atom = caf::atom_constant<caf::atom("supretry")>;
+using crashed_atom = caf::atom_constant<caf::atom("supcrash")>;
 using clock = std::chrono::steady_clock;
 using kind = supervisor_event::kind_type;
 
@@ -54,6 +66,7 @@ struct child_state {
   std::int64_t incarnation = 0;
   bool running = false;
   bool dropped = false;  // temporary, or transient after a normal exit: never started again
+  std::int32_t failed_starts = 0;  // consecutive failed starts
 };
 
 struct supervisor_state {
@@ -61,6 +74,7 @@ struct supervisor_state {
   supervisor_options o;
   std::vector<child_state> children;
   std::deque<clock::time_point> restarts;
+  bool retry_pending = false;  // a retry_atom is on its way
 };
 
 using self_ptr = caf::stateful_actor<supervisor_state>*;
@@ -81,9 +95,42 @@ void report(self_ptr self, kind k, const child_state& c, std::string cause) {
   self->state.o.on_event(supervisor_event{k, c.spec.name, c.worker, c.incarnation, c.actor, std::move(cause)});
 }
 
-// Starts child `c` on the first worker that can; the error lists every worker's cause.
-std::optional<error> start_child(self_ptr self, child_state& c) {
+// The running incarnation of child k that the spawn service of `w` started as actor `id`:
+// monitored, or, when it exited before the lookup, reported as crashed (Note [supervisor restart]).
+void adopt_child(self_ptr self, std::size_t k, const std::string& w, std::uint64_t id) {
   auto& st = self->state;
+  auto& c = st.children[k];
+  caf::actor child;
+  std::string lost;
+  auto code = errc::invalid_state;
+  try {
+    child = lookup_actor(*st.n, w, c.spec.name, st.o.spawn_timeout);
+    if (!child || child.id() != id) lost = "worker " + w + " publishes another actor under its name";
+  } catch (const error& e) {
+    code = e.code();
+    lost = std::string(to_string(e.code())) + ": " + e.message();
+  }
+  c.worker = w;
+  c.running = true;
+  c.failed_starts = 0;
+  ++c.incarnation;
+  if (lost.empty()) {
+    self->monitor(child);
+    c.actor = child;
+  } else {
+    c.actor = nullptr;
+  }
+  report(self, kind::started, c, "");
+  if (!lost.empty())
+    self->send(self, crashed_atom::value, static_cast<std::uint64_t>(k), c.incarnation, static_cast<std::int32_t>(code),
+               "exited before the supervisor looked it up (" + lost + ")");
+}
+
+// Starts child k on the first worker whose spawn service starts it; the error lists every
+// worker's cause.
+std::optional<error> start_child(self_ptr self, std::size_t k) {
+  auto& st = self->state;
+  auto& c = st.children[k];
   auto workers = c.spec.workers;
   if (workers.empty()) workers.push_back(st.n->info().name);
   std::string causes;
@@ -97,14 +144,7 @@ std::optional<error> start_child(self_ptr self, child_state& c) {
       asker->request(spawner, st.o.spawn_timeout, spawn_atom::value, c.spec.factory, c.spec.name)
           .receive([&](std::uint64_t x) { id = x; }, [&](caf::error& e) { err = std::move(e); });
       if (err) throw from_caf_error(err, "spawn service of " + w);
-      auto child = lookup_actor(*st.n, w, c.spec.name, st.o.spawn_timeout);
-      if (!child || child.id() != id) throw error(errc::invalid_state, "worker " + w + " published another actor under the name");
-      self->monitor(child);
-      c.actor = child;
-      c.worker = w;
-      c.running = true;
-      ++c.incarnation;
-      report(self, kind::started, c, "");
+      adopt_child(self, k, w, id);
       return std::nullopt;
     } catch (const error& e) {
       code = e.code();
@@ -122,6 +162,10 @@ void stop_child(self_ptr self, child_state& c) {
   if (!c.running) return;
   c.running = false;
   if (c.spec.restart == restart_type::temporary) c.dropped = true;
+  if (!c.actor) {  // exited before the lookup; its crash report is now stale
+    report(self, kind::stopped, c, "");
+    return;
+  }
   self->demonitor(c.actor);
   caf::scoped_actor waiter{self->system()};
   waiter->monitor(c.actor);
@@ -148,20 +192,7 @@ void give_up(self_ptr self, const error& cause, const std::string& child) {
   self->quit(to_caf_error(cause.code(), msg));
 }
 
-// Starts every child with index >= from that should run, in order; false when it gave up.
-bool start_from(self_ptr self, std::size_t from) {
-  auto& cs = self->state.children;
-  for (auto i = from; i < cs.size(); ++i) {
-    if (cs[i].running || cs[i].dropped) continue;
-    if (auto err = start_child(self, cs[i])) {
-      give_up(self, *err, cs[i].spec.name);
-      return false;
-    }
-  }
-  return true;
-}
-
-// Records a restart; false when it exceeds the intensity.
+// Records a restart or a failed start; false when it exceeds the intensity.
 bool within_intensity(supervisor_state& st) {
   const auto now = clock::now();
   st.restarts.push_back(now);
@@ -169,24 +200,60 @@ bool within_intensity(supervisor_state& st) {
   return static_cast<std::int32_t>(st.restarts.size()) <= st.o.max_restarts;
 }
 
-void on_down(self_ptr self, const caf::down_msg& d) {
+// The wait before the next start of `c` after its failed_starts-th consecutive failure.
+std::chrono::milliseconds start_backoff(const supervisor_options& o, const child_state& c) {
+  const auto cap = o.period / (static_cast<std::int64_t>(o.max_restarts) + 1);
+  auto wait = o.start_backoff;
+  for (std::int32_t i = 1; i < c.failed_starts && wait < cap; ++i) wait *= 2;
+  return std::min(wait, cap);
+}
+
+// A failed start of child k: a retry after the backoff, or giving up past the intensity.
+void start_failed(self_ptr self, std::size_t k, const error& err) {
   auto& st = self->state;
-  std::size_t k = 0;
-  while (k < st.children.size() && !(st.children[k].running && st.children[k].actor.address() == d.source)) ++k;
-  if (k == st.children.size()) return;  // a stale incarnation
+  auto& c = st.children[k];
+  ++c.failed_starts;
+  report(self, kind::start_failed, c, err.message());
+  if (!within_intensity(st) || c.failed_starts > st.o.max_restarts) {
+    give_up(self,
+            error(err.code(), err.message() + " (" + std::to_string(c.failed_starts) + " failed starts; restart intensity " +
+                                  std::to_string(st.o.max_restarts) + " in " + std::to_string(st.o.period.count()) + " ms)"),
+            c.spec.name);
+    return;
+  }
+  if (st.retry_pending) return;
+  st.retry_pending = true;
+  self->delayed_send(self, start_backoff(st.o, c), retry_atom::value);
+}
+
+// Starts every child with index >= from that should run, in order, up to the first failed start.
+void start_from(self_ptr self, std::size_t from) {
+  auto& cs = self->state.children;
+  for (auto i = from; i < cs.size(); ++i) {
+    if (cs[i].running || cs[i].dropped) continue;
+    if (auto err = start_child(self, i)) {
+      start_failed(self, i, *err);
+      return;
+    }
+  }
+}
+
+// Child k's incarnation exited (a down_msg, or a crash before its lookup): restart by its type
+// and the strategy, or give up past the intensity.
+void child_exited(self_ptr self, std::size_t k, bool normal, errc code, const std::string& cause) {
+  auto& st = self->state;
   auto& c = st.children[k];
   c.running = false;
-  const auto cause = describe(d.reason);
   report(self, kind::exited, c, cause);
   const auto type = c.spec.restart;
-  if (type == restart_type::temporary || (type == restart_type::transient && is_normal(d.reason))) {
+  if (type == restart_type::temporary || (type == restart_type::transient && normal)) {
     c.dropped = true;
     return;
   }
   if (!within_intensity(st)) {
-    auto code = is_normal(d.reason) ? errc::invalid_state : from_caf_error(d.reason, "").code();
-    give_up(self, error(code, "child '" + c.spec.name + "' on " + c.worker + " exceeded the restart intensity (" + std::to_string(st.o.max_restarts) +
-                                  " restarts in " + std::to_string(st.o.period.count()) + " ms); last cause: " + (cause.empty() ? "normal exit" : cause)),
+    give_up(self, error(normal ? errc::invalid_state : code, "child '" + c.spec.name + "' on " + c.worker + " exceeded the restart intensity (" +
+                                                                 std::to_string(st.o.max_restarts) + " restarts in " + std::to_string(st.o.period.count()) +
+                                                                 " ms); last cause: " + (cause.empty() ? "normal exit" : cause)),
             c.spec.name);
     return;
   }
@@ -195,6 +262,22 @@ void on_down(self_ptr self, const caf::down_msg& d) {
     case restart_strategy::one_for_all: stop_from(self, 0); start_from(self, 0); break;
     case restart_strategy::rest_for_one: stop_from(self, k + 1); start_from(self, k); break;
   }
+}
+
+void on_down(self_ptr self, const caf::down_msg& d) {
+  auto& st = self->state;
+  std::size_t k = 0;
+  while (k < st.children.size() && !(st.children[k].running && st.children[k].actor && st.children[k].actor.address() == d.source)) ++k;
+  if (k == st.children.size()) return;  // a stale incarnation
+  const bool normal = is_normal(d.reason);
+  child_exited(self, k, normal, normal ? errc::invalid_state : from_caf_error(d.reason, "").code(), describe(d.reason));
+}
+
+// A crash before the lookup (adopt_child), unless the incarnation was stopped or replaced since.
+void on_crashed(self_ptr self, std::uint64_t k, std::int64_t incarnation, std::int32_t code, const std::string& cause) {
+  auto& cs = self->state.children;
+  if (k >= cs.size() || !cs[k].running || cs[k].actor || cs[k].incarnation != incarnation) return;
+  child_exited(self, k, false, static_cast<errc>(code), cause);
 }
 
 caf::behavior supervisor_behavior(self_ptr self, node* n, supervisor_options o) {
@@ -207,13 +290,21 @@ caf::behavior supervisor_behavior(self_ptr self, node* n, supervisor_options o) 
     self->quit(m.reason);
   });
   self->send(self, start_atom::value);
-  return {[self](start_atom) { start_from(self, 0); }};
+  return {[self](start_atom) { start_from(self, 0); },
+          [self](retry_atom) {
+            self->state.retry_pending = false;
+            start_from(self, 0);
+          },
+          [self](crashed_atom, std::uint64_t k, std::int64_t inc, std::int32_t code, const std::string& cause) {
+            on_crashed(self, k, inc, code, cause);
+          }};
 }
 
 void validate(node& n, const supervisor_options& o) {
   const std::string who = n.info().name + ": supervisor '" + o.name + "'";
   if (o.max_restarts < 0) throw error(errc::bad_argument, who + ": max_restarts must not be negative");
   if (o.period.count() <= 0) throw error(errc::bad_argument, who + ": the restart period must be positive");
+  if (o.start_backoff.count() < 0) throw error(errc::bad_argument, who + ": start_backoff must not be negative");
   std::set<std::string> names;
   for (const auto& c : o.children) {
     if (c.name.empty()) throw error(errc::bad_argument, who + ": a child has an empty name");

@@ -4,7 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 
 #include "troupe/actors/error_caf.hpp"
@@ -83,7 +85,7 @@ struct fixture {
     for (const auto& c : names) o.children.push_back({c, c, {}, troupe::restart_type::permanent});
     o.on_event = [this](const troupe::supervisor_event& e) {
       using k = troupe::supervisor_event::kind_type;
-      const char* mark = e.kind == k::started ? "+" : e.kind == k::stopped ? "-" : e.kind == k::exited ? "!" : "x";
+      const char* mark = e.kind == k::started ? "+" : e.kind == k::stopped ? "-" : e.kind == k::exited ? "!" : e.kind == k::start_failed ? "?" : "x";
       log.push(mark + e.child);
     };
     return o;
@@ -251,10 +253,102 @@ TEST_CASE("bad child specs get errors naming what was wrong", "[actors][supervis
   CHECK_THAT(message, Catch::Contains("worker7") && Catch::Contains("child 'a'"));
   o = f.options(troupe::restart_strategy::one_for_one, {"a"});
   o.children[0].factory = "no_such_factory";
+  o.max_restarts = 1;  // one retry, then it gives up
   auto sup = troupe::spawn_supervisor(f.n, o);
   caf::scoped_actor self{f.n.system()};
   self->monitor(sup);
   auto reason = f.wait_exit(self, sup);
   CHECK(reason.code() == errc::unknown_function);
   CHECK_THAT(reason.message(), Catch::Contains("no_such_factory") && Catch::Contains("child 'a'"));
+}
+
+namespace {
+
+// A factory that throws its first `failures` calls, then makes a child_named(name).
+troupe::child_factory failing_first(std::string name, event_log& log, std::shared_ptr<std::atomic<int>> calls, int failures) {
+  return [name, &log, calls, failures](troupe::node& n) -> caf::actor {
+    if (++*calls <= failures) throw troupe::error(errc::invalid_state, "factory of " + name + " not ready (call " + std::to_string(calls->load()) + ")");
+    return child_named(name, log)(n);
+  };
+}
+
+}  // namespace
+
+TEST_CASE("a failed start is retried after a backoff and the children after it start once it ran", "[actors][supervisor]") {
+  fixture f;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  troupe::spawn_service flaky{f.n, {{"flaky", failing_first("flaky", f.log, calls, 2)}}};
+  // The service published last on a worker serves its starts: this one, with only "flaky".
+  auto o = f.options(troupe::restart_strategy::one_for_one, {"flaky"});
+  o.start_backoff = 10ms;
+  o.max_restarts = 3;
+  auto sup = troupe::spawn_supervisor(f.n, o);
+  const auto lines = f.log.wait_for("+flaky");
+  CHECK(lines == std::vector<std::string>{"?flaky", "?flaky", "+flaky"});
+  CHECK(calls->load() == 3);
+  f.stop(sup);
+}
+
+TEST_CASE("failed starts count against the restart intensity; past it the supervisor exits naming the child, the cause and the count",
+          "[actors][supervisor]") {
+  fixture f;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  troupe::spawn_service flaky{f.n, {{"flaky", failing_first("flaky", f.log, calls, 1000)}}};  // never starts
+  auto o = f.options(troupe::restart_strategy::one_for_one, {"flaky"});
+  o.name = "top";
+  o.start_backoff = 5ms;
+  o.max_restarts = 2;
+  auto sup = troupe::spawn_supervisor(f.n, o);
+  caf::scoped_actor self{f.n.system()};
+  self->monitor(sup);
+  auto reason = f.wait_exit(self, sup);
+  CHECK(reason.code() == errc::invalid_state);
+  CHECK_THAT(reason.message(), Catch::Contains("'top'") && Catch::Contains("child 'flaky'") && Catch::Contains("not ready (call 3)") &&
+                                   Catch::Contains("3 failed starts"));
+  CHECK(f.log.wait_for("xflaky") == std::vector<std::string>{"?flaky", "?flaky", "?flaky", "xflaky"});
+  CHECK(calls->load() == 3);
+}
+
+TEST_CASE("a child that exits before the supervisor looked it up is a crash and is restarted, not a failed start", "[actors][supervisor]") {
+  fixture f;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  // The first incarnation is dead before the factory returns, so before any lookup.
+  troupe::child_factory dies_first = [&log = f.log, calls](troupe::node& n) -> caf::actor {
+    auto child = child_named("a", log)(n);
+    if (++*calls > 1) return child;
+    caf::scoped_actor waiter{n.system()};
+    waiter->monitor(child);
+    waiter->send_exit(child, troupe::to_caf_error(errc::remote_exception, "died at once"));
+    bool down = false;
+    waiter->receive([&](const caf::down_msg&) { down = true; }, caf::after(5s) >> [] {});
+    if (!down) throw troupe::error(errc::timeout, "the first incarnation did not exit");
+    return child;
+  };
+  troupe::spawn_service early{f.n, {{"a", dies_first}}};
+  auto o = f.options(troupe::restart_strategy::one_for_one, {"a"});
+  std::string cause;
+  std::mutex mu;
+  auto log_event = o.on_event;
+  o.on_event = [&, log_event](const troupe::supervisor_event& e) {
+    if (e.kind == troupe::supervisor_event::kind_type::exited) {
+      std::lock_guard<std::mutex> lock(mu);
+      cause = e.cause;
+    }
+    log_event(e);
+  };
+  auto sup = troupe::spawn_supervisor(f.n, o);
+  CHECK(f.log.wait_for("+a", 2) == std::vector<std::string>{"~a", "+a", "!a", "+a"});
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    CHECK_THAT(cause, Catch::Contains("exited before the supervisor looked it up"));
+  }
+  CHECK(calls->load() == 2);
+  f.stop(sup);
+}
+
+TEST_CASE("a negative start_backoff is refused", "[actors][supervisor]") {
+  fixture f;
+  auto o = f.options(troupe::restart_strategy::one_for_one, {"a"});
+  o.start_backoff = -1ms;
+  CHECK_THROWS_WITH(troupe::spawn_supervisor(f.n, o), Catch::Contains("start_backoff"));
 }

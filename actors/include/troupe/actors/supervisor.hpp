@@ -51,7 +51,8 @@ struct child_spec {
 
 /// What happened to a child, reported to supervisor_options::on_event.
 struct supervisor_event {
-  enum class kind_type { started, stopped, exited, gave_up };
+  /// start_failed: a start failed on every worker (cause: why); a retry follows unless it gave up.
+  enum class kind_type { started, stopped, exited, gave_up, start_failed };
   kind_type kind = kind_type::started;
   /// The child (empty for gave_up when no child is to blame).
   std::string child;
@@ -71,8 +72,12 @@ struct supervisor_options {
   std::string name = "supervisor";
   restart_strategy strategy = restart_strategy::one_for_one;
   /// Restart intensity: at most max_restarts restarts within period; one more and it gives up.
+  /// A failed start counts as a restart.
   std::int32_t max_restarts = 3;
   std::chrono::milliseconds period{5000};
+  /// The wait before retrying a failed start; doubled per consecutive failure of the child, at
+  /// most period / (max_restarts + 1).
+  std::chrono::milliseconds start_backoff{100};
   /// Bound on finding a worker's spawn service and on one spawn.
   std::chrono::milliseconds spawn_timeout{10000};
   /// Bound on a child's stop; past it the child is killed.
@@ -86,10 +91,12 @@ struct supervisor_options {
 /// Validates `o` and spawns a supervisor actor on `n`; it starts its children in order. Blocks
 /// to read the job's worker list. Throws troupe::error: bad_argument naming the child for an
 /// empty or duplicate child name, an empty factory name, a max_restarts below 0 or a period
-/// not above 0; bad_argument naming the worker and the job's workers for an unknown worker.
-/// The supervisor runs in its own thread. It exits with a troupe error naming the child and
-/// its cause when a child cannot be started, or restarts exceed the intensity; then its
-/// children are stopped in reverse start order first. Its monitors and its own supervisor see
+/// not above 0, a negative start_backoff; bad_argument naming the worker and the job's workers for an unknown worker.
+/// The supervisor runs in its own thread. A start that fails on every worker is retried after
+/// start_backoff and counts against the restart intensity; a child that exits before the
+/// supervisor looked it up is a crash. It exits with a troupe error naming the child and its
+/// cause when failed starts or restarts exceed the intensity, or a child failed max_restarts + 1
+/// starts in a row; then its children are stopped in reverse start order first. Its monitors and its own supervisor see
 /// that reason. An exit message (send_exit, not kill) stops its children in reverse order too.
 caf::actor spawn_supervisor(node& n, supervisor_options o);
 
