@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "troupe/actors/node.hpp"
@@ -367,11 +368,31 @@ std::optional<std::chrono::steady_clock::time_point> fault_injector::silent_sinc
   return std::nullopt;
 }
 
-const fault_rule* fault_injector::rule_for(message_kind kind, const std::string& function) const {
-  const char* kind_key = kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
-  for (const auto& r : plan_.rules)
+namespace {
+
+constexpr std::string_view store_prefix = "troupe.store";  // Note [store faults] in store_client.cpp
+
+bool is_store(const std::string& function) { return function.size() > store_prefix.size() && function.compare(0, store_prefix.size(), store_prefix) == 0 && function[store_prefix.size()] == '.'; }
+
+// The first rule that matches a message of `kind` calling `function`: "*", the kind's key, the
+// function; a store message (Note [store faults]) also "troupe.store" and "troupe.store:KEY"
+// with `store_key`, and not the RPC kinds' keys.
+const fault_rule* match_rule(const std::vector<fault_rule>& rules, message_kind kind, const std::string& function, std::string_view store_key) {
+  const bool store = is_store(function);
+  const char* kind_key = store ? "troupe.store" : kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
+  for (const auto& r : rules) {
     if (r.match == "*" || r.match == kind_key || (!function.empty() && r.match == function)) return &r;
+    if (store && r.match.size() > store_prefix.size() + 1 && r.match.compare(0, store_prefix.size(), store_prefix) == 0 &&
+        r.match[store_prefix.size()] == ':' && std::string_view(r.match).substr(store_prefix.size() + 1) == store_key)
+      return &r;
+  }
   return nullptr;
+}
+
+}  // namespace
+
+const fault_rule* fault_injector::rule_for(message_kind kind, const std::string& function) const {
+  return match_rule(plan_.rules, kind, function, {});
 }
 
 std::string fault_injector::function_of(envelope& msg, bool forget) {
@@ -398,11 +419,16 @@ transport_decision fault_injector::on_send(envelope& msg) {
   // Actor messages are faulted as requests (Note [remote actors]: drop, fail_first, duplicate,
   // delay, reorder), keyed by their kind.
   const bool request = msg.kind != message_kind::rpc_response;
-  const std::string function = msg.kind != message_kind::rpc_response ? msg.function : function_of(msg, true);
-  const fault_rule* r = rule_for(msg.kind, function);
+  // A response that names its function is a store answer (Note [store faults]).
+  const std::string function = msg.kind != message_kind::rpc_response || !msg.function.empty() ? msg.function : function_of(msg, true);
+  const bool store = is_store(function);
+  const fault_rule* r = match_rule(plan_.rules, msg.kind, function,
+                                   store ? std::string_view(msg.payload.data(), msg.payload.size()) : std::string_view());
   if (!r) return {};
-  // Actor messages count per type only under a rule for that type (a kind rule counts them all).
-  const bool by_function = !function.empty() && (msg.kind != message_kind::actor_message || r->match == function);
+  // Actor messages count per type only under a rule for that type (a kind rule counts them all);
+  // store messages per operation, or per key under a rule for the key.
+  const bool by_function = !function.empty() && (msg.kind != message_kind::actor_message || r->match == function) &&
+                           !(store && r->match.compare(0, store_prefix.size() + 1, "troupe.store:") == 0);
   const std::string key = (request ? "req:" : "rep:") + (by_function ? function : r->match);
   const std::uint64_t n = sequence_[key]++;
   transport_decision d;

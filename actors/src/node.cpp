@@ -226,10 +226,12 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   agent = detail::spawn_agent(*sys, std::move(ac));
   watch_silence();
   open_gate();
+  std::string store_worker = me.name;
   if (opts.rank != 0) {
     auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
     auto ack = say_hello(master, opts.join_timeout);
     store_actor = ack.store;
+    store_worker = ack.info.name;
     events->set_store_host(ack.info.name);
     auto l = make_link(ack, opts.master_addr, opts.join_timeout);
     std::lock_guard<std::mutex> lock(peers_mutex);
@@ -241,6 +243,9 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   sc.store = store_actor;
   sc.host = store_host;
   sc.events = events;
+  sc.hook = hook;  // Note [store faults]
+  sc.me = me.name;
+  sc.host_worker = store_worker;
   const auto bound = std::max(opts.connection_timeout, std::chrono::milliseconds(1000));
   if (opts.rank != 0) sc.reconnect = [this, bound] { return reconnect_store(bound); };
   store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(std::move(sc)));

@@ -17,6 +17,7 @@
 #include "auth_set.hpp"
 #include "troupe/actors/peer_events.hpp"
 #include "troupe/actors/messages.hpp"
+#include "troupe/actors/transport.hpp"
 
 namespace troupe::detail {
 
@@ -54,6 +55,11 @@ struct store_client_impl {
   std::function<caf::actor()> reconnect;
   /// Guards `store` against a concurrent reconnect.
   std::shared_ptr<std::mutex> mu = std::make_shared<std::mutex>();
+  /// Note [store faults]: the node's transport hook (null: none), this node's worker name and
+  /// the store host's.
+  std::shared_ptr<transport_hook> hook;
+  std::string me;
+  std::string host_worker;
 };
 
 }  // namespace troupe::detail

@@ -13,7 +13,10 @@
 /// A plan is a seed and a list of rules. A rule matches a message by its key: the function name
 /// of the call (requests and the responses to them), or "rpc_request" / "rpc_response" /
 /// "actor_message" (every message of that kind), "actor:TYPES" (remote actor messages whose
-/// CAF type names, comma-separated, are TYPES, e.g. "actor:my_msg") or "*" (everything). Remote
+/// CAF type names, comma-separated, are TYPES, e.g. "actor:my_msg"), a store operation
+/// ("troupe.store.get", "troupe.store.set", ...), "troupe.store:KEY" (the store messages of that
+/// key), "troupe.store" (all store traffic; Note [store faults] in src/store_client.cpp: a
+/// request is faulted as a request, its answer as a response) or "*" (everything). Remote
 /// actor messages (requests, responses and one-way sends alike) are faulted as requests. The
 /// first matching rule decides. Per rule:
 ///   fail_first=N   drops the first N requests of the key that leave this injector (PyTorch's
@@ -43,7 +46,7 @@
 ///   delay POINT step=N for=MS [worker=W]  blocks the thread that reaches that point for MS ms
 ///                  (the rest of the process runs on): a late collective contribution, a slow
 ///                  step.
-/// A partition applies to the messages that pass the hook (RPC and actor messages). A dropping
+/// A partition applies to the messages that pass the hook (RPC, actor and store messages). A dropping
 /// cut, and dropped heartbeats, that last the peer timeout (connection_timeout) make each side
 /// that hears nothing declare the other lost (Note [silent peers]): pending calls fail with
 /// peer_lost naming it. A held cut never does.
