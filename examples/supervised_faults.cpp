@@ -183,7 +183,9 @@ void run_rank(const options& o) {
   auto net = std::make_shared<nn::sequential>(std::make_shared<nn::linear>(8, o.hidden, init), std::make_shared<nn::tanh>(),
                                               std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(o.hidden, 4, init));
   ddp::process_group group(n.store(), rank, world, "supervised_faults");
-  ddp::distributed_data_parallel model(net, group);
+  ddp::ddp_options ddp_opts;
+  ddp_opts.node = &n;  // the bucket actors run on the node's actor system
+  ddp::distributed_data_parallel model(net, group, ddp_opts);
   model.register_comm_hook([&kill, base = ddp::allreduce_hook()](ddp::collective_group& pg, ddp::grad_bucket& b) {
     kill.at(kill.step, "allreduce");
     return base(pg, b);
