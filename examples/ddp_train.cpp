@@ -237,7 +237,9 @@ double train(node& n, const options& o) {
   const dataset train_set = spirals(6000, data_gen), held_out = spirals(3000, data_gen);
   generator init(o.seed + 100 + static_cast<std::uint64_t>(rank));  // DDP broadcasts rank 0's weights
   ddp::process_group group(n.store(), rank, world, "ddp_train");
-  ddp::distributed_data_parallel model(build_model(init), group);
+  ddp::ddp_options ddp_opts;
+  ddp_opts.node = &n;  // the bucket actors run on the node's actor system
+  ddp::distributed_data_parallel model(build_model(init), group, ddp_opts);
   optim::adam opt(model.parameters(), {.lr = o.lr});
   shard_sampler sampler(train_set, rank, world, o.batch, o.seed);
   reporter report(o);

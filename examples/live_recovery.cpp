@@ -177,12 +177,15 @@ struct trainer {
   std::shared_ptr<nn::sequential> net;
   optim::adam& opt;
   ddp::live_group& live;
+  node& n;
   std::optional<ddp::distributed_data_parallel> model;
 
   // DDP over the live group's current generation.
   void wrap() {
     model.reset();
-    model.emplace(net, live.group());
+    ddp::ddp_options opts;
+    opts.node = &n;  // the bucket actors run on the node's actor system
+    model.emplace(net, live.group(), opts);
     model->register_comm_hook([this, base = ddp::allreduce_hook()](ddp::collective_group& pg, ddp::grad_bucket& b) {
       kill.at("allreduce");
       return base(pg, b);
@@ -230,7 +233,7 @@ void run_rank(const options& o) {
     timeline(o.out, "rank " + std::to_string(rank) + " replacement joined generation " + std::to_string(live.generation()) +
                         ": state of step " + std::to_string(done) + " from rank " + std::to_string(live.last_source()) + " (" +
                         std::to_string(live.last_state_bytes()) + " bytes), no checkpoint read");
-  trainer t{o, kill, data, net, opt, live, std::nullopt};
+  trainer t{o, kill, data, net, opt, live, n, std::nullopt};
   t.wrap();
   bool recovered = false;
   while (done < o.steps) {

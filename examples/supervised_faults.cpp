@@ -183,12 +183,16 @@ void run_rank(const options& o) {
   auto net = std::make_shared<nn::sequential>(std::make_shared<nn::linear>(8, o.hidden, init), std::make_shared<nn::tanh>(),
                                               std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(o.hidden, 4, init));
   ddp::process_group group(n.store(), rank, world, "supervised_faults");
-  ddp::distributed_data_parallel model(net, group);
-  model.register_comm_hook([&kill, base = ddp::allreduce_hook()](ddp::collective_group& pg, ddp::grad_bucket& b) {
+  ddp::ddp_options ddp_opts;
+  ddp_opts.node = &n;  // the bucket actors run on the node's actor system
+  // An optional: the wrapper goes before the node's shutdown (its bucket actors run on the node).
+  std::optional<ddp::distributed_data_parallel> model;
+  model.emplace(net, group, ddp_opts);
+  model->register_comm_hook([&kill, base = ddp::allreduce_hook()](ddp::collective_group& pg, ddp::grad_bucket& b) {
     kill.at(kill.step, "allreduce");
     return base(pg, b);
   });
-  optim::adam opt(model.parameters(), {.lr = 0.01});
+  optim::adam opt(model->parameters(), {.lr = 0.01});
   ddp::checkpointer_options co;
   co.dir = fs::path(o.out) / "checkpoints";
   co.every = o.every;
@@ -206,7 +210,7 @@ void run_rank(const options& o) {
     kill.step = step;
     const auto [x, y] = data.next();
     opt.zero_grad();
-    const tensor pred = model(x);
+    const tensor pred = (*model)(x);
     register_hook(pred, [&kill, step](const tensor& g) {
       kill.at(step, "backward");
       return g;
@@ -220,6 +224,7 @@ void run_rank(const options& o) {
     save_state_dict(net->state_dict(), (fs::path(o.out) / "final.params").string());
     timeline(o.out, "attempt " + std::to_string(attempt) + ": training finished at step " + std::to_string(o.steps));
   }
+  model.reset();
   n.shutdown(shutdown_mode::graceful);
 }
 

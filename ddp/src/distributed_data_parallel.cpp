@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "reducer.hpp"
+#include "troupe/actors/node.hpp"
 #include "troupe/ddp/host_staged_group.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
@@ -162,7 +163,8 @@ void distributed_data_parallel::setup() {
   verify_same_model(group, named, opts.timeout);
   broadcast_all(group, named, opts.timeout);
   broadcast_all(group, impl_->module->named_buffers(), opts.timeout);
-  impl_->reducer = std::make_unique<detail::reducer>(impl_->params, names, group, opts);
+  impl_->reducer = std::make_unique<detail::reducer>(impl_->params, names, group, opts,
+                                                     opts.node != nullptr ? &opts.node->system() : nullptr);
   std::vector<std::size_t> reverse;
   for (std::size_t i = impl_->params.size(); i-- > 0;) reverse.push_back(i);
   impl_->reducer->build(detail::assign_buckets(impl_->params, reverse, opts.first_bucket_cap_mb, opts.bucket_cap_mb));

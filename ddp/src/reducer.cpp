@@ -5,13 +5,27 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "bucket_actor.hpp"
+#include <caf/all.hpp>
+
 #include "troupe/autograd/grad_node.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/factories.hpp"
 
 namespace troupe::ddp::detail {
+
+namespace {
+
+/// CAF 0.17 keeps the actor system's logger in a thread-local of every thread that spawns an
+/// actor or makes a scoped_actor, and ~actor_system waits for it: the user thread drops it.
+struct logger_release {
+  logger_release() = default;
+  logger_release(const logger_release&) = delete;
+  logger_release& operator=(const logger_release&) = delete;
+  ~logger_release() { caf::logger::set_current_actor_system(nullptr); }
+};
+
+}  // namespace
 
 std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, const std::vector<std::size_t>& order,
                                                      double first_cap_mb, double cap_mb) {
@@ -37,29 +51,59 @@ std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, 
   return out;
 }
 
-reducer::reducer(tensor_list params, std::vector<std::string> names, collective_group& group, const ddp_options& opts)
-    : params_(std::move(params)), names_(std::move(names)), group_(group), opts_(opts), hook_(allreduce_hook()) {
-  cfg_.set("scheduler.policy", caf::atom("sharing"));
-  cfg_.set("scheduler.max-threads", std::size_t{1});
-  cfg_.set("logger.console", caf::atom("none"));
-  system_ = std::make_unique<caf::actor_system>(cfg_);
+reducer::reducer(tensor_list params, std::vector<std::string> names, collective_group& group, const ddp_options& opts,
+                 caf::actor_system* system)
+    : params_(std::move(params)),
+      names_(std::move(names)),
+      group_(group),
+      opts_(opts),
+      system_(system),
+      shared_(std::make_shared<bucket_shared>(group)) {
+  if (system_ == nullptr) {
+    // One scheduler thread keeps the gradient path off other work and costs one thread.
+    own_cfg_ = std::make_unique<caf::actor_system_config>();
+    own_cfg_->set("scheduler.policy", caf::atom("sharing"));
+    own_cfg_->set("scheduler.max-threads", std::size_t{1});
+    own_cfg_->set("logger.console", caf::atom("none"));
+    own_system_ = std::make_unique<caf::actor_system>(*own_cfg_);
+    system_ = own_system_.get();
+  }
+  shared_->hook = allreduce_hook();
+  shared_->events.reset(group_.device(), params_.size());
   ready_.assign(params_.size(), false);
   locally_used_.assign(params_.size(), 0);
-  events_.reset(group_.device(), params_.size());
 }
 
 reducer::~reducer() {
   drain();
-  for (auto& a : actors_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  stop_actors();
+  own_system_.reset();
+}
+
+void reducer::stop_actors() noexcept {
+  if (actors_.empty()) return;
+  try {
+    logger_release release;
+    caf::scoped_actor self{*system_};
+    for (auto& a : actors_) {
+      self->monitor(a);
+      self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    for (std::size_t down = 0; down < actors_.size();) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;  // an actor stuck in a hook: give up waiting, not hang
+      self->receive([&](caf::down_msg&) { ++down; }, caf::after(left) >> [] {});
+    }
+  } catch (...) {  // stopping is best effort; the actors hold only shared state
+  }
   actors_.clear();
-  system_.reset();
 }
 
 void reducer::build(const std::vector<std::vector<std::size_t>>& assignment) {
-  for (auto& a : actors_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  actors_.clear();
+  stop_actors();
   buckets_.clear();
-  hook_views_.clear();
+  std::vector<grad_bucket> views;
   slot_of_.assign(params_.size(), {0, 0});
   for (std::size_t b = 0; b < assignment.size(); ++b) {
     bucket bk;
@@ -82,17 +126,17 @@ void reducer::build(const std::vector<std::vector<std::size_t>>& assignment) {
       gb.offsets.push_back(bk.offsets[k]);
     }
     buckets_.push_back(std::move(bk));
-    hook_views_.push_back(std::move(gb));
+    views.push_back(std::move(gb));
   }
-  caf::actor next;
+  shared_->board.open(buckets_.size());
+  logger_release release;
+  bucket_actor next;
   actors_.resize(buckets_.size());
   for (std::size_t b = buckets_.size(); b-- > 0;) {
-    actors_[b] = spawn_bucket_actor(*system_, *this, static_cast<int>(b), buckets_[b].params.size(), next);
+    bucket_spec spec{static_cast<int>(b), buckets_[b].params, std::move(views[b]), next};
+    actors_[b] = spawn_bucket_actor(*system_, std::move(spec), shared_);
     next = actors_[b];
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  launched_.assign(buckets_.size(), std::nullopt);
-  launched_count_ = 0;
 }
 
 std::vector<bool> reducer::reachable(const tensor_list& outputs) const {
@@ -125,14 +169,8 @@ void reducer::prepare(bool sync, const tensor_list& outputs) {
   std::fill(ready_.begin(), ready_.end(), false);
   ready_count_ = 0;
   ready_order_.clear();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    launched_.assign(buckets_.size(), std::nullopt);
-    launched_at_.assign(buckets_.size(), {});
-    launched_count_ = 0;
-    launch_order_.clear();
-    armed_at_ = std::chrono::steady_clock::now();
-  }
+  shared_->board.open(buckets_.size());
+  armed_at_ = std::chrono::steady_clock::now();
   if (!opts_.find_unused_parameters) return;
   const std::vector<bool> used = reachable(outputs);
   for (std::size_t i = 0; i < params_.size(); ++i)
@@ -159,40 +197,12 @@ void reducer::mark_ready(std::size_t i) {
   const tensor g = grad(params_[i]);
   if (!g.defined()) view.zero_();
   else if (g.data_ptr() != view.data_ptr()) view.copy_(g);
-  events_.record(i);  // Note [DDP on CUDA]
+  shared_->events.record(i);  // Note [DDP on CUDA]
   ready_[i] = true;
   ++ready_count_;
   ready_order_.push_back(i);
-  caf::anon_send(actors_[b], grad_ready_atom::value, i);
+  caf::anon_send(actors_[b], grad_ready_atom::value, i, step_.load(std::memory_order_relaxed));
   if (ready_count_ == params_.size()) finalize();
-}
-
-void reducer::launch(int b) {
-  const auto launched_at = std::chrono::steady_clock::now();  // before the hook: a small work may finish at once
-  comm_result r;
-  try {
-    events_.wait(buckets_[static_cast<std::size_t>(b)].params);  // Note [DDP on CUDA]
-    group_.fault_point("allreduce", step_.load(std::memory_order_relaxed));
-    group_.note_next("bucket " + std::to_string(b));  // Note [hang blame]: reports name the bucket
-    r = hook_(group_, hook_views_[static_cast<std::size_t>(b)]);
-    group_.note_next({});
-  } catch (const std::exception& e) {
-    // The failure surfaces in the final wait, as the error of backward.
-    const error err = dynamic_cast<const error*>(&e) != nullptr
-                          ? *dynamic_cast<const error*>(&e)
-                          : error(errc::invalid_state, std::string("communication hook of bucket ") + std::to_string(b) +
-                                                           " threw: " + e.what());
-    r.pending = work();
-    r.then = [err] { throw err; };
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    launched_[static_cast<std::size_t>(b)] = std::move(r);
-    launched_at_[static_cast<std::size_t>(b)] = launched_at;
-    launch_order_.push_back(b);
-    ++launched_count_;
-  }
-  cv_.notify_all();
 }
 
 work reducer::launch_used_map() {
@@ -208,15 +218,12 @@ void reducer::finalize() {
   armed_ = false;
   ++iterations_;
   const auto last_grad = std::chrono::steady_clock::now();
-  std::vector<std::optional<comm_result>> results;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, opts_.timeout, [&] { return launched_count_ == buckets_.size(); }))
-      throw error(errc::timeout, "distributed_data_parallel: only " + std::to_string(launched_count_) + " of " +
-                                     std::to_string(buckets_.size()) + " buckets launched their reduction within " +
-                                     std::to_string(opts_.timeout.count()) + " ms");
-    results = launched_;
-  }
+  auto filled = shared_->board.wait_filled(buckets_.size(), opts_.timeout);
+  if (!filled)
+    throw error(errc::timeout, "distributed_data_parallel: only " + std::to_string(shared_->board.filled()) + " of " +
+                                   std::to_string(buckets_.size()) + " buckets launched their reduction within " +
+                                   std::to_string(opts_.timeout.count()) + " ms");
+  std::vector<std::optional<comm_result>> results = std::move(*filled);
   // Issued after every bucket launched: the same collective order on every rank.
   std::vector<std::uint8_t> globally_used(params_.size(), 1);
   work used_work;
@@ -245,15 +252,17 @@ void reducer::record_timeline(const std::vector<std::optional<comm_result>>& res
   auto ms = [&](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(t - armed_at_).count();
   };
-  std::lock_guard<std::mutex> lock(mu_);
-  timeline_ = reduction_timeline{};
+  const auto launched_at = shared_->board.launched_at();
+  reduction_timeline t;
   for (std::size_t b = 0; b < results.size(); ++b) {
-    timeline_.launched_ms.push_back(ms(launched_at_[b]));
+    t.launched_ms.push_back(ms(launched_at[b]));
     const auto done = results[b]->pending.completed_at();
-    timeline_.completed_ms.push_back(done ? ms(*done) : ms(launched_at_[b]));
+    t.completed_ms.push_back(done ? ms(*done) : ms(launched_at[b]));
   }
-  timeline_.last_grad_ms = ms(last_grad);
-  timeline_.finished_ms = ms(std::chrono::steady_clock::now());
+  t.last_grad_ms = ms(last_grad);
+  t.finished_ms = ms(std::chrono::steady_clock::now());
+  std::lock_guard<std::mutex> lock(mu_);
+  timeline_ = std::move(t);
 }
 
 reduction_timeline reducer::timeline() const {
@@ -283,13 +292,8 @@ void reducer::drain() noexcept {
     const auto& ps = buckets_[expected].params;
     if (!std::all_of(ps.begin(), ps.end(), [&](std::size_t i) { return ready_[i]; })) break;
   }
-  std::vector<std::optional<comm_result>> results;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, opts_.timeout, [&] { return launched_count_ >= expected; });
-    results = launched_;
-  }
-  for (auto& r : results)
+  (void)shared_->board.wait_filled(expected, opts_.timeout);
+  for (auto& r : shared_->board.slots())  // what launched, also after a timeout
     if (r && r->pending.valid()) {
       try {
         r->pending.wait(opts_.timeout);
@@ -320,9 +324,6 @@ std::vector<std::vector<std::size_t>> reducer::assignment() const {
   return out;
 }
 
-std::vector<int> reducer::launch_order() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return launch_order_;
-}
+std::vector<int> reducer::launch_order() const { return shared_->board.order(); }
 
 }  // namespace troupe::ddp::detail

@@ -8,22 +8,22 @@
 // buckets of one dtype; a bucket is closed once it holds >= its cap (first bucket:
 // first_bucket_cap_mb, later ones bucket_cap_mb). Every bucket owns a flat buffer.
 //
-// One bucket actor per bucket (CAF event-based, on a private actor system with one scheduler
-// thread — the node does not expose its system, and a private one keeps the gradient path off
-// the RPC scheduler). States of a bucket actor:
+// One typed bucket actor per bucket (Note [bucket actor]), on the node's actor system when
+// ddp_options::node names one, else on a one-thread actor system the reducer owns (the group
+// alone does not reach a node). States of a bucket actor:
 //
 //   waiting(pending = n, turn = index == 0)
 //      --ready(param)--> pending - 1        --turn--> turn = true
-//   pending == 0 && turn:  launch(index) -> comm hook -> collective_group work (async, issue order)
+//   pending == 0 && turn:  comm hook -> collective_group work (async, issue order) -> launch_board
 //                          send turn to bucket index + 1; back to waiting(n, index == 0)
 //
 // So the reductions are launched in bucket-index order on every rank, whatever order the
 // gradients become ready in, and the group's worker runs them in that order.
 //
-//   backward thread                       bucket actors (1 thread)        pg worker
+//   backward thread                       bucket actors                   pg worker
 //   hook(p): copy grad -> bucket slice
 //            ready(p) ------------------> pending--, maybe launch ------> allreduce b
-//   last hook: wait until all launched <- launched[b] = work (cv)
+//   last hook: wait until all launched <- board.fill(b, work)
 //              wait works, then-steps, write averaged grads to .grad
 //
 // find_unused_parameters (PyTorch's semantics): prepare() marks the parameters the forward's
@@ -45,17 +45,15 @@
 // (autograd_error naming them); the launched works are drained and the actors reset first.
 // Assumes: every rank runs the same number of forward/backward pairs with the same buckets.
 
-#include <caf/all.hpp>
-
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "grad_events.hpp"
+#include "bucket_actor.hpp"
 #include "troupe/ddp/distributed_data_parallel.hpp"
 
 namespace troupe::ddp::detail {
@@ -74,8 +72,14 @@ std::vector<std::vector<std::size_t>> assign_buckets(const tensor_list& params, 
 
 class reducer {
  public:
-  reducer(tensor_list params, std::vector<std::string> names, collective_group& group, const ddp_options& opts);
+  /// Runs the bucket actors on `system` (the node's, which must outlive the reducer), or on an
+  /// actor system of its own when null.
+  reducer(tensor_list params, std::vector<std::string> names, collective_group& group, const ddp_options& opts,
+          caf::actor_system* system);
+  /// Drains the launched works and stops the bucket actors (Note [bucket actor]). Never throws.
   ~reducer();
+  reducer(const reducer&) = delete;
+  reducer& operator=(const reducer&) = delete;
 
   /// Rebuilds buckets and actors for `assignment`.
   void build(const std::vector<std::vector<std::size_t>>& assignment);
@@ -85,21 +89,20 @@ class reducer {
   void on_grad_ready(std::size_t i);
   /// Throws autograd_error when the previous backward left parameters unready (after draining).
   void check_previous_finished();
-  /// Called by bucket actor `b` when it is complete and its turn came.
-  void launch(int b);
 
   bool needs_rebuild() const { return !rebuilt_ && iterations_ > 0; }
   /// Synchronised backward passes finished so far.
   int iterations() const { return iterations_; }
   /// The step the backward and allreduce fault points report until the next call (the DDP's
-  /// forward count; set before prepare, read by the bucket actors).
+  /// forward count; set before prepare, passed to the bucket actors in their ready messages).
   void set_step(std::int64_t s) { step_.store(s, std::memory_order_relaxed); }
   void mark_rebuilt() { rebuilt_ = true; }
   const std::vector<std::size_t>& ready_order() const { return ready_order_; }
   std::vector<std::vector<std::size_t>> assignment() const;
   std::vector<int> launch_order() const;
   reduction_timeline timeline() const;
-  void set_hook(comm_hook h) { hook_ = std::move(h); }
+  /// Between backward passes only (the actors read it when they launch).
+  void set_hook(comm_hook h) { shared_->hook = std::move(h); }
 
  private:
   void mark_ready(std::size_t i);
@@ -110,15 +113,15 @@ class reducer {
   void record_timeline(const std::vector<std::optional<comm_result>>& results,
                        std::chrono::steady_clock::time_point last_grad);
   void drain() noexcept;
+  /// Sends exit to every bucket actor and waits for their down messages (opts_.timeout).
+  void stop_actors() noexcept;
   std::vector<bool> reachable(const tensor_list& outputs) const;
 
   tensor_list params_;
   std::vector<std::string> names_;
   collective_group& group_;
   ddp_options opts_;
-  comm_hook hook_;
   std::vector<bucket> buckets_;
-  grad_events events_;  // Note [DDP on CUDA]
   std::vector<std::pair<std::size_t, std::size_t>> slot_of_;  // param -> (bucket, position)
   std::vector<bool> ready_;
   std::vector<std::uint8_t> locally_used_;  // got a gradient since the last synchronised backward
@@ -130,19 +133,15 @@ class reducer {
   std::atomic<std::int64_t> step_{0};
   std::vector<std::size_t> ready_order_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::optional<comm_result>> launched_;
-  std::vector<grad_bucket> hook_views_;
-  std::vector<int> launch_order_;
-  std::size_t launched_count_ = 0;
   std::chrono::steady_clock::time_point armed_at_;  // timeline origin
-  std::vector<std::chrono::steady_clock::time_point> launched_at_;
+  mutable std::mutex mu_;                            // guards timeline_
   reduction_timeline timeline_;
 
-  caf::actor_system_config cfg_;
-  std::unique_ptr<caf::actor_system> system_;
-  std::vector<caf::actor> actors_;
+  std::unique_ptr<caf::actor_system_config> own_cfg_;  // without a node: the reducer's own system
+  std::unique_ptr<caf::actor_system> own_system_;
+  caf::actor_system* system_;
+  std::shared_ptr<bucket_shared> shared_;  // Note [bucket actor]
+  std::vector<bucket_actor> actors_;
 };
 
 }  // namespace troupe::ddp::detail

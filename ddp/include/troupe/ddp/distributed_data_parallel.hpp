@@ -2,8 +2,8 @@
 /// \file distributed_data_parallel.hpp
 /// DistributedDataParallel: wraps a module so that backward averages the gradients over the
 /// ranks of a process group, overlapping communication with backward. Design: Note [DDP
-/// reducer] in reducer.hpp (buckets in reverse parameter order, one bucket actor per bucket,
-/// allreduce launched strictly in bucket-index order, rebuild after the first iteration).
+/// reducer] in reducer.hpp (buckets in reverse parameter order, one typed bucket actor per
+/// bucket, allreduce launched strictly in bucket-index order, rebuild after the first iteration).
 
 #include <chrono>
 #include <cstddef>
@@ -15,6 +15,10 @@
 #include "troupe/autograd/nn/module.hpp"
 #include "troupe/ddp/collective_group.hpp"
 #include "troupe/ddp/process_group.hpp"  // the CPU group most users pass
+
+namespace troupe {
+class node;
+}
 
 namespace troupe::ddp {
 
@@ -64,8 +68,13 @@ struct ddp_options {
   /// Allocate the bucket buffers with the group's make_buffer (a shared-memory group: its shared
   /// arena, so their allreduce works in place, Note [shm zero copy]). No effect over TCP or NCCL.
   bool shared_buckets = true;
-  /// Bound of every wait of the reducer (bucket launch, collective completion).
+  /// Bound of every wait of the reducer (bucket launch, collective completion, bucket actors'
+  /// exit).
   std::chrono::milliseconds timeout{60000};
+  /// The runtime node whose actor system runs the bucket actors. Destroy the wrapper before the
+  /// node's shutdown(), as every owner of actors on the node. Null: the wrapper runs them on a
+  /// one-thread actor system of its own.
+  troupe::node* node = nullptr;
 };
 
 /// When the steps of the last synchronised backward happened, in ms since prepare_for_backward
