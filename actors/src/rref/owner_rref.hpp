@@ -77,7 +77,7 @@ class context_impl;
 /// The owner_rref interface.
 using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<rref_msg::value_set>,
-    caf::reacts_to<rref_msg::fork_request_reply>,
+    caf::replies_to<rref_msg::fork_request>::with<rref_msg::answer>,
     caf::reacts_to<rref_msg::user_delete>,
     caf::reacts_to<rref_msg::child_ack>,
     caf::replies_to<rref_msg::local_fetch>::with<rref_msg::held_answer>,
