@@ -66,9 +66,8 @@ void context_impl::close() {
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
   if (service_) caf::anon_send_exit(service_, caf::exit_reason::user_shutdown);
-  peers_->close();
+  peers_->close();   // the proxies go before the system; a lookup that ends later keeps nothing
   contact_->stop();  // waits for a first contact in progress (bounded by the node's default timeout)
-  peers_->close();   // a lookup that ended meanwhile kept nothing; the proxies go before the system
   std::lock_guard<std::mutex> lock(pool_mutex_);
   pool_.clear();  // before the node's system goes
 }

@@ -61,7 +61,9 @@
 // object is never changed in place by this layer (methods replace it), so a fetch encodes a
 // consistent object while a method runs; tensors inside it share storage with the method's copy,
 // so a method that changes tensor data in place may race with a concurrent fetch's encode.
-// Sends (retried, Note [RRef protocol]): fork_probe for children whose carrier was lost.
+// Answers a fork_request (delegated by the node's service, Note [rref service] in service.cpp)
+// with the owner accept itself. Sends (retried, Note [RRef protocol]): fork_probe for children
+// whose carrier was lost.
 
 #include <optional>
 
