@@ -35,6 +35,7 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<rref_msg::user_delete>("troupe.rref.user_delete");
   cfg.add_message_type<rref_msg::user_delete_batch>("troupe.rref.user_delete_batch");
   cfg.add_message_type<rref_msg::fork_probe>("troupe.rref.fork_probe");
+  cfg.add_message_type<rref_msg::answer>("troupe.rref.answer");
   cfg.add_message_type<rref_msg::fetch>("troupe.rref.fetch");
   cfg.add_message_type<rref_msg::value_ready>("troupe.rref.value_ready");
   cfg.add_message_type<rref_msg::fetch_answer>("troupe.rref.fetch_answer");

@@ -46,7 +46,10 @@ troupe::fault_plan random_plan(std::uint64_t seed) {
   auto p = [&](double max) { return std::uniform_real_distribution<double>(0, max)(g); };
   troupe::fault_plan plan;
   plan.seed = seed;
-  for (const char* fn : {"troupe.rref.fork_request", "troupe.rref.child_ack", "troupe.rref.user_delete"}) {
+  // The control messages are actor messages; their answers ("actor:troupe.rref.answer") are
+  // faulted as messages of their own, so a lost answer is a drop under that rule.
+  for (const char* fn : {"actor:troupe.rref.fork_request", "actor:troupe.rref.child_ack", "actor:troupe.rref.user_delete_batch",
+                         "actor:troupe.rref.answer"}) {
     troupe::fault_rule r;
     r.match = fn;
     r.fail_first = static_cast<int>(g() % 3);

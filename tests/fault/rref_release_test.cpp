@@ -47,3 +47,23 @@ TEST_CASE("with no release window every release and answer goes at once", "[rref
   CHECK(c[0].stats().user_deletes - before == 5);
   CHECK(c[1].owner_count() == 0);
 }
+
+TEST_CASE("a release batch is an actor message to the owner's service that the fault plan matches by its type", "[rref][fault]") {
+  troupe::rref_options ro;
+  ro.release_window = 2s;
+  troupe::test::cluster c(2, ro);
+  troupe::add_function(c[1], "id", [](int x) { return x; });
+  auto inj = std::make_shared<troupe::fault_injector>(
+      troupe::fault_plan::parse("seed 1\nrule actor:troupe.rref.user_delete_batch fail_first=2\n"));
+  c.hook->use(inj);
+  std::vector<rref<int>> live;
+  for (int i = 0; i < 5; ++i) live.push_back(troupe::remote<int>(c[0], "worker1", "id", i));
+  for (int i = 0; i < 5; ++i) REQUIRE(live[static_cast<std::size_t>(i)].to_here(5s) == i);
+  const auto before = c[0].stats().user_deletes;
+  live.clear();
+  // The first two attempts are dropped; the third (after two request timeouts) deletes all five.
+  REQUIRE(c.quiescent(20s));
+  CHECK(c[1].owner_count() == 0);
+  CHECK(c[0].stats().user_deletes - before == 1);
+  CHECK(inj->counters().dropped_requests == 2);
+}

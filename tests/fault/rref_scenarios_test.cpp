@@ -13,15 +13,17 @@ using troupe::rref;
 
 namespace {
 
-// Faults on the retried control messages (drop, fail first N, lost replies) and on everything
-// (duplicate, delay, reorder are harmless to user calls that carry no RRef twice).
+// Faults on the retried control messages, actor messages to the peers' RRef services (drop, fail
+// first N, lost answers: "actor:troupe.rref.answer"), and on everything (duplicate, delay, reorder
+// are harmless to user calls that carry no RRef twice).
 const char* const plans[] = {
     "seed 1\n",
-    "seed 2\nrule troupe.rref.fork_request fail_first=2\nrule troupe.rref.child_ack fail_first=2\nrule troupe.rref.user_delete fail_first=2\n",
-    "seed 3\nrule troupe.rref.fork_request drop=0.4 drop_reply=0.4\nrule troupe.rref.child_ack drop=0.4 drop_reply=0.4\n"
-    "rule troupe.rref.user_delete drop=0.4 drop_reply=0.4\n",
-    "seed 4\nrule troupe.rref.fork_request duplicate=0.6\nrule troupe.rref.child_ack duplicate=0.6\n"
-    "rule troupe.rref.user_delete duplicate=0.6\nrule troupe.rref.remote_call duplicate=0.6\nrule troupe.rref.fetch duplicate=0.6\n",
+    "seed 2\nrule actor:troupe.rref.fork_request fail_first=2\nrule actor:troupe.rref.child_ack fail_first=2\n"
+    "rule actor:troupe.rref.user_delete_batch fail_first=2\n",
+    "seed 3\nrule actor:troupe.rref.fork_request drop=0.4\nrule actor:troupe.rref.child_ack drop=0.4\n"
+    "rule actor:troupe.rref.user_delete_batch drop=0.4\nrule actor:troupe.rref.answer drop=0.4\n",
+    "seed 4\nrule actor:troupe.rref.fork_request duplicate=0.6\nrule actor:troupe.rref.child_ack duplicate=0.6\n"
+    "rule actor:troupe.rref.user_delete_batch duplicate=0.6\nrule troupe.rref.remote_call duplicate=0.6\nrule troupe.rref.fetch duplicate=0.6\n",
     "seed 5\nrule * delay=1..8\n",
     "seed 6\nrule * reorder=15\n",
 };

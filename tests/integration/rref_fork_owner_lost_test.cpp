@@ -62,7 +62,7 @@ TEST_CASE("a SIGKILLed owner fails a forked rref's to_here and methods with owne
     REQUIRE(seven.to_here(5s) == 7);
     REQUIRE(t.rpc_sync<std::int64_t>("inc", std::int64_t{2}) == 2);
 
-    hook->use(std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse("seed 1\nrule troupe.rref.fork_request drop=1\n")));
+    hook->use(std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse("seed 1\nrule actor:troupe.rref.fork_request drop=1\n")));
     REQUIRE(troupe::rpc_sync<int>(c0, "worker2", "keep", never, t) == 1);
     const auto never_id = never.id().str();
     never = {};

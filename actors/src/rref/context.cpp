@@ -1,11 +1,12 @@
-// The router of an rref_context: its actor system, the id -> actor maps, tombstones, control
-// message attempts and the public queries (Note [RRef protocol]; the courier is in courier.cpp).
+// The router of an rref_context: its actor system, the id -> actor maps, tombstones, the peers'
+// service handles and the public queries (Note [RRef protocol]; the courier is in courier.cpp).
 #include <sstream>
 
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
 #include "troupe/actors/rpc/reply_batch.hpp"
+#include "troupe/actors/remote_actor.hpp"
 #include "troupe/actors/rpc/api.hpp"
 
 namespace troupe::rref_detail {
@@ -64,6 +65,8 @@ void context_impl::close() {
   }
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   if (courier_) caf::anon_send_exit(courier_, caf::exit_reason::user_shutdown);
+  if (service_) caf::anon_send_exit(service_, caf::exit_reason::user_shutdown);
+  peers_->close();   // the proxies go before the system; a lookup that ends later keeps nothing
   contact_->stop();  // waits for a first contact in progress (bounded by the node's default timeout)
   std::lock_guard<std::mutex> lock(pool_mutex_);
   pool_.clear();  // before the node's system goes
@@ -261,49 +264,30 @@ std::size_t context_impl::tombstone_count() const {
   return deleted_owners_.size() + gone_users_.size() + owner_bound_.size() + abandoned_.size();
 }
 
-namespace {
-
-// One attempt of a control message through node::call; the answer goes to `who` as control_done.
-void attempt(node& n, const std::string& to, const std::string& fn, const std::vector<char>& payload,
-             std::chrono::milliseconds timeout, std::uint64_t seq, caf::actor_addr who) {
-  std::shared_ptr<rpc::detail::call_state> st;
-  try {
-    st = n.call(to, fn, [&] { return rpc::encode_args<std::vector<char>>(payload); }, timeout);
-  } catch (const error& e) {
-    return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(e.code()), {}});
-  }
-  st->on_complete_inline([st, who = std::move(who), seq] {  // only a message: no executor hop
-    rref_msg::control_done d{seq, 0, {}};
-    try {
-      d.reply = st->value();
-    } catch (const error& e) {
-      d.code = static_cast<std::int32_t>(e.code());
-    }
-    deliver(who, std::move(d));
-  });
+std::optional<caf::actor> context_impl::service_of(const std::string& to) {
+  if (to == me_) return service_;
+  return peers_->find(to);
 }
 
-}  // namespace
-
-void context_impl::send_attempt(const std::string& to, const std::string& fn, const std::vector<char>& payload, std::uint64_t seq,
-                                caf::actor_addr who) {
-  if (is_lost(to)) return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::peer_lost), {}});
-  if (reached_->contains(to)) return attempt(*n_, to, fn, payload, opts_.control_attempt_timeout, seq, std::move(who));
-  // Note [first contact]: resolve the peer off the actor threads, then send. The job holds no
-  // reference to this context (close() joins the thread before the node may go).
-  auto job = [n = n_, reached = reached_, to, fn, payload, timeout = opts_.control_attempt_timeout, seq, who]() mutable {
-    if (!reached->contains(to)) {
+void context_impl::contact(const std::string& to, std::uint64_t seq, caf::actor_addr who) {
+  // The job holds no reference to this context (close() joins the thread before the node may go).
+  auto job = [n = n_, peers = peers_, service = service_, to, seq, who]() {
+    if (!peers->find(to)) {
       try {
-        n->call(to, "troupe.rref.ping", [] { return rpc::encode_args<>(); }, n->default_timeout())->value();
-        reached->add(to);
+        auto h = caf::actor_cast<caf::actor>(detail::lookup_actor(*n, to, service_name, {}, n->default_timeout()));
+        if (peers->add(to, h)) caf::anon_send(service, watch_peer_atom::value, to, h);
       } catch (const error& e) {
-        if (e.code() == errc::peer_lost) return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(e.code()), {}});
-      }  // else (a timeout, a lost ping): the attempt below goes anyway and is retried as usual
+        // A lost or unknown peer ends the message; a timeout (nothing published yet, a slow
+        // store) is retried with backoff like a lost attempt.
+        const auto code = e.code() == errc::timeout ? errc::timeout : e.code() == errc::peer_lost ? errc::peer_lost : errc::invalid_state;
+        return deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(code), 0});
+      }
     }
-    attempt(*n, to, fn, payload, timeout, seq, std::move(who));
+    if (auto p = caf::actor_cast<caf::strong_actor_ptr>(who))
+      caf::anon_send(caf::actor_cast<caf::actor>(p), rref_msg::retry_atom::value, seq);
   };
   if (!contact_->post(std::move(job)))
-    deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::invalid_state), {}});
+    deliver(who, rref_msg::control_done{seq, static_cast<std::int32_t>(errc::invalid_state), 0});
 }
 
 void context_impl::send_delete(const std::string& owner, const rref_msg::user_delete& del) {

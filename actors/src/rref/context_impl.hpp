@@ -1,9 +1,10 @@
 #pragma once
 // The router of one rref_context (Note [RRef protocol] in rref/context.hpp): it spawns the
 // owner_rref / user_rref actors on the node's actor system, keeps id -> actor maps and the tombstones,
-// serves the reserved "troupe.rref.*" functions by delivering their typed messages to the
-// actors, and sends the actors' control messages through node::call. Its mutex guards only the
-// maps; no blocking request to an actor is made under it.
+// runs the node's RRef service actor (Note [rref service] in service.cpp), serves the data path's
+// reserved "troupe.rref.*" functions (serve.cpp), and caches the peers' service handles the
+// actors send their control messages to. Its mutex guards only the maps; no blocking request to
+// an actor is made under it.
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <set>
 
+#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/actor_system_config.hpp>
@@ -139,30 +141,54 @@ struct owner_entry {
 /// autograd records its send there.
 void answer_fetch(rpc::reply_later& reply, const published_value& v);
 
-/// Peers this context has reached at least once (their first contact is done: node::call to them
-/// no longer blocks to resolve them). Shared with the first-contact thread's jobs.
-struct reached_peers {
+/// The peers' RRef service handles, looked up once per peer (Note [first contact]) and dropped
+/// when the service monitoring them sees them go down. Shared with the first-contact thread's
+/// jobs; `closed`: close() ran, no handle is kept.
+struct peer_services {
   std::mutex mutex;
-  std::set<std::string> names;
-  bool contains(const std::string& peer) {
+  std::map<std::string, caf::actor> handles;
+  bool closed = false;
+  std::optional<caf::actor> find(const std::string& peer) {
     std::lock_guard<std::mutex> lock(mutex);
-    return names.count(peer) != 0;
+    auto it = handles.find(peer);
+    if (it == handles.end()) return std::nullopt;
+    return it->second;
   }
-  void add(const std::string& peer) {
+  /// Keeps `h` for `peer`; false when closed or a handle is already kept.
+  bool add(const std::string& peer, caf::actor h) {
     std::lock_guard<std::mutex> lock(mutex);
-    names.insert(peer);
+    return !closed && handles.emplace(peer, std::move(h)).second;
+  }
+  /// Drops the handle of `peer` if it is `h`.
+  void drop(const std::string& peer, const caf::actor_addr& h) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = handles.find(peer);
+    if (it != handles.end() && it->second.address() == h) handles.erase(it);
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mutex);
+    closed = true;
+    handles.clear();
   }
 };
+
+/// The name the RRef service of every node is published under (Note [rref service]).
+inline constexpr const char* service_name = "troupe.rref";
+/// The service's own messages: monitor the handle of a peer's service (from the first-contact
+/// thread).
+using watch_peer_atom = caf::atom_constant<caf::atom("rwatchpeer")>;
 
 class context_impl;
 /// Spawns the router's courier.
 courier_actor spawn_courier(context_impl& r);
+/// Spawns the node's RRef service (Note [rref service] in service.cpp).
+caf::actor spawn_service(context_impl& c);
 
 class context_impl : public std::enable_shared_from_this<context_impl> {
  public:
   context_impl(node& n, rref_options opts);
   ~context_impl();
-  void start();  // registers the functions, spawns the courier
+  void start();  // registers the functions, spawns and publishes the service, spawns the courier
   void close();  // stops every actor; releases become no-ops
 
   node* n_;
@@ -170,6 +196,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   rref_options opts_;
   caf::actor_system* sys_;  // the node's (node::system)
   courier_actor courier_;
+  caf::actor service_;  // Note [rref service]
 
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
@@ -187,13 +214,13 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   tombstones<fork_key> gone_users_;   // forks this node deleted (stale duplicate carriers)
   tombstones<fork_key> owner_bound_;  // forks received by their owner (fork_probe: "received")
   tombstones<fork_key> abandoned_;    // forks probed for before they arrived: refused
-  // Note [first contact]: node::call blocks to resolve a peer the first time (store lookup,
-  // connect, hello). Control messages are sent from actor handlers, and a scheduler thread blocked
-  // there can starve the store client's reply (two forks' first fork_requests took both threads
-  // of a node: the resolve timed out and the live owner was reported lost). So the first message
-  // to a peer not reached yet goes from this one thread: a ping ("troupe.rref.ping", the node's
-  // default timeout) resolves the peer, then the attempt is sent as usual. Stopped by close().
-  std::shared_ptr<reached_peers> reached_ = std::make_shared<reached_peers>();
+  // Note [first contact]: looking up a peer's service blocks (a store round trip, and resolving
+  // the peer: connect, hello). Control messages are sent from actor handlers, and a scheduler
+  // thread blocked there can starve the store client's reply (two forks' first fork_requests took
+  // both threads of a node: the resolve timed out and the live owner was reported lost). So the
+  // lookup runs on this one thread (the node's default timeout); its end resends the attempt
+  // (retry_atom) or fails it. Stopped by close().
+  std::shared_ptr<peer_services> peers_ = std::make_shared<peer_services>();
   std::unique_ptr<detail::executor> contact_ = std::make_unique<detail::executor>(1);
   mutable std::mutex lost_mutex_;
   std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
@@ -248,9 +275,11 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::size_t tombstone_count() const;
 
   // --- control messages (from actors) ---
-  /// One attempt of a control message; the answer arrives at `who` as control_done{seq}.
-  void send_attempt(const std::string& to, const std::string& fn, const std::vector<char>& payload, std::uint64_t seq,
-                    caf::actor_addr who);
+  /// The service handle of `to` (this node's own for me_); nullopt until its first contact.
+  std::optional<caf::actor> service_of(const std::string& to);
+  /// First contact with `to` (Note [first contact]): looks its service up off the actor threads;
+  /// then `who` gets retry_atom{seq} (send it now), or control_done{seq} with the failure.
+  void contact(const std::string& to, std::uint64_t seq, caf::actor_addr who);
   /// Hands a released fork's user_delete for `owner` to the courier (G1; batched, retried).
   void send_delete(const std::string& owner, const rref_msg::user_delete& del);
   /// Hands a handle's release (and the remote_done it carries) to fork `u` through the courier,
@@ -295,18 +324,41 @@ std::optional<R> context_impl::ask(const Handle& a, std::chrono::milliseconds ti
   return out;
 }
 
-/// Starts a retried control message from actor `self` (its state holds `ctl`).
+/// The errc of a failed control request: troupe errors keep theirs (peer_lost from a lost peer's
+/// proxy), a request timeout is a timeout (retried), anything else (the peer's service exited: its
+/// rref context closed) is invalid_state, a final failure.
+errc control_failure(const caf::error& e);
+
+/// One attempt of control message `seq`: a request to the service of its peer; the answer or
+/// failure comes back to `self` as control_done{seq}.
 template <class Self>
-void start_control(Self* self, control_retries& ctl, context_impl& r, std::string to, std::string fn, std::vector<char> payload,
-                   std::function<void(errc, const std::vector<char>&)> done) {
+void send_attempt(Self* self, control_retries& ctl, context_impl& r, std::uint64_t seq) {
+  auto it = ctl.sends.find(seq);
+  if (it == ctl.sends.end()) return;
+  const auto& p = it->second;
+  auto done = [self, seq](errc code, std::int32_t reply) {
+    self->send(self, rref_msg::control_done{seq, static_cast<std::int32_t>(code), reply});
+  };
+  if (r.is_lost(p.to)) return done(errc::peer_lost, 0);
+  auto h = r.service_of(p.to);
+  if (!h) return r.contact(p.to, seq, self->address());
+  self->request(*h, r.opts_.control_attempt_timeout, p.msg)
+      .then([done](const rref_msg::answer& a) { done(errc::ok, a.value); },
+            [done](const caf::error& e) { done(control_failure(e), 0); });
+}
+
+/// Starts a retried control message `msg` to the service of `to` from actor `self` (its state
+/// holds `ctl`); `done` gets the answer (errc::ok) or the final failure.
+template <class Self, class Msg>
+void start_control(Self* self, control_retries& ctl, context_impl& r, std::string to, Msg msg,
+                   std::function<void(errc, std::int32_t)> done) {
   const auto seq = ctl.next++;
   auto& p = ctl.sends[seq];
   p.to = std::move(to);
-  p.function = std::move(fn);
-  p.payload = std::move(payload);
+  p.msg = caf::make_message(std::move(msg));
   p.done = std::move(done);
   r.in_flight_add(1);
-  r.send_attempt(p.to, p.function, p.payload, seq, self->address());
+  send_attempt(self, ctl, r, seq);
 }
 
 /// An attempt finished: ends the message (answered or final failure) or arms the retry timer.
@@ -346,8 +398,7 @@ void end(Self* self) {
 /// The retry timer of `seq` fired.
 template <class Self>
 void on_retry(Self* self, control_retries& ctl, context_impl& r, std::uint64_t seq) {
-  auto it = ctl.sends.find(seq);
-  if (it != ctl.sends.end()) r.send_attempt(it->second.to, it->second.function, it->second.payload, seq, self->address());
+  send_attempt(self, ctl, r, seq);
 }
 
 }  // namespace troupe::rref_detail

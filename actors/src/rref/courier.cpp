@@ -4,10 +4,9 @@
 // Note [release batching]
 // A fork that enters DELETING (Note [user_rref actor]) hands its user_delete to the courier and
 // quits once nothing else is pending: it no longer waits for the owner's answer itself. The
-// courier collects the deletes per owner for rref_options::release_window and sends each owner
-// one "troupe.rref.user_delete" message carrying all of them (user_delete_batch), retried like
-// every control message until answered; the owner's router delivers each delete to its owner
-// actor. A batch also goes at once when it reaches max_delete_batch deletes.
+// courier collects the deletes per owner for rref_options::release_window and sends each
+// owner's service one user_delete_batch carrying all of them, retried like every control message
+// until answered; the service delivers each delete to its owner actor (Note [rref service]). A batch also goes at once when it reaches max_delete_batch deletes.
 //
 // The hand-over is two lists in the router (context_impl::handover_, under its own mutex), not a
 // message each: a released handle's release (with the creator fork's remote_done when the handle
@@ -51,10 +50,10 @@ void send_batch(courier_self self, context_impl& r, std::string to) {  // by val
   auto it = s.deletes.find(to);
   if (it == s.deletes.end()) return;
   const auto n = static_cast<std::int64_t>(it->second.size());
-  auto bytes = rref_msg::to_bytes(*r.sys_, rref_msg::user_delete_batch{std::move(it->second)});
+  rref_msg::user_delete_batch batch{std::move(it->second)};
   s.deletes.erase(it);
   ++r.stats_.user_deletes;
-  start_control(self, s.ctl, r, to, "troupe.rref.user_delete", std::move(bytes), {});  // counts itself in in_flight_
+  start_control(self, s.ctl, r, to, std::move(batch), {});  // counts itself in in_flight_
   r.in_flight_add(-n);  // the hand-overs' counts
 }
 
@@ -88,7 +87,7 @@ courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_
   self->delayed_send(self, period, sweep_atom::value);
   return {
       [self, r](courier_send& m) {
-        start_control(self, self->state.ctl, *r, m.to, "troupe.rref.child_ack", rref_msg::to_bytes(*r->sys_, m.ack), {});
+        start_control(self, self->state.ctl, *r, m.to, m.ack, {});
       },
       [self, r](handover_atom) { collect(self, *r, false); },
       [self, r](flush_atom) {

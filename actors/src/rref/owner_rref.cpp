@@ -104,9 +104,9 @@ void probe(owner_self self, std::uint64_t token, const std::string& to) {
   auto& s = self->state;
   auto it = s.children.find(token);
   if (it == s.children.end()) return;
-  start_control(self, s.ctl, *s.r, to, "troupe.rref.fork_probe", to_bytes(*s.r->sys_, fork_probe{s.id, it->second.child}),
-                [self, token](errc c, const std::vector<char>& reply) {
-                  const bool received = c == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_probe") == 1;
+  start_control(self, s.ctl, *s.r, to, fork_probe{s.id, it->second.child},
+                [self, token](errc c, std::int32_t reply) {
+                  const bool received = c == errc::ok && reply == 1;
                   if (!received && (c == errc::ok || c == errc::peer_lost)) self->state.children.erase(token);
                   maybe_delete(self);
                 });
@@ -135,13 +135,12 @@ owner_rref_actor::behavior_type owner_rref(owner_self self, std::shared_ptr<cont
   }
   return {
       [self](value_set& v) { on_value(self, v); },
-      [self](fork_request_reply& m) {
+      [self](fork_request& m) -> answer {  // delegated by the service: the owner accept (Note [RRef protocol])
         auto& s = self->state;
-        std::int32_t code = 0;
-        if (s.deleted_forks.count(m.request.fork)) code = 0;  // a late duplicate after the fork's delete
-        else if (s.deleted) code = 1;
-        else s.forks.insert(m.request.fork);
-        m.reply->complete<std::int32_t>(code);  // the owner accept (Note [RRef protocol])
+        if (s.deleted_forks.count(m.fork)) return answer{0};  // a late duplicate after the fork's delete
+        if (s.deleted) return answer{1};
+        s.forks.insert(m.fork);
+        return answer{0};
       },
       [self](user_delete& m) {
         auto& s = self->state;

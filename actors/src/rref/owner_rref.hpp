@@ -61,7 +61,9 @@
 // object is never changed in place by this layer (methods replace it), so a fetch encodes a
 // consistent object while a method runs; tensors inside it share storage with the method's copy,
 // so a method that changes tensor data in place may race with a concurrent fetch's encode.
-// Sends (retried, Note [RRef protocol]): fork_probe for children whose carrier was lost.
+// Answers a fork_request (delegated by the node's service, Note [rref service] in service.cpp)
+// with the owner accept itself. Sends (retried, Note [RRef protocol]): fork_probe for children
+// whose carrier was lost.
 
 #include <optional>
 
@@ -77,7 +79,7 @@ class context_impl;
 /// The owner_rref interface.
 using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<rref_msg::value_set>,
-    caf::reacts_to<rref_msg::fork_request_reply>,
+    caf::replies_to<rref_msg::fork_request>::with<rref_msg::answer>,
     caf::reacts_to<rref_msg::user_delete>,
     caf::reacts_to<rref_msg::child_ack>,
     caf::replies_to<rref_msg::local_fetch>::with<rref_msg::held_answer>,

@@ -2,12 +2,14 @@
 // The typed messages of the RRef protocol (Note [RRef protocol] in rref/context.hpp) and the
 // retry state both actors use for their idempotent control messages.
 //
-// Cross-process messages (announced in actors/src/messages.cpp): each is written with CAF's
-// binary serializer through its inspect() into the single byte-vector argument of the reserved
-// RPC function "troupe.rref.<name>", so the transport hook and the fault plan see every one under
-// its own key; the router on the receiving node reads it back and delivers it as a CAF message to
-// the owner_rref or user_rref actor it names. Ids and strings only; values never travel in them
-// (a fetch's answer is the deferred reply of its RPC, the encoded value itself).
+// Cross-process messages (announced in actors/src/messages.cpp). The control messages
+// (fork_request, child_ack, user_delete_batch, fork_probe) are remote actor messages: requests
+// to the peer node's RRef service actor (Note [rref service] in service.cpp), answered with an
+// `answer`; the fault plan sees each as "actor:troupe.rref.<name>" and each answer as
+// "actor:troupe.rref.answer". The data messages (remote_call, fetch) are written with CAF's binary
+// serializer into the byte-vector argument of the reserved RPC functions "troupe.rref.<name>"
+// (Note [rref data path] in serve.cpp). Ids and strings only; values never travel in them (a
+// fetch's answer is the deferred reply of its RPC, the encoded value itself).
 // The other messages here never leave the process (an actor and its router or handles); those
 // that carry live values or reply handles are never serialized.
 
@@ -21,6 +23,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/binary_serializer.hpp>
+#include <caf/message.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -32,9 +35,9 @@
 
 namespace troupe::rref_msg {
 
-// ---- cross-process (reserved RPC functions troupe.rref.<name>) ----
+// ---- cross-process ----
 
-/// caller -> owner: run `function(args)` as the value of `id`, known to the creator fork `fork`.
+/// caller -> owner (RPC): run `function(args)` as the value of `id`, known to the creator fork `fork`.
 /// A user call: never retried; deduplicated by id on the owner. Reply: accepted (bool).
 struct remote_call {
   rref_id id;
@@ -46,7 +49,7 @@ template <class I> typename I::result_type inspect(I& f, remote_call& x) {
   return f(caf::meta::type_name("troupe.rref.remote_call"), x.id, x.fork, x.function, x.args);
 }
 
-/// child -> owner: record `fork` as a known fork of `id`. Retried; the reply is the owner accept
+/// child -> owner: record `fork` as a known fork of `id`. Retried; the answer is the owner accept
 /// (0 accepted, 1 refused: the RRef is gone).
 struct fork_request {
   rref_id id;
@@ -77,8 +80,7 @@ template <class I> typename I::result_type inspect(I& f, user_delete& x) {
 }
 
 /// user node -> owner: the user_deletes of forks released on one node within
-/// rref_options::release_window, in one message (the payload of "troupe.rref.user_delete").
-/// Retried; idempotent (each delete is).
+/// rref_options::release_window, in one message. Retried; idempotent (each delete is).
 struct user_delete_batch {
   std::vector<user_delete> deletes;
 };
@@ -86,7 +88,7 @@ template <class I> typename I::result_type inspect(I& f, user_delete_batch& x) {
   return f(caf::meta::type_name("troupe.rref.user_delete_batch"), x.deletes);
 }
 
-/// parent -> child node after a call that carried `fork` failed: "did you receive it?" Reply 1
+/// parent -> child node after a call that carried `fork` failed: "did you receive it?" Answer 1
 /// (yes: its child_ack will come) or 0 (no, and a late arrival is now refused). Retried.
 struct fork_probe {
   rref_id id;
@@ -96,7 +98,16 @@ template <class I> typename I::result_type inspect(I& f, fork_probe& x) {
   return f(caf::meta::type_name("troupe.rref.fork_probe"), x.id, x.fork);
 }
 
-/// user -> owner (to_here): the value of `id`. A deferred reply (Note [deferred reply]): answered
+/// The answer of the peer's service to a control message: fork_request's accept, fork_probe's
+/// received flag, 0 for child_ack and user_delete_batch.
+struct answer {
+  std::int32_t value = 0;
+};
+template <class I> typename I::result_type inspect(I& f, answer& x) {
+  return f(caf::meta::type_name("troupe.rref.answer"), x.value);
+}
+
+/// user -> owner (to_here, RPC): the value of `id`. A deferred reply (Note [deferred reply]): answered
 /// when the value exists, with encode_result<T> of the live value encoded under the fetch's
 /// served-call scope, or failed with the stored error.
 struct fetch {
@@ -144,12 +155,6 @@ struct value_set {
   std::string message;
   held_ptr value;
   fork_id fork;
-};
-
-/// A fork_request from another worker: the owner answers `reply` (0 accepted, 1 refused) itself.
-struct fork_request_reply {
-  fork_request request;
-  std::shared_ptr<rpc::reply_later> reply;
 };
 
 /// The owner's answer to a local_fetch or lease_request: code 0 and the value, or an errc and
@@ -236,11 +241,11 @@ template <class I> typename I::result_type inspect(I& f, remote_done& x) {
   return f(caf::meta::type_name("troupe.rref.remote_done"), x.code, x.accepted, x.release);
 }
 
-/// A control message this actor sent was answered (code 0 and the reply) or failed.
+/// A control message this actor sent was answered (code 0 and the answer) or failed.
 struct control_done {
   std::uint64_t seq = 0;
   std::int32_t code = 0;
-  std::vector<char> reply;
+  std::int32_t reply = 0;
 };
 template <class I> typename I::result_type inspect(I& f, control_done& x) {
   return f(caf::meta::type_name("troupe.rref.control_done"), x.seq, x.code, x.reply);
@@ -289,10 +294,10 @@ namespace troupe::rref_detail {
 /// with backoff 5 ms doubling to 200 ms until answered; a final failure ends them).
 struct control_retries {
   struct pending {
-    std::string to, function;
-    std::vector<char> payload;
+    std::string to;
+    caf::message msg;  ///< the request to the service of `to`
     std::chrono::milliseconds backoff{5};
-    std::function<void(errc, const std::vector<char>&)> done;
+    std::function<void(errc, std::int32_t)> done;
   };
   std::uint64_t next = 1;
   std::map<std::uint64_t, pending> sends;
@@ -307,6 +312,5 @@ inline bool final_failure(errc c) {
 }  // namespace troupe::rref_detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::value_set)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::fork_request_reply)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::held_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::rref_msg::lease_return)

@@ -1,10 +1,20 @@
-// The reserved "troupe.rref.*" functions: each reads its typed message (protocol.hpp) and
-// delivers it to the actor it names (Note [RRef protocol]). They run on the node's executor and
-// never wait for an actor: a fetch and a fork_request are deferred replies (Note [deferred
-// reply]); a remote_call is deduplicated by the router's owner entry.
+// The data path's reserved RPC functions "troupe.rref.remote_call" and "troupe.rref.fetch": each
+// reads its typed message (protocol.hpp). They run on the node's executor and never wait for an
+// actor: both are deferred replies (Note [deferred reply]); a remote_call is deduplicated by the
+// router's owner entry. The control messages go to the service actor (service.cpp).
+//
+// Note [rref data path]
+// remote() and to_here() stay RPC calls: remote() runs a user function (it is a remote call, on
+// the owner's executor, with the call's deadline and cancellation), and a fetch's answer is the
+// value encoded by the RPC codec under the fetch's served-call scopes: tensors travel as RPC's
+// do (shared memory between processes of one host), distributed autograd records its send there,
+// and the withheld accept rides in the same write as the value (Note [withheld accept]), so the
+// creator reads both with one wake-up. As actor messages they would take an actor hop on each
+// side of the call and lose that batching.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
+#include "troupe/actors/remote_actor.hpp"
 #include "troupe/actors/rpc/api.hpp"
 
 namespace troupe::rref_detail {
@@ -84,22 +94,6 @@ rpc::deferred on_remote_call(context_impl& c, rref_msg::remote_call& m) {
 }
 
 // The owner actor answers (Note [deferred reply]): no executor thread waits for an actor.
-rpc::deferred on_fork_request(context_impl& c, rref_msg::fork_request& m) {
-  auto reply = rpc::defer();
-  auto owner = c.owner_for(m.id, true);
-  if (!owner) reply->complete<std::int32_t>(1);  // refused: the RRef is gone (never for a live fork)
-  else caf::anon_send(*owner, rref_msg::fork_request_reply{m, std::move(reply)});
-  return {};
-}
-
-std::int32_t on_user_delete(context_impl& c, rref_msg::user_delete_batch& m) {
-  // Created if absent: a delete that overtakes its remote_call must still be remembered. The
-  // answer does not wait for the actors: the messages are in their mailboxes, and idempotent.
-  for (auto& d : m.deletes)
-    if (auto owner = c.owner_for(d.id, true)) caf::anon_send(*owner, std::move(d));
-  return 0;
-}
-
 // Answered at once from the published snapshot when the value exists (encoded here, under this
 // call's scopes), else parked in the router's entry and answered by the thread that finishes the
 // function (Note [deferred reply], Note [owner_rref actor]); no thread waits, no actor hop.
@@ -109,30 +103,14 @@ rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
   return {};
 }
 
-std::int32_t on_child_ack(context_impl& c, rref_msg::child_ack& m) {
-  c.deliver_ack(m);
-  return 0;
-}
-
-std::int32_t on_fork_probe(context_impl& c, rref_msg::fork_probe& m) {
-  const fork_key k{m.id, m.fork};
-  std::lock_guard<std::mutex> lock(c.mutex_);
-  if (c.users_.count(k) || c.gone_users_.contains(k) || c.owner_bound_.contains(k)) return 1;
-  c.abandoned_.add(k, std::chrono::steady_clock::now(), c.opts_.tombstone_ttl);
-  return 0;
-}
-
 }  // namespace
 
 void context_impl::start() {
   serve(*this, "troupe.rref.remote_call", &on_remote_call, /*quick=*/false);  // runs the user function
-  serve(*this, "troupe.rref.fork_request", &on_fork_request);
-  serve(*this, "troupe.rref.child_ack", &on_child_ack);
-  serve(*this, "troupe.rref.user_delete", &on_user_delete);
   serve(*this, "troupe.rref.fetch", &on_fetch);
-  serve(*this, "troupe.rref.fork_probe", &on_fork_probe);
-  n_->functions().add("troupe.rref.ping", [] { return std::int32_t{0}; }, rpc::function_options{.quick = true});  // Note [first contact]
+  service_ = spawn_service(*this);  // Note [rref service]
   courier_ = spawn_courier(*this);
+  detail::publish_actor(*n_, caf::actor_cast<caf::strong_actor_ptr>(service_), service_name, {});
 }
 
 }  // namespace troupe::rref_detail

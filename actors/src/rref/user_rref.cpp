@@ -62,10 +62,10 @@ void confirm(user_self self, errc code, std::string why) {
 void send_fork_request(user_self self) {
   auto& s = self->state;
   ++s.r->stats_.fork_requests;
-  start_control(self, s.ctl, *s.r, s.owner, "troupe.rref.fork_request", to_bytes(*s.r->sys_, fork_request{s.id, s.fork}),
-                [self](errc c, const std::vector<char>& reply) {
+  start_control(self, s.ctl, *s.r, s.owner, fork_request{s.id, s.fork},
+                [self](errc c, std::int32_t reply) {
                   auto& s = self->state;
-                  if (c == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_request") == 0) return confirm(self, errc::ok, {});
+                  if (c == errc::ok && reply == 0) return confirm(self, errc::ok, {});
                   if (c == errc::ok) return confirm(self, errc::invalid_state, "rref " + s.id.str() + " was deleted by its owner " + s.owner);
                   if (c == errc::peer_lost) return confirm(self, errc::owner_lost, "owner " + s.owner + " of rref " + s.id.str() + " is lost");
                   confirm(self, c, "fork_request of rref " + s.id.str() + " to " + s.owner + " failed: " + std::string(to_string(c)));
@@ -77,9 +77,9 @@ void probe(user_self self, std::uint64_t token, const std::string& to) {
   auto& s = self->state;
   auto it = s.children.find(token);
   if (it == s.children.end()) return;
-  start_control(self, s.ctl, *s.r, to, "troupe.rref.fork_probe", to_bytes(*s.r->sys_, fork_probe{s.id, it->second.child}),
-                [self, token](errc c, const std::vector<char>& reply) {
-                  const bool received = c == errc::ok && rpc::decode_result<std::int32_t>(reply, "fork_probe") == 1;
+  start_control(self, s.ctl, *s.r, to, fork_probe{s.id, it->second.child},
+                [self, token](errc c, std::int32_t reply) {
+                  const bool received = c == errc::ok && reply == 1;
                   if (!received && (c == errc::ok || c == errc::peer_lost)) self->state.children.erase(token);
                   settle(self);
                   maybe_quit(self);

@@ -4,7 +4,7 @@
 ///
 ///   troupe::fault_plan plan = troupe::fault_plan::parse(
 ///       "seed 7\n"
-///       "rule troupe.rref.fork_request fail_first=2 drop=0.1\n"
+///       "rule actor:troupe.rref.fork_request fail_first=2 drop=0.1\n"
 ///       "rule * delay=1..5 reorder=10\n");
 ///   auto hook = std::make_shared<troupe::fault_injector>(plan);
 ///   troupe::node n(opts, fns, hook);

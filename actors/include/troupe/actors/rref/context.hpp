@@ -10,8 +10,9 @@
 /// Actors (actors/src/rref/): one owner_rref actor per OwnerRRef (Note [owner_rref actor]) and
 /// one user_rref actor per UserRRef fork held by a node (Note [user_rref actor]), on the
 /// context's actor system. The context is a router: it keeps id -> actor maps and tombstones,
-/// serves the reserved RPC functions "troupe.rref.<message>" and delivers each message it reads
-/// to the actor it names as a typed CAF message. The owner actor owns its value; the router's
+/// runs the node's RRef service actor (published as "troupe.rref"), which receives the control
+/// messages of other nodes and delivers each to the actor it names, and serves the data path's
+/// reserved RPC functions "troupe.rref.remote_call" and "troupe.rref.fetch". The owner actor owns its value; the router's
 /// entry of the id keeps only a read-through snapshot the actor installs and revokes, so a fetch
 /// of an existing value needs no actor hop, nor does one that parks before the value exists
 /// (Note [owner_rref actor]). User functions and methods
@@ -22,11 +23,15 @@
 /// reply is the owner accept, given by the owner actor through a deferred reply), child_ack
 /// (child -> parent), user_delete (user -> owner), fork_probe (sender -> receiver of a lost
 /// carrier) and fetch (to_here: a deferred reply, answered once the value exists). Across
-/// processes each travels as the CAF-serialised single argument of its reserved function through
-/// node::call, so the transport hook, the fault plan and peer_lost see every one. Control messages
-/// are idempotent and resent by their actor (actor timers) with backoff, 5 ms doubling to 200 ms,
-/// each attempt bounded by rref_options::control_attempt_timeout, until answered; a final failure
-/// (peer_lost, refused) ends them. No order is assumed between any two messages.
+/// processes the control messages (fork_request, child_ack, user_delete_batch, fork_probe) are
+/// remote actor requests from the sending actor to the peer's service, answered with an
+/// `answer` (Note [rref service] in actors/src/rref/service.cpp); remote_call and fetch are the
+/// CAF-serialised single argument of their reserved function through node::call (Note [rref
+/// data path] in serve.cpp). The transport hook, the fault plan and peer loss see every one (the
+/// control messages as "actor:troupe.rref.<message>"). Control messages are idempotent and
+/// resent by their actor with backoff (request timeouts: 5 ms doubling to 200 ms, each attempt
+/// bounded by rref_options::control_attempt_timeout) until answered; a final failure (peer_lost,
+/// refused) ends them. A lost peer fails the control messages in flight to it at once. No order is assumed between any two messages.
 ///
 ///   owner_rref:  PENDING --remote_call--> RUNNING --value published--> READY(value | error)
 ///                PENDING|READY --nothing refers to it--> DELETED (tombstone) --> quits
@@ -246,10 +251,12 @@ struct rref_options {
 };
 
 /// The RRef context of one node. Construct it after the node and destroy it before; it registers
-/// the reserved "troupe.rref.*" functions on the node. Thread-safe.
+/// the data path's reserved "troupe.rref.*" functions on the node and publishes its service
+/// actor as "troupe.rref". Thread-safe.
 class rref_context {
  public:
-  /// Registers the protocol's functions on `n`. Never blocks.
+  /// Registers the protocol's functions on `n` and publishes its service (one store round trip).
+  /// Throws troupe::error when the store cannot be reached.
   explicit rref_context(node& n, rref_options opts = {});
   /// Stops retries; later releases of handles are no-ops. Never throws.
   ~rref_context();
