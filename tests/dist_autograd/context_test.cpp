@@ -1,6 +1,7 @@
 // Single-process tests of dist_autograd contexts: ids, counting, release, local-only backward.
 #include <catch2/catch.hpp>
 
+#include "dist_options.hpp"
 #include "integration/node_harness.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/dist_autograd/container.hpp"
@@ -15,7 +16,7 @@ namespace da = troupe::dist_autograd;
 
 TEST_CASE("context ids are unique, carry the worker rank, and contexts are released at scope end",
           "[dist_autograd]") {
-  troupe::node n(troupe::test::test_options(0, 1, 0));
+  troupe::node n(troupe::test::dist_options(0, 1, 0));
   {  // the container goes before the node does
     da::container c(n);
     {
@@ -35,7 +36,7 @@ TEST_CASE("context ids are unique, carry the worker rank, and contexts are relea
 
 TEST_CASE("a local-only backward in a context accumulates gradients in the context, not in .grad",
           "[dist_autograd]") {
-  troupe::node n(troupe::test::test_options(0, 1, 0));
+  troupe::node n(troupe::test::dist_options(0, 1, 0));
   {  // the container goes before the node does
     da::container c(n);
     troupe::generator gen(7);

@@ -96,7 +96,7 @@ TEST_CASE("a propagation that never gets through fails the backward with timeout
   tensor w = leaf(11);
   job.at(1).functions().add("fwd", [&w](tensor x) { return troupe::mul(x, w); });
   auto injector = std::make_shared<troupe::fault_injector>(
-      troupe::fault_plan::parse("seed 1\nrule __troupe_dist_autograd_propagate drop=1\n"));
+      troupe::fault_plan::parse("seed 1\nrule actor:troupe.dist_autograd.propagate_request drop=1\n"));
   tensor x = leaf(5);
   {
     da::context ctx(job[0]);
