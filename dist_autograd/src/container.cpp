@@ -137,6 +137,7 @@ caf::actor container::impl::actor_of(context_id id) const {
 }
 
 caf::actor container::impl::peer(const std::string& worker) {
+  if (worker == n.info().name) return service;
   {
     std::lock_guard<std::mutex> lock(peers_m);
     if (auto it = peers.find(worker); it != peers.end()) return it->second;
@@ -176,7 +177,7 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
     stop_actors(n, {impl_->service});
     throw;
   }
-  add_optimizer_functions(impl_);
+  add_optimizer_state(*impl_);
   impl_->recorder = make_recorder(impl_);
   n.set_interceptor(impl_->recorder);
 }

@@ -180,7 +180,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
 
   /// The actor of context `id` (null when unknown here).
   caf::actor actor_of(context_id id) const;
-  /// The service actor of `worker` (Note [dist autograd service]), looked up the first time
+  /// The service actor of `worker` (this worker's own for its name; Note [dist autograd service]), looked up the first time
   /// (blocks on one store round trip and a connect) and kept. Throws troupe::error naming it.
   caf::actor peer(const std::string& worker);
   /// The services of `workers`; a worker whose lookup fails is left out.
@@ -218,8 +218,15 @@ struct container_access {
   static const std::shared_ptr<container::impl>& of(const container& c) { return c.impl_; }
 };
 
-/// Creates the owner-side state and registers the optimizer's reserved functions on `c.n`.
-void add_optimizer_functions(const std::shared_ptr<container::impl>& c);
+/// Creates the owner-side state of the distributed optimizer (optimizer.cpp).
+void add_optimizer_state(container::impl& c);
+/// The owner side of the distributed optimizer, run by the service (optimizer.cpp): create
+/// optimizer `id` over the parameters `keys` owned here, apply a context's gradients with it
+/// (returns the parameters updated), forget it. Throw troupe::error naming what was wrong.
+void create_optimizer(container::impl& c, std::uint64_t id, std::int32_t kind, const std::vector<double>& h,
+                      const std::vector<std::string>& keys);
+std::int32_t step_optimizer(container::impl& c, std::uint64_t id, context_id ctx);
+void drop_optimizer(container::impl& c, std::uint64_t id);
 
 /// The bound on an actor's answer to one group of propagations: backward_timeout for the polls,
 /// one more attempt's deadline, the backoffs, and a margin.

@@ -1,10 +1,12 @@
 // The distributed autograd service actor (Note [dist autograd service] in service.hpp).
 #include "service.hpp"
 
+#include <bit>
 #include <thread>
 
 #include <caf/all.hpp>
 
+#include "troupe/actors/error_caf.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::dist_autograd {
@@ -35,6 +37,20 @@ answer_ptr<T> deliverer(service_self self, caf::typed_response_promise<Reply> rp
           caf::anon_send(me, service_job{[p, reply = convert(a)]() mutable { p.deliver(std::move(reply)); }});
       },
       std::move(fallback));
+}
+
+/// Runs an optimizer message's work on the container; its error as the reply's error.
+template <class F>
+caf::result<optim_reply> owner_call(service_self self, F work) {
+  auto c = self->state.c.lock();
+  if (!c) return to_caf_error(errc::invalid_state, "dist_autograd optimizer: no container on this worker");
+  try {
+    return optim_reply{work(*c)};
+  } catch (const error& e) {
+    return to_caf_error(e);
+  } catch (const std::exception& e) {
+    return to_caf_error(errc::remote_exception, "dist_autograd optimizer on " + c->n.info().name + ": " + e.what());
+  }
 }
 
 service_local::behavior_type service(service_self self, std::weak_ptr<container::impl> weak) {
@@ -68,6 +84,23 @@ service_local::behavior_type service(service_self self, std::weak_ptr<container:
                          deliverer(self, rp, std::int32_t{0}, [](const std::int32_t& n) { return release_reply{n}; }));
         return rp;
       },
+      [self](optim_create& r) -> caf::result<optim_reply> {
+        return owner_call(self, [&](container::impl& c) {
+          std::vector<double> h;
+          for (auto b : r.hyper_bits) h.push_back(std::bit_cast<double>(b));
+          create_optimizer(c, r.id, r.kind, h, r.keys);
+          return std::int32_t{0};
+        });
+      },
+      [self](optim_step& r) -> caf::result<optim_reply> {
+        return owner_call(self, [&](container::impl& c) { return step_optimizer(c, r.id, r.ctx); });
+      },
+      [self](optim_drop& r) -> caf::result<optim_reply> {
+        return owner_call(self, [&](container::impl& c) {
+          drop_optimizer(c, r.id);
+          return std::int32_t{0};
+        });
+      },
       [self](service_job& j) {
         self->state.home = std::this_thread::get_id();
         if (j.fn) j.fn();
@@ -86,7 +119,11 @@ bool message_types_announced(node& n) {
   return types.portable_name(0, &typeid(propagate_request)) == "troupe.dist_autograd.propagate_request" &&
          types.portable_name(0, &typeid(propagate_reply)) == "troupe.dist_autograd.propagate_reply" &&
          types.portable_name(0, &typeid(release_request)) == "troupe.dist_autograd.release_request" &&
-         types.portable_name(0, &typeid(release_reply)) == "troupe.dist_autograd.release_reply";
+         types.portable_name(0, &typeid(release_reply)) == "troupe.dist_autograd.release_reply" &&
+         types.portable_name(0, &typeid(optim_create)) == "troupe.dist_autograd.optim_create" &&
+         types.portable_name(0, &typeid(optim_step)) == "troupe.dist_autograd.optim_step" &&
+         types.portable_name(0, &typeid(optim_drop)) == "troupe.dist_autograd.optim_drop" &&
+         types.portable_name(0, &typeid(optim_reply)) == "troupe.dist_autograd.optim_reply";
 }
 
 void add_message_types(node_options& opts) {
@@ -95,6 +132,10 @@ void add_message_types(node_options& opts) {
     cfg.add_message_type<propagate_reply>("troupe.dist_autograd.propagate_reply");
     cfg.add_message_type<release_request>("troupe.dist_autograd.release_request");
     cfg.add_message_type<release_reply>("troupe.dist_autograd.release_reply");
+    cfg.add_message_type<optim_create>("troupe.dist_autograd.optim_create");
+    cfg.add_message_type<optim_step>("troupe.dist_autograd.optim_step");
+    cfg.add_message_type<optim_drop>("troupe.dist_autograd.optim_drop");
+    cfg.add_message_type<optim_reply>("troupe.dist_autograd.optim_reply");
   });
 }
 

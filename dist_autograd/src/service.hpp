@@ -13,6 +13,8 @@
 //            <──────────────────────── propagate_reply{state, errc, text} ──  (a response promise)
 //   worker A ctx actor ──request(release_request{ctx, from})──> worker B service
 //            <────────────────────────── release_reply{released} ──  (after B forwarded it)
+//   trainer (scoped_actor) ──request(optim_create / optim_step / optim_drop)──> owner service
+//            <────────────────────────── optim_reply{value} ──  (Note [distributed optimizer])
 //
 // The service is a detached actor: it runs the local part of a propagation (the engine, user
 // hooks) on its own thread, never on a scheduler thread, and it may block on a first lookup of a
@@ -25,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/meta/type_name.hpp>
@@ -86,6 +89,49 @@ typename Inspector::result_type inspect(Inspector& f, release_reply& x) {
   return f(caf::meta::type_name("troupe.dist_autograd.release_reply"), x.released);
 }
 
+/// Distributed optimizer (Note [distributed optimizer]): create optimizer `id` of `kind` over the
+/// parameters `keys` owned by the receiver. The hyperparameters travel as their IEEE-754 bits
+/// (CAF's own double serialization is lossy: CAF-0.17-NOTES pitfall 1).
+struct optim_create {
+  std::uint64_t id = 0;
+  std::int32_t kind = 0;
+  std::vector<std::uint64_t> hyper_bits;
+  std::vector<std::string> keys;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_create& x) {
+  return f(caf::meta::type_name("troupe.dist_autograd.optim_create"), x.id, x.kind, x.hyper_bits, x.keys);
+}
+
+/// Apply the gradients context `ctx` accumulated on the receiver with optimizer `id`. Not
+/// idempotent: never retried.
+struct optim_step {
+  std::uint64_t id = 0;
+  context_id ctx = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_step& x) {
+  return f(caf::meta::type_name("troupe.dist_autograd.optim_step"), x.id, x.ctx);
+}
+
+/// Forget optimizer `id` on the receiver. Idempotent.
+struct optim_drop {
+  std::uint64_t id = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_drop& x) {
+  return f(caf::meta::type_name("troupe.dist_autograd.optim_drop"), x.id);
+}
+
+/// The answer of an optimizer message: the parameters a step updated (0 for the others).
+struct optim_reply {
+  std::int32_t value = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, optim_reply& x) {
+  return f(caf::meta::type_name("troupe.dist_autograd.optim_reply"), x.value);
+}
+
 /// Run `fn` on the service's thread (it delivers a promise). Local only.
 struct service_job {
   std::function<void()> fn;
@@ -93,7 +139,10 @@ struct service_job {
 
 /// The service as its peers see it.
 using service_actor = caf::typed_actor<caf::replies_to<propagate_request>::with<propagate_reply>,
-                                       caf::replies_to<release_request>::with<release_reply>>;
+                                       caf::replies_to<release_request>::with<release_reply>,
+                                       caf::replies_to<optim_create>::with<optim_reply>,
+                                       caf::replies_to<optim_step>::with<optim_reply>,
+                                       caf::replies_to<optim_drop>::with<optim_reply>>;
 /// The service as its own container sees it.
 using service_local = service_actor::extend<caf::reacts_to<service_job>>;
 
