@@ -137,7 +137,7 @@ struct context_state {
   std::set<std::string> workers;  ///< workers this context exchanged messages with
   std::set<std::string> lost;     ///< workers found dead (no release is sent to them)
   /// Incoming propagations seen here, by (message, pass) (Note [context actor]): the outcome once
-  /// known without the actor (a run that started nothing answers from its executor thread), and
+  /// known without the actor (a run that started nothing answers from the service thread), and
   /// whether a duplicate went to the actor meanwhile (which then must learn the outcome).
   std::map<std::pair<message_id, std::uint64_t>, seen_propagation> handled;
   std::mutex run;   ///< serialises engine runs of this context here
@@ -180,8 +180,9 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
 
   /// The actor of context `id` (null when unknown here).
   caf::actor actor_of(context_id id) const;
-  /// The service actor of `worker` (this worker's own for its name; Note [dist autograd service]), looked up the first time
-  /// (blocks on one store round trip and a connect) and kept. Throws troupe::error naming it.
+  /// The service actor of `worker` (Note [dist autograd service]): this worker's own for its
+  /// name, else looked up the first time (blocks on one store round trip and a connect) and
+  /// kept. Throws troupe::error naming the worker.
   caf::actor peer(const std::string& worker);
   /// The services of `workers`; a worker whose lookup fails is left out.
   std::map<std::string, caf::actor> peers_of(const std::set<std::string>& workers);
