@@ -35,7 +35,11 @@ namespace {
 constexpr std::int64_t dim = 256;
 constexpr std::int64_t small_dim = 4;  // the protocol's own cost: no bulk transfer, no real matmul
 
-troupe::node_options options(int rank, std::uint16_t port) { return troupe::bench::bench_node_options(rank, 3, port); }
+troupe::node_options options(int rank, std::uint16_t port) {
+  auto o = troupe::bench::bench_node_options(rank, 3, port);
+  da::add_message_types(o);
+  return o;
+}
 
 tensor weight(int rank, std::int64_t d = dim) {
   troupe::generator g(static_cast<std::uint64_t>(10 + rank));

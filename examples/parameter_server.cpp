@@ -102,6 +102,7 @@ node_options node_opts(int rank, const options& o, std::uint16_t port) {
   no.world_size = o.trainers + 1;
   no.master_port = port;
   if (const char* t = std::getenv("TROUPE_JOB_TOKEN")) no.job_token = t;  // random per run: spawn made it for its children
+  da::add_message_types(no);  // the container's actor messages
   return no;
 }
 

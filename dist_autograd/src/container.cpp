@@ -10,8 +10,8 @@
 #include "container_impl.hpp"
 #include "context_actor.hpp"
 #include "fast_engine.hpp"
-#include "troupe/actors/rpc/api.hpp"
-#include "troupe/actors/rpc/registry.hpp"
+#include "service.hpp"
+#include "troupe/actors/remote_actor.hpp"
 #include "troupe/autograd/autograd_meta.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/elementwise.hpp"
@@ -23,35 +23,13 @@ namespace troupe::dist_autograd {
 namespace {
 thread_local current_context_slot tls_current;
 
-/// The common path of the root (Note [context actor]): whether every first attempt answered
-/// `done`, read here (the caller reads its own responses; no actor hop before it wakes), each
-/// wait bounded by its attempt's deadline. False at the first other outcome: the actor decides.
-bool first_attempts_done(const container_options& opts, const propagation_outbox& outbox) {
-  for (const auto& p : outbox.started) {
-    if (!p.first.wait(opts.propagate_timeout + std::chrono::seconds(1))) return false;
-    try {
-      if (std::get<0>(p.first.get()) != propagate_done) return false;
-    } catch (const error&) {
-      return false;
-    }
-  }
-  return true;
-}
-
-/// Hands a run whose propagations all ended `done` to the actor for its bookkeeping (no answer).
-propagate_answer hand_over_done(const caf::actor& a, propagation_outbox& outbox) {
-  caf::anon_send(caf::actor_cast<context_handle>(a),
-                 ctx_await{outbox.group, std::move(outbox.started), {propagate_done, 0, {}}, {0, 0}, nullptr});
-  return {propagate_done, 0, {}};
-}
-
 /// Blocks (bounded by propagation_bound) until the actor `a` of context `id` answers for the
 /// propagations `outbox` handed it; a missing answer is a timeout.
 propagate_answer await_group(const container::impl& c, const caf::actor& a, context_id id,
-                             propagation_outbox& outbox) {
+                             const propagation_outbox& outbox) {
   answer_waiter<propagate_answer> w;
   caf::anon_send(caf::actor_cast<context_handle>(a),
-                 ctx_await{outbox.group, std::move(outbox.started), {propagate_done, 0, {}}, {0, 0},
+                 ctx_await{outbox.group, outbox.started, {propagate_done, 0, {}}, {0, 0},
                            w.callback({propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
                                        "dist_autograd::backward: context " + std::to_string(id) + " ended during it"})});
   propagate_answer outcome;
@@ -138,12 +116,12 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     run_info* run = current_run();
     auto self = weak.lock();
     if (!run || !run->outbox || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
-    // Note [context actor]: the first attempt goes from here; the run's caller hands it to the
-    // actor (which retries it and keeps an ack that came first) and awaits it there.
-    const std::uint64_t seq = self->new_id();
-    auto first = send_propagate_attempt(self->n, self->opts, caf::actor_cast<context_handle>(run->outbox->actor), id,
-                                        seq, 1, from, msg, run->pass, grads, run->retain);
-    run->outbox->started.push_back({seq, from, msg, run->pass, run->retain, grads, std::move(first)});
+    // Note [context actor]: the actor sends it at once (the local run goes on meanwhile); the
+    // run's caller awaits the run's propagations there.
+    caf::actor peer = self->peer(from);
+    caf::anon_send(caf::actor_cast<context_handle>(run->outbox->actor),
+                   ctx_start{run->outbox->group, self->new_id(), from, std::move(peer), msg, run->pass, run->retain, grads});
+    ++run->outbox->started;
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -158,21 +136,48 @@ caf::actor container::impl::actor_of(context_id id) const {
   return it == actors.end() ? caf::actor{} : it->second;
 }
 
+caf::actor container::impl::peer(const std::string& worker) {
+  if (worker == n.info().name) return service;
+  {
+    std::lock_guard<std::mutex> lock(peers_m);
+    if (auto it = peers.find(worker); it != peers.end()) return it->second;
+  }
+  // Note [dist autograd service]: one lookup per worker; a handle that went down stays (its
+  // requests fail at once with the cause).
+  auto h = caf::actor_cast<caf::actor>(lookup_actor<service_actor>(n, worker, service_name, opts.release_timeout));
+  std::lock_guard<std::mutex> lock(peers_m);
+  return peers.emplace(worker, std::move(h)).first->second;
+}
+
+std::map<std::string, caf::actor> container::impl::peers_of(const std::set<std::string>& workers) {
+  std::map<std::string, caf::actor> out;
+  for (const auto& w : workers) {
+    try {
+      out.emplace(w, peer(w));
+    } catch (const error&) {  // gone or without a container: nothing to release there
+    }
+  }
+  return out;
+}
+
 // ---- container ------------------------------------------------------------------------------
 
 container::container(node& n, container_options opts) : impl_(std::make_shared<impl>(n, opts)) {
-  std::weak_ptr<impl> weak = impl_;
-  // It answers through a deferred reply (Note [context actor]): no executor thread waits for
-  // another worker. The release's function: release.cpp.
-  n.functions().add(propagate_name, [weak](std::uint64_t id, std::uint64_t msg, std::uint64_t pass,
-                                           std::int32_t /*attempt*/, tensor_list grads, bool retain) {
-    auto self = weak.lock();
-    if (!self) throw rpc::reply_error(errc::invalid_state, "dist_autograd: no container on this worker");
-    self->on_propagate(id, msg, pass, grads, retain);
-    return rpc::deferred{};
-  });
-  add_release_function(impl_);
-  add_optimizer_functions(impl_);
+  if (!message_types_announced(n))
+    throw error(errc::invalid_state, "dist_autograd::container on " + n.info().name +
+                                         ": its message types are not announced; call "
+                                         "troupe::dist_autograd::add_message_types(options) before the node starts");
+  // Note [dist autograd service]: the peers' context actors reach this worker through it.
+  auto service = spawn_service(n, impl_);
+  impl_->service = caf::actor_cast<caf::actor>(service);
+  try {
+    publish_actor(n, caf::actor_cast<service_actor>(service), service_name);
+  } catch (...) {
+    n.system().registry().erase(service.id());
+    stop_actors(n, {impl_->service});
+    throw;
+  }
+  add_optimizer_state(*impl_);
   impl_->recorder = make_recorder(impl_);
   n.set_interceptor(impl_->recorder);
 }
@@ -181,14 +186,23 @@ std::shared_ptr<rpc::call_interceptor> container::interceptor() const { return i
 
 container::~container() {
   impl_->n.set_interceptor(nullptr);
-  std::vector<context_handle> actors;
+  std::vector<caf::actor> actors;
   {
     std::lock_guard<std::mutex> lock(impl_->m);
-    for (auto& [id, a] : impl_->actors) actors.push_back(caf::actor_cast<context_handle>(a));
+    for (auto& [id, a] : impl_->actors) actors.push_back(a);
     impl_->actors.clear();
     impl_->contexts.clear();
   }
-  stop_context_actors(impl_->n, actors);  // before the node goes (node::system()'s rule)
+  {
+    std::lock_guard<std::mutex> lock(impl_->peers_m);
+    impl_->peers.clear();
+  }
+  try {
+    impl_->n.system().registry().erase(impl_->service.id());  // publish_actor put it there
+  } catch (...) {  // the node is gone: its system took the actors with it
+  }
+  actors.push_back(std::move(impl_->service));
+  stop_actors(impl_->n, actors);  // before the node goes (node::system()'s rule)
 }
 
 node& container::this_node() noexcept { return impl_->n; }
@@ -230,24 +244,23 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
   trace_scope traced(&impl_->n.recorder(), trace_kind::backward, "dist_backward", ctx_id,
                      std::to_string(roots.size()) + (roots.size() == 1 ? " root" : " roots"));
   const caf::actor a = impl_->actor_of(ctx_id);
-  propagation_outbox outbox{a, impl_->new_id(), {}};
+  propagation_outbox outbox{a, impl_->new_id(), 0};
   std::exception_ptr err;
   try {
     execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, outbox);
   } catch (...) {
     err = std::current_exception();
   }
-  if (!outbox.started.empty()) {  // Note [context actor]: the actor answers once they all ended
-    const propagate_answer outcome = first_attempts_done(impl_->opts, outbox)
-                                         ? hand_over_done(a, outbox)
-                                         : await_group(*impl_, a, ctx_id, outbox);
+  if (outbox.started > 0) {  // Note [context actor]: the actor answers once they all ended
+    const propagate_answer outcome = await_group(*impl_, a, ctx_id, outbox);
     if (!err && std::get<0>(outcome) == propagate_failed)
       err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
   }
   if (!err) return;
   traced.fail();
   // A failed backward releases the context on the other workers, keeps it here.
-  release_through(impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false);
+  release_through(impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false,
+                  impl_->peers_of(impl_->release_targets(ctx_id, std::string())));
   std::rethrow_exception(err);
 }
 

@@ -28,8 +28,6 @@
 
 namespace troupe::dist_autograd {
 
-inline constexpr const char* propagate_name = "__troupe_dist_autograd_propagate";
-inline constexpr const char* release_name = "__troupe_dist_autograd_release";
 /// States of a PropagateGradients answer: finished here (and everything it started), a duplicate /
 /// retry that found the first attempt still running (the sender polls again after a backoff), or
 /// failed with the error code and text of the worker where it failed (kept across hops, so a
@@ -103,25 +101,13 @@ class answer_waiter {
   std::shared_ptr<shared> st_ = std::make_shared<shared>();
 };
 
-/// A PropagateGradients a recv function started (its first attempt made from the engine thread):
-/// what the context actor needs to retry it.
-struct propagation_start {
-  std::uint64_t seq = 0;  ///< a new id: the outgoing propagation's key in the actor
-  std::string to;
-  message_id msg = 0;
-  std::uint64_t pass = 0;
-  bool retain = false;
-  tensor_list grads;
-  rpc::future<propagate_answer> first;  ///< the first attempt (empty if it could not be made)
-};
-
-/// What an engine run hands its PropagateGradients to: the context's actor (which retries and
-/// awaits them, Note [context actor]) under the run's group id; the run's caller hands `started`
-/// over in one message (ctx_await) when the run ended.
+/// What an engine run hands its PropagateGradients to: the context's actor (which sends, retries
+/// and awaits them, Note [context actor]) under the run's group id; the run's caller tells the
+/// actor how many were started (ctx_await) when the run ended.
 struct propagation_outbox {
   caf::actor actor;
   std::uint64_t group = 0;
-  std::vector<propagation_start> started;
+  std::size_t started = 0;
 };
 
 /// An incoming propagation as the record knows it (context_state::handled).
@@ -151,7 +137,7 @@ struct context_state {
   std::set<std::string> workers;  ///< workers this context exchanged messages with
   std::set<std::string> lost;     ///< workers found dead (no release is sent to them)
   /// Incoming propagations seen here, by (message, pass) (Note [context actor]): the outcome once
-  /// known without the actor (a run that started nothing answers from its executor thread), and
+  /// known without the actor (a run that started nothing answers from the service thread), and
   /// whether a duplicate went to the actor meanwhile (which then must learn the outcome).
   std::map<std::pair<message_id, std::uint64_t>, seen_propagation> handled;
   std::mutex run;   ///< serialises engine runs of this context here
@@ -173,6 +159,9 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::deque<context_id> released_order;
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor
   std::shared_ptr<struct owner_state> owned;        ///< parameters and optimizers owned here (optimizer.cpp)
+  caf::actor service;  ///< this worker's service actor (Note [dist autograd service])
+  std::mutex peers_m;
+  std::map<std::string, caf::actor> peers;  ///< the peers' service actors, by worker (guarded by peers_m)
 
   /// A new globally unique id (worker rank << 48 | counter).
   std::uint64_t new_id() { return worker_bits | (next_id.fetch_add(1) + 1); }
@@ -191,15 +180,26 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
 
   /// The actor of context `id` (null when unknown here).
   caf::actor actor_of(context_id id) const;
+  /// The service actor of `worker` (Note [dist autograd service]): this worker's own for its
+  /// name, else looked up the first time (blocks on one store round trip and a connect) and
+  /// kept. Throws troupe::error naming the worker.
+  caf::actor peer(const std::string& worker);
+  /// The services of `workers`; a worker whose lookup fails is left out.
+  std::map<std::string, caf::actor> peers_of(const std::set<std::string>& workers);
   /// Handler of PropagateGradients (deduplicated by (msg, pass)): runs the local part on this
-  /// executor thread, answers later through a deferred reply (Note [context actor]); never throws.
-  void on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain);
+  /// (the service's) thread; `done` gets the answer, now or once what it started ended (Note
+  /// [context actor]); never throws.
+  void on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain,
+                    answer_ptr<propagate_answer> done);
+  /// Handler of a release from `from`: drops the context here and forwards the release to its
+  /// own peers; `done` gets the answer once they answered. Never throws.
+  void serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done);
   /// Drops the context here; returns its actor (null when unknown), which runs the release.
   caf::actor drop(context_id id);
   /// The workers to release context `id` on: those involved but `except` and the dead.
   std::set<std::string> release_targets(context_id id, const std::string& except) const;
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded). The
-  /// first attempt goes from the calling thread; the context's actor retries what timed out.
+  /// context's actor sends the releases and retries those that time out.
   void release_everywhere(context_id id, const std::string& except);
 };
 
@@ -219,11 +219,15 @@ struct container_access {
   static const std::shared_ptr<container::impl>& of(const container& c) { return c.impl_; }
 };
 
-/// Registers the release's reserved function on `c->n` (release.cpp).
-void add_release_function(const std::shared_ptr<container::impl>& c);
-
-/// Creates the owner-side state and registers the optimizer's reserved functions on `c.n`.
-void add_optimizer_functions(const std::shared_ptr<container::impl>& c);
+/// Creates the owner-side state of the distributed optimizer (optimizer.cpp).
+void add_optimizer_state(container::impl& c);
+/// The owner side of the distributed optimizer, run by the service (optimizer.cpp): create
+/// optimizer `id` over the parameters `keys` owned here, apply a context's gradients with it
+/// (returns the parameters updated), forget it. Throw troupe::error naming what was wrong.
+void create_optimizer(container::impl& c, std::uint64_t id, std::int32_t kind, const std::vector<double>& h,
+                      const std::vector<std::string>& keys);
+std::int32_t step_optimizer(container::impl& c, std::uint64_t id, context_id ctx);
+void drop_optimizer(container::impl& c, std::uint64_t id);
 
 /// The bound on an actor's answer to one group of propagations: backward_timeout for the polls,
 /// one more attempt's deadline, the backoffs, and a margin.

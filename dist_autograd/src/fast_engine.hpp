@@ -18,11 +18,11 @@
 //
 // Runs of one context on one worker are serialised (context_state::run). A leaf's gradient goes
 // into the context (the leaf's tensor hooks run first; .grad is never touched); recv functions
-// send a PropagateGradients to their sender (first attempt from this thread) and list it in the
-// run's outbox; the run's caller hands the list to the context actor, which retries and awaits
-// them (the root's backward waits for its answer, bounded; a worker serving a propagation answers
-// through a deferred reply), so the root's backward returns only when every worker's part
-// finished (Note [context actor]). Limitation (as in PyTorch's FAST mode): a node that depends on a send
+// hand a PropagateGradients to their sender to the context actor, which sends it at once, and
+// count it in the run's outbox; the run's caller tells the actor the count, and the actor
+// retries and awaits them (the root's backward waits for its answer, bounded; a worker serving a
+// propagation answers through its service's response promise), so the root's backward returns
+// only when every worker's part finished (Note [context actor]). Limitation (as in PyTorch's FAST mode): a node that depends on a send
 // function whose gradients never arrive in the pass (its tensor was not used) never runs.
 // A new pass (retain_graph) recomputes the dependencies; buffers of the previous pass are dropped.
 
@@ -38,7 +38,7 @@ struct run_info {
   context_id ctx = 0;
   std::uint64_t pass = 0;
   bool retain = false;
-  propagation_outbox* outbox = nullptr;  ///< where recv functions list the propagations they started
+  propagation_outbox* outbox = nullptr;  ///< where recv functions count the propagations they started
 };
 
 /// The run on this thread, or null outside a run.
@@ -46,7 +46,7 @@ run_info* current_run();
 
 /// Runs `entry` (a graph_root on the root worker, a send function elsewhere) with `inputs` as
 /// part of pass `pass` of `ctx`, computing the pass's dependencies first if this worker has not
-/// seen it. Recv functions start their propagations and list them in `outbox` (the context actor
+/// seen it. Recv functions start their propagations and count them in `outbox` (the context actor
 /// retries and awaits them; this run does not wait for them). Blocks the calling thread for the local work only; throws the
 /// first node error (troupe::error naming the node).
 void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std::shared_ptr<grad_node>& entry,

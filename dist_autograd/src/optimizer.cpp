@@ -1,11 +1,16 @@
 // The distributed optimizer (Note [distributed optimizer] in troupe/dist_autograd/optimizer.hpp).
 #include "troupe/dist_autograd/optimizer.hpp"
 
+#include <bit>
 #include <map>
 #include <memory>
 #include <mutex>
 
+#include <caf/all.hpp>
+
 #include "container_impl.hpp"
+#include "service.hpp"
+#include "troupe/actors/error_caf.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
 #include "troupe/tensors/error.hpp"
@@ -13,9 +18,6 @@
 namespace troupe::dist_autograd {
 
 namespace {
-constexpr const char* create_name = "__troupe_dist_autograd_optim_create";
-constexpr const char* step_name = "__troupe_dist_autograd_optim_step";
-constexpr const char* drop_name = "__troupe_dist_autograd_optim_drop";
 
 /// A parameter owned here: the live leaf, which its rref holds too (the same tensor, so an
 /// in-place step is what a later to_here sees).
@@ -40,6 +42,37 @@ std::unique_ptr<optim::optimizer> make_local(optimizer_spec::kind kind, const st
   if (kind == optimizer_spec::kind::adamw) return std::make_unique<optim::adamw>(std::move(params), o);
   throw error(errc::bad_argument, "dist_autograd optimizer: unknown optimizer kind " +
                                       std::to_string(static_cast<int>(kind)));
+}
+
+/// One optimizer message to the service of `owner`.
+struct ask {
+  std::string owner;
+  caf::message msg;
+};
+
+/// Sends every ask at once from a scoped actor and waits for each reply (each bounded by
+/// `timeout`); the replies' values, in order. Throws the first error, naming its owner. Never
+/// retried: a step is a user-visible update.
+std::vector<std::int32_t> ask_owners(container::impl& c, const std::vector<ask>& asks, std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{c.n.system()};
+  std::vector<std::int32_t> out(asks.size(), 0);
+  std::exception_ptr first;
+  using handle = decltype(self->request(caf::actor{}, timeout, caf::message{}));
+  std::vector<std::pair<std::size_t, handle>> pending;
+  for (std::size_t i = 0; i < asks.size(); ++i) {
+    try {
+      pending.emplace_back(i, self->request(c.peer(asks[i].owner), timeout, asks[i].msg));
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  for (auto& [i, h] : pending)
+    h.receive([&, i = i](const optim_reply& r) { out[i] = r.value; },
+              [&, i = i](const caf::error& e) {
+                if (!first) first = std::make_exception_ptr(from_caf_error(e, "dist_autograd optimizer on " + asks[i].owner));
+              });
+  if (first) std::rethrow_exception(first);
+  return out;
 }
 
 std::vector<double> hyperparameters(const optimizer_spec& s) {
@@ -106,31 +139,18 @@ struct owner_state {
   }
 };
 
-void add_optimizer_functions(const std::shared_ptr<container::impl>& c) {
-  c->owned = std::make_shared<owner_state>();
-  std::weak_ptr<container::impl> weak = c;
-  auto self = [weak] {
-    auto s = weak.lock();
-    if (!s) throw error(errc::invalid_state, "dist_autograd optimizer: no container on this worker");
-    return s;
-  };
-  c->n.functions().add(create_name, [self](std::uint64_t id, std::int32_t kind, std::vector<double> h,
-                                           std::vector<std::string> keys) {
-    auto s = self();
-    s->owned->create(*s, id, kind, h, keys);
-    return std::int32_t{0};
-  });
-  c->n.functions().add(step_name, [self](std::uint64_t id, std::uint64_t ctx) {
-    auto s = self();
-    return s->owned->apply(*s, id, ctx);
-  });
-  c->n.functions().add(drop_name, [weak](std::uint64_t id) {
-    if (auto s = weak.lock()) {
-      std::lock_guard<std::mutex> lock(s->owned->m);
-      s->owned->optimizers.erase(id);
-    }
-    return std::int32_t{0};
-  });
+void add_optimizer_state(container::impl& c) { c.owned = std::make_shared<owner_state>(); }
+
+void create_optimizer(container::impl& c, std::uint64_t id, std::int32_t kind, const std::vector<double>& h,
+                      const std::vector<std::string>& keys) {
+  c.owned->create(c, id, kind, h, keys);
+}
+
+std::int32_t step_optimizer(container::impl& c, std::uint64_t id, context_id ctx) { return c.owned->apply(c, id, ctx); }
+
+void drop_optimizer(container::impl& c, std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(c.owned->m);
+  c.owned->optimizers.erase(id);
 }
 
 rref<tensor> make_parameter(rref_context& rc, container& dist, tensor value) {
@@ -162,48 +182,31 @@ distributed_optimizer::distributed_optimizer(container& dist, optimizer_spec spe
   if (params.empty()) throw error(errc::bad_argument, "distributed_optimizer: no parameters");
   std::map<std::string, std::vector<std::string>> by_owner;
   for (const auto& p : params) by_owner[p.owner()].push_back(p.id().str());
-  auto& n = dist.this_node();
-  std::vector<rpc::future<std::int32_t>> created;
+  std::vector<std::uint64_t> bits;
+  for (double h : hyperparameters(spec)) bits.push_back(std::bit_cast<std::uint64_t>(h));
+  std::vector<ask> asks;
   for (const auto& [owner, keys] : by_owner) {
     owners_.push_back(owner);
-    created.push_back(rpc_async<std::int32_t>(n, owner, create_name, id_, static_cast<std::int32_t>(spec.type),
-                                              hyperparameters(spec), keys));
+    asks.push_back({owner, caf::make_message(optim_create{id_, static_cast<std::int32_t>(spec.type), bits, keys})});
   }
-  std::exception_ptr first;
-  for (auto& f : created) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  ask_owners(*container_access::of(dist), asks, dist.this_node().default_timeout());
 }
 
 distributed_optimizer::~distributed_optimizer() {
-  auto& n = dist_.this_node();
-  for (const auto& owner : owners_) {
-    try {
-      rpc_sync<std::int32_t>(n, owner, drop_name, rpc::deadline{std::chrono::seconds(2)}, id_);
-    } catch (...) {  // best effort: the owner may be gone
-    }
+  std::vector<ask> asks;
+  for (const auto& owner : owners_) asks.push_back({owner, caf::make_message(optim_drop{id_})});
+  try {
+    ask_owners(*container_access::of(dist_), asks, std::chrono::seconds(2));
+  } catch (...) {  // best effort: an owner may be gone
   }
 }
 
 std::size_t distributed_optimizer::step(context_id ctx) {
-  auto& n = dist_.this_node();
-  std::vector<rpc::future<std::int32_t>> steps;
-  for (const auto& owner : owners_) steps.push_back(rpc_async<std::int32_t>(n, owner, step_name, id_, ctx));
-  std::exception_ptr first;
+  std::vector<ask> asks;
+  for (const auto& owner : owners_) asks.push_back({owner, caf::make_message(optim_step{id_, ctx})});
   std::size_t updated = 0;
-  for (auto& f : steps) {
-    try {
-      updated += static_cast<std::size_t>(f.get());
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  for (auto n : ask_owners(*container_access::of(dist_), asks, dist_.this_node().default_timeout()))
+    updated += static_cast<std::size_t>(n);
   return updated;
 }
 

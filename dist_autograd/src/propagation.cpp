@@ -1,6 +1,6 @@
 // PropagateGradients (Notes [FAST mode backward] in fast_engine.hpp and [context actor] in
 // context_actor.hpp): the context actor's side (send, retry on actor timers, await a run's
-// propagations, answer duplicates) and the handler on the receiving worker (a deferred reply).
+// propagations, answer duplicates) and the handler on the receiving worker (run by its service).
 #include <algorithm>
 
 #include <caf/all.hpp>
@@ -8,8 +8,8 @@
 #include "container_impl.hpp"
 #include "context_actor_state.hpp"
 #include "fast_engine.hpp"
-#include "troupe/actors/rpc/api.hpp"
-#include "troupe/actors/rpc/registry.hpp"
+#include "service.hpp"
+#include "troupe/actors/error_caf.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::dist_autograd {
@@ -30,13 +30,6 @@ propagate_answer from_remote(const std::string& to, const propagate_answer& a) {
   const auto c = static_cast<errc>(std::get<1>(a));
   if (c == errc::peer_lost || c == errc::timeout) return a;
   return failure(errc::remote_exception, "dist_autograd backward on " + to + ": " + std::get<2>(a));
-}
-
-void send_propagation(context_self self, std::uint64_t seq) {
-  auto& s = self->state;
-  auto& p = s.out.at(seq);
-  send_propagate_attempt(*s.n, s.opts, caf::actor_cast<context_handle>(self), s.record->id, seq, ++p.attempt, p.to,
-                         p.msg, p.pass, p.grads, p.retain);
 }
 
 /// Answers group `id` once it was awaited and every propagation it handed over ended.
@@ -70,54 +63,28 @@ void end_propagation(context_self self, std::uint64_t seq, const propagate_answe
   finish_group(self, group);
 }
 
-}  // namespace
-
-rpc::future<propagate_answer> send_propagate_attempt(node& n, const container_options& opts, const context_handle& me,
-                                                     context_id ctx,
-                            std::uint64_t seq, int attempt, const std::string& to, message_id msg, std::uint64_t pass,
-                            const tensor_list& grads, bool retain) {
-  auto ack = [me, seq, attempt](propagate_answer a) { caf::anon_send(me, ctx_propagate_ack{seq, attempt, std::move(a)}); };
-  try {
-    auto f = rpc_async<propagate_answer>(n, to, propagate_name, rpc::deadline{opts.propagate_timeout}, ctx, msg, pass,
-                                         static_cast<std::int32_t>(attempt), grads, retain);
-    // On the completing thread: the ack is a message to the actor, so no executor hop before it.
-    f.then_inline([ack](const rpc::future<propagate_answer>& done) {
-      try {
-        ack(done.get());
-      } catch (const error& e) {
-        ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
-      }
-    });
-    return f;
-  } catch (const error& e) {  // the node is stopping or the peer cannot be resolved
-    ack({propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()});
-    return {};
-  }
-}
-
-void on_propagate_ack(context_self self, const ctx_propagate_ack& a) {
+/// The outcome of attempt `attempt` of outgoing propagation `seq`: the receiver's answer
+/// (done / running / failed), or (propagate_attempt_failed, errc, text) when the request failed.
+void on_reply(context_self self, std::uint64_t seq, int attempt, const propagate_answer& answer) {
   auto& s = self->state;
-  auto it = s.out.find(a.seq);
-  if (it == s.out.end()) {  // attempt 1 is made before its run's await: keep its ack until then
-    if (a.attempt == 1) s.early.emplace(a.seq, a);
-    return;
-  }
+  auto it = s.out.find(seq);
+  if (it == s.out.end()) return;
   auto& p = it->second;
-  const auto [state, code, text] = a.answer;
-  if (state == propagate_done) return end_propagation(self, a.seq, a.answer);
-  if (state == propagate_failed) return end_propagation(self, a.seq, from_remote(p.to, a.answer));
-  if (a.attempt != p.attempt) return;  // a late non-answer of an earlier attempt: the current one decides
+  const auto [state, code, text] = answer;
+  if (state == propagate_done) return end_propagation(self, seq, answer);
+  if (state == propagate_failed) return end_propagation(self, seq, from_remote(p.to, answer));
+  if (attempt != p.attempt) return;  // a late non-answer of an earlier attempt: the current one decides
   const auto delay = s.opts.backoff * (1 << std::min(p.attempt - 1, 6));
   const bool late = std::chrono::steady_clock::now() + delay > p.give_up;
   if (state == propagate_running) {  // the receiver still works on it: poll again, bounded
-    if (!late) return self->delayed_send(self, delay, ctx_pretry_atom::value, a.seq);
-    return end_propagation(self, a.seq,
+    if (!late) return self->delayed_send(self, delay, ctx_pretry_atom::value, seq);
+    return end_propagation(self, seq,
                            failure(errc::timeout, "dist_autograd: the propagation of message " + std::to_string(p.msg) +
                                                       " to " + p.to + " did not finish within backward_timeout"));
   }
-  const auto c = static_cast<errc>(code);  // the attempt's call failed
+  const auto c = static_cast<errc>(code);  // the attempt's request failed
   if (c == errc::timeout && ++p.timeouts < s.opts.attempts && !late)
-    return self->delayed_send(self, delay, ctx_pretry_atom::value, a.seq);
+    return self->delayed_send(self, delay, ctx_pretry_atom::value, seq);
   if (c == errc::peer_lost) {
     std::lock_guard<std::mutex> lock(s.record->m);
     s.record->lost.insert(p.to);
@@ -126,7 +93,39 @@ void on_propagate_ack(context_self self, const ctx_propagate_ack& a) {
                                                    " to " + p.to + " timed out " + std::to_string(p.attempt) +
                                                    " time(s); the last: " + text
                                              : text;
-  end_propagation(self, a.seq, {propagate_failed, code, why});
+  end_propagation(self, seq, {propagate_failed, code, why});
+}
+
+/// Makes the next attempt of outgoing propagation `seq`: a request to the receiver's service.
+void send_propagation(context_self self, std::uint64_t seq) {
+  auto& s = self->state;
+  auto& p = s.out.at(seq);
+  const int attempt = ++p.attempt;
+  watch(self, p.peer, p.to);
+  self->request(caf::actor_cast<service_actor>(p.peer), s.opts.propagate_timeout,
+                propagate_request{s.record->id, p.msg, p.pass, attempt, p.retain, p.grads})
+      .then([self, seq, attempt](const propagate_reply& r) { on_reply(self, seq, attempt, to_answer(r)); },
+            [self, seq, attempt, to = p.to](const caf::error& e) {
+              const error err = from_caf_error(e, "dist_autograd::propagate to " + to);
+              on_reply(self, seq, attempt, {propagate_attempt_failed, static_cast<std::int32_t>(err.code()), err.message()});
+            });
+}
+
+}  // namespace
+
+void on_start(context_self self, ctx_start& p) {
+  auto& s = self->state;
+  const auto give_up = std::chrono::steady_clock::now() + s.opts.backward_timeout;
+  s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), std::move(p.peer), p.msg, p.pass, p.retain,
+                                            std::move(p.grads), 0, 0, give_up});
+  send_propagation(self, p.seq);
+}
+
+void on_peer_down(context_self self, const std::string& worker, errc code, const std::string& why) {
+  std::vector<std::uint64_t> gone;
+  for (const auto& [seq, p] : self->state.out)
+    if (p.to == worker) gone.push_back(seq);
+  for (auto seq : gone) end_propagation(self, seq, failure(code, why));
 }
 
 void on_propagate_retry(context_self self, std::uint64_t seq) {
@@ -137,21 +136,10 @@ void on_await(context_self self, ctx_await& w) {
   auto& s = self->state;
   auto& g = s.groups[w.group];
   g.awaited = true;
-  g.expected = w.started.size();
+  g.expected = w.count;
   g.local = std::move(w.local);
   g.key = w.key;
   g.done = std::move(w.done);
-  const auto give_up = std::chrono::steady_clock::now() + s.opts.backward_timeout;
-  std::vector<ctx_propagate_ack> early;
-  for (auto& p : w.started) {  // attempt 1 was made by the engine thread
-    s.out.emplace(p.seq, outgoing_propagation{w.group, std::move(p.to), p.msg, p.pass, p.retain, std::move(p.grads), 1, 0,
-                                              give_up});
-    if (auto it = s.early.find(p.seq); it != s.early.end()) {
-      early.push_back(std::move(it->second));
-      s.early.erase(it);
-    }
-  }
-  for (const auto& a : early) on_propagate_ack(self, a);
   finish_group(self, w.group);
 }
 
@@ -211,12 +199,7 @@ std::shared_ptr<send_function> send_for(context_state& ctx, message_id msg, cons
 }  // namespace
 
 void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads,
-                                   bool retain) {
-  auto reply = rpc::defer();
-  auto done = std::make_shared<answer_once<propagate_answer>>(
-      [reply](const propagate_answer& a) { reply->complete<propagate_answer>(a); },
-      failure(errc::invalid_state, "dist_autograd::propagate on " + n.info().name + ": context " + std::to_string(id) +
-                                       " ended while the propagation ran"));
+                                   bool retain, answer_ptr<propagate_answer> done) {
   auto ctx = find_if(id);
   caf::actor a = ctx ? actor_of(id) : caf::actor{};
   if (!ctx || !a)
@@ -238,14 +221,14 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
       return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
     }
   }
-  propagation_outbox outbox{a, new_id(), {}};
+  propagation_outbox outbox{a, new_id(), 0};
   propagate_answer local{propagate_done, 0, {}};
   try {  // the local part runs here; what it started is awaited by the actor, not here
     execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
   } catch (...) {
     local = failed_answer(std::current_exception());
   }
-  if (outbox.started.empty()) {  // nothing to wait for: answer now, keep the outcome for duplicates
+  if (outbox.started == 0) {  // nothing to wait for: answer now, keep the outcome for duplicates
     bool parked = false;
     {
       std::lock_guard<std::mutex> lock(ctx->m);
@@ -257,7 +240,7 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
     (*done)(local);
     if (!parked) return;  // else the actor must answer the duplicates it parked
   }
-  caf::anon_send(handle, ctx_await{outbox.group, std::move(outbox.started), std::move(local), key, std::move(done)});
+  caf::anon_send(handle, ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
 }
 
 }  // namespace troupe::dist_autograd

@@ -14,8 +14,6 @@ namespace {
 /// requires-grad flag per tensor of the payload, in codec order.
 using wire_meta = std::tuple<std::uint64_t, std::uint64_t, std::string, std::vector<std::uint8_t>>;
 
-bool reserved(const std::string& function) { return function.rfind("__troupe_dist_autograd", 0) == 0; }
-
 /// One message exchange seen by distributed autograd: a call on the caller (`serving` false) or
 /// a served call on the callee (`serving` true: the caller's context is current while it runs).
 class exchange_scope final : public rpc::call_scope {
@@ -113,19 +111,19 @@ class recorder final : public rpc::call_interceptor {
  public:
   explicit recorder(std::weak_ptr<container::impl> c) : c_(std::move(c)) {}
 
-  std::shared_ptr<rpc::call_scope> begin_call(const std::string& to, const std::string& function) override {
+  std::shared_ptr<rpc::call_scope> begin_call(const std::string& to, const std::string& /*function*/) override {
     auto c = c_.lock();
     const auto& slot = current_slot();
-    if (!c || reserved(function) || slot.owner != c.get() || slot.id == 0) return nullptr;
+    if (!c || slot.owner != c.get() || slot.id == 0) return nullptr;
     auto ctx = c->find_if(slot.id);
     if (!ctx) return nullptr;
     return std::make_shared<exchange_scope>(std::move(c), std::move(ctx), to, false);
   }
 
-  std::shared_ptr<rpc::call_scope> begin_serve(const std::string& from, const std::string& function,
+  std::shared_ptr<rpc::call_scope> begin_serve(const std::string& from, const std::string& /*function*/,
                                                const std::vector<char>& meta) override {
     auto c = c_.lock();
-    if (!c || meta.empty() || reserved(function)) return nullptr;
+    if (!c || meta.empty()) return nullptr;
     const auto m = rpc::decode_result<wire_meta>(meta, "dist_autograd meta from " + from);
     auto ctx = c->find_or_create(std::get<0>(m));
     if (!ctx) return nullptr;  // released here already: a late message does not recreate it

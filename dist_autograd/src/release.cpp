@@ -1,42 +1,16 @@
 // The release of a context on every worker involved (Note [context actor] in context_actor.hpp):
-// dropping it here, the first attempt from the thread that ended the context, and the reserved
-// function that serves it on the other workers.
+// dropping it here, handing it to the context's actor, and serving a peer's release (the
+// service's handler, Note [dist autograd service]).
 #include <caf/all.hpp>
 
 #include "container_impl.hpp"
 #include "context_actor.hpp"
-#include "troupe/actors/rpc/api.hpp"
-#include "troupe/actors/rpc/registry.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::dist_autograd {
 
 namespace {
 constexpr std::size_t max_remembered_releases = 65536;
-
-/// One release attempt to each of `targets` from this thread, awaited together (bounded by
-/// release_timeout); returns those that timed out (the actor retries them). A worker that refused
-/// or is gone counts as done: nothing is left to release there.
-std::set<std::string> first_attempt(node& n, const container_options& opts, context_id id,
-                                    const std::set<std::string>& targets) {
-  std::vector<std::pair<std::string, rpc::future<std::int32_t>>> calls;
-  std::set<std::string> timed_out;
-  for (const auto& w : targets) {
-    try {
-      calls.emplace_back(w, rpc_async<std::int32_t>(n, w, release_name, rpc::deadline{opts.release_timeout}, id,
-                                                    n.info().name));
-    } catch (const error&) {  // the node is stopping or the peer cannot be resolved
-    }
-  }
-  for (auto& [w, f] : calls) {
-    try {
-      f.get();  // bounded by the attempt's deadline
-    } catch (const error& e) {
-      if (e.code() == errc::timeout) timed_out.insert(w);
-    }
-  }
-  return timed_out;
-}
 }  // namespace
 
 caf::actor container::impl::drop(context_id id) {
@@ -70,32 +44,19 @@ void container::impl::release_everywhere(context_id id, const std::string& excep
   const auto targets = release_targets(id, except);
   const auto a = caf::actor_cast<context_handle>(drop(id));
   if (!a) return;
-  const auto left = targets.empty() ? targets : first_attempt(n, opts, id, targets);
-  std::set<std::string> done;
-  for (const auto& w : targets)
-    if (!left.count(w)) done.insert(w);
-  if (left.empty()) return caf::anon_send(a, ctx_release{except, true, nullptr, std::move(done)});  // it just ends
-  release_through(opts, a, except, /*final=*/true, std::move(done));
+  if (targets.empty()) return caf::anon_send(a, ctx_release{except, true, nullptr, {}});  // it just ends
+  release_through(opts, a, except, /*final=*/true, peers_of(targets));
 }
 
-void add_release_function(const std::shared_ptr<container::impl>& c) {
-  std::weak_ptr<container::impl> weak = c;
-  c->n.functions().add(release_name, [weak](std::uint64_t id, std::string from) {
-    auto self = weak.lock();
-    const bool forward = self && !self->release_targets(id, from).empty();
-    auto a = self ? caf::actor_cast<context_handle>(self->drop(id)) : context_handle{};
-    if (!a || !forward) {  // nothing to forward (or unknown here): answer now, the actor just ends
-      if (a) caf::anon_send(a, ctx_release{from, true, nullptr, {}});
-      return std::int32_t{0};
-    }
-    // Its own peers through its actor (retried on timers); the reply waits for them, deferred, so
-    // no executor thread waits for another worker (Note [deferred reply]).
-    auto reply = rpc::defer();
-    caf::anon_send(a, ctx_release{from, true, std::make_shared<answer_once<std::int32_t>>(
-                                                  [reply](const std::int32_t&) { reply->complete<std::int32_t>(0); }, 0),
-                                  {}});
-    return std::int32_t{0};  // ignored: the deferred reply answers
-  });
+void container::impl::serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done) {
+  const auto targets = release_targets(id, from);
+  const auto a = caf::actor_cast<context_handle>(drop(id));
+  if (!a || targets.empty()) {  // nothing to forward (or unknown here): answer now, the actor just ends
+    if (a) caf::anon_send(a, ctx_release{from, true, nullptr, {}});
+    return (*done)(0);
+  }
+  // Its own peers through its actor (retried on timers); the answer waits for them.
+  caf::anon_send(a, ctx_release{from, true, std::move(done), peers_of(targets)});
 }
 
 }  // namespace troupe::dist_autograd

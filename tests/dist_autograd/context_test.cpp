@@ -1,6 +1,7 @@
 // Single-process tests of dist_autograd contexts: ids, counting, release, local-only backward.
 #include <catch2/catch.hpp>
 
+#include "dist_options.hpp"
 #include "integration/node_harness.hpp"
 #include "troupe/autograd/variable.hpp"
 #include "troupe/dist_autograd/container.hpp"
@@ -15,7 +16,7 @@ namespace da = troupe::dist_autograd;
 
 TEST_CASE("context ids are unique, carry the worker rank, and contexts are released at scope end",
           "[dist_autograd]") {
-  troupe::node n(troupe::test::test_options(0, 1, 0));
+  troupe::node n(troupe::test::dist_options(0, 1, 0));
   {  // the container goes before the node does
     da::container c(n);
     {
@@ -33,9 +34,23 @@ TEST_CASE("context ids are unique, carry the worker rank, and contexts are relea
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
 }
 
-TEST_CASE("a local-only backward in a context accumulates gradients in the context, not in .grad",
+TEST_CASE("a container on a node without the dist_autograd message types fails with invalid_state saying what to call",
           "[dist_autograd]") {
   troupe::node n(troupe::test::test_options(0, 1, 0));
+  try {
+    da::container c(n);
+    FAIL("a container started without its message types");
+  } catch (const troupe::error& e) {
+    CHECK(e.code() == errc::invalid_state);
+    CHECK_THAT(e.what(), Catch::Contains("add_message_types"));
+    CHECK_THAT(e.what(), Catch::Contains("worker0"));
+  }
+  n.shutdown(troupe::shutdown_mode::graceful, 10s);
+}
+
+TEST_CASE("a local-only backward in a context accumulates gradients in the context, not in .grad",
+          "[dist_autograd]") {
+  troupe::node n(troupe::test::dist_options(0, 1, 0));
   {  // the container goes before the node does
     da::container c(n);
     troupe::generator gen(7);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "dist_options.hpp"
 #include "fault/rref_cluster.hpp"
 #include "troupe/dist_autograd/container.hpp"
 
@@ -17,7 +18,7 @@ struct dist_job {
   cluster c;
   std::vector<std::unique_ptr<dist_autograd::container>> dist;
 
-  explicit dist_job(int n, dist_autograd::container_options o = {}) : c(n) {
+  explicit dist_job(int n, dist_autograd::container_options o = {}) : c(n, {}, dist_autograd::add_message_types) {
     for (auto& nd : c.nodes) dist.push_back(std::make_unique<dist_autograd::container>(*nd, o));
   }
   ~dist_job() { dist.clear(); }  // before the nodes go
@@ -41,7 +42,7 @@ struct small_job {
 
   small_job(int n, int executor_threads, dist_autograd::container_options o = {}) {
     for (int r = 0; r < n; ++r) {
-      auto opt = test::test_options(r, n, r == 0 ? 0 : nodes[0]->port(), "dist-small");
+      auto opt = dist_options(r, n, r == 0 ? 0 : nodes[0]->port(), "dist-small");
       opt.executor_threads = executor_threads;
       nodes.push_back(std::make_unique<node>(opt));
     }

@@ -3,6 +3,7 @@
 #include <boost/serialization/string.hpp>
 #include <catch2/catch.hpp>
 
+#include "dist_options.hpp"
 #include "integration/node_harness.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/actors/spawn.hpp"
@@ -34,7 +35,7 @@ struct server {
 
 // worker1: parameter w (3x4) behind rref<server>::forward(x) = x @ w; "live" returns w's value.
 void parameter_server(troupe::test::port_pipe& pipe) {
-  troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
+  troupe::node n(troupe::test::dist_options(1, 2, pipe.read()));
   {
     troupe::rref_context rc(n);
     da::container dist(n);
@@ -58,7 +59,7 @@ TEST_CASE("a distributed optimizer step through a parameter-server rref equals t
           "[dist_autograd][rref]") {
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&pipe](int) { parameter_server(pipe); });
-  troupe::node n(troupe::test::test_options(0, 2, 0));
+  troupe::node n(troupe::test::dist_options(0, 2, 0));
   pipe.publish(n.port(), 1);
   n.store().wait({"ready/1"}, 10s);
   {

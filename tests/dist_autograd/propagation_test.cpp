@@ -1,7 +1,8 @@
 // PropagateGradients driven by the context actors (Note [context actor]): a chain that visits
 // every worker twice runs on two executor threads per worker (no executor thread waits for
-// another worker), and a propagation that never gets through fails the backward with timeout,
-// bounded, and releases the contexts.
+// another worker), and a propagation whose request or reply never gets through fails the
+// backward with timeout, bounded, and releases the contexts.
+#include <atomic>
 #include <chrono>
 
 #include <catch2/catch.hpp>
@@ -96,7 +97,7 @@ TEST_CASE("a propagation that never gets through fails the backward with timeout
   tensor w = leaf(11);
   job.at(1).functions().add("fwd", [&w](tensor x) { return troupe::mul(x, w); });
   auto injector = std::make_shared<troupe::fault_injector>(
-      troupe::fault_plan::parse("seed 1\nrule __troupe_dist_autograd_propagate drop=1\n"));
+      troupe::fault_plan::parse("seed 1\nrule actor:troupe.dist_autograd.propagate_request drop=1\n"));
   tensor x = leaf(5);
   {
     da::context ctx(job[0]);
@@ -117,4 +118,44 @@ TEST_CASE("a propagation that never gets through fails the backward with timeout
   }
   CHECK(job.contexts() == 0);
   CHECK(injector->counters().dropped_requests == 3);
+}
+
+TEST_CASE("a propagation whose replies are all lost is retried, runs its send function once, and fails with timeout",
+          "[dist_autograd][fault]") {
+  da::container_options o;
+  o.propagate_timeout = 100ms;
+  o.attempts = 3;
+  o.backoff = 5ms;
+  troupe::test::dist_job job(2, o);
+  tensor w = leaf(11);
+  std::atomic<int> runs{0};
+  job.at(1).functions().add("fwd", [&w, &runs](tensor x) {
+    tensor y = troupe::mul(x, w);
+    troupe::register_hook(y, [&runs](const tensor& g) {
+      ++runs;
+      return g;
+    });
+    return y;
+  });
+  auto injector = std::make_shared<troupe::fault_injector>(
+      troupe::fault_plan::parse("seed 1\nrule actor:troupe.dist_autograd.propagate_reply drop=1\n"));
+  tensor x = leaf(5).detach();  // no gradient for x: one propagation only, to worker1
+  {
+    da::context ctx(job[0]);
+    tensor y = troupe::rpc_sync<tensor>(job.at(0), "worker1", "fwd", x);
+    job.c.hook->use(injector);
+    try {
+      job[0].backward(ctx.id(), {troupe::sum(y)});
+      FAIL("the backward succeeded without a reply");
+    } catch (const troupe::error& e) {
+      CHECK(e.code() == errc::timeout);
+      CHECK_THAT(e.what(), Catch::Contains("worker1"));
+      CHECK_THAT(e.what(), Catch::Contains("timed out 3 time(s)"));
+    }
+    job.c.hook->use(nullptr);
+    CHECK(runs.load() == 1);  // the retries found the first attempt's outcome on worker1
+    CHECK(job[1].num_contexts() == 0);
+  }
+  CHECK(job.contexts() == 0);
+  CHECK(injector->counters().dropped_requests == 3);  // actor messages: the replies count as requests
 }

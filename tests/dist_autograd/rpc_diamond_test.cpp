@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "dist_options.hpp"
 #include "integration/node_harness.hpp"
 #include "troupe/actors/rpc/api.hpp"
 #include "troupe/actors/spawn.hpp"
@@ -39,7 +40,7 @@ tensor make_x() {
 
 // worker1/worker2: y = x @ w_rank; with `die`, the backward of y SIGKILLs this process.
 void branch_worker(int rank, troupe::test::port_pipe& pipe) {
-  troupe::node n(troupe::test::test_options(rank, 3, pipe.read()));
+  troupe::node n(troupe::test::dist_options(rank, 3, pipe.read()));
   auto owned = std::make_unique<da::container>(n);  // goes before the node does
   da::container& c = *owned;
   tensor w = make_w(rank);
@@ -69,7 +70,7 @@ tensor branch(troupe::node& n, const tensor& x, const std::string& to, bool die)
 struct cluster {
   troupe::test::port_pipe pipe;
   troupe::spawn_context children = troupe::spawn(2, [this](int i) { branch_worker(i + 1, pipe); });
-  troupe::node n{troupe::test::test_options(0, 3, 0)};
+  troupe::node n{troupe::test::dist_options(0, 3, 0)};
   std::unique_ptr<da::container> owned = std::make_unique<da::container>(n);  // goes before the node
   da::container& c = *owned;
   cluster() {

@@ -2,6 +2,7 @@
 // An in-process job of N nodes (one actor system each, real loopback TCP between them) with one
 // rref_context per node and one switchable fault injector shared by all, for the RRef tests.
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,11 +48,13 @@ struct cluster {
   std::vector<std::unique_ptr<node>> nodes;
   std::vector<std::unique_ptr<rref_context>> ctx;
 
-  explicit cluster(int n, rref_options ro = {}) {
+  /// `setup` (may be empty) completes each node's options (a layer's message types).
+  explicit cluster(int n, rref_options ro = {}, const std::function<void(node_options&)>& setup = {}) {
     for (int r = 0; r < n; ++r) {
       auto o = test::test_options(r, n, r == 0 ? 0 : nodes[0]->port(), "rref-test");
       o.executor_threads = 6;
       o.default_timeout = std::chrono::seconds(5);
+      if (setup) setup(o);
       nodes.push_back(std::make_unique<node>(o, rpc::registry{}, hook));
     }
     if (ro.result_probe_after.count() == 0) ro.result_probe_after = std::chrono::milliseconds(1500);

@@ -181,7 +181,9 @@ TEST_CASE("multihost blip rank", "[.mh_blip_rank]") {
 // fails.
 TEST_CASE("multihost backward rank", "[.mh_backward_rank]") {
   const std::string marks = troupe::test::rank_marks();
-  troupe::node n(troupe::test::rank_options());
+  auto o = troupe::test::rank_options();
+  troupe::dist_autograd::add_message_types(o);
+  troupe::node n(o);
   const int rank = n.info().rank;
   {
     troupe::dist_autograd::container dist(n);

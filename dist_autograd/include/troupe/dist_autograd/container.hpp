@@ -2,6 +2,8 @@
 /// \file container.hpp
 /// Distributed autograd contexts (FAST mode).
 ///
+///   troupe::dist_autograd::add_message_types(opts);    // every process, before its node starts
+///   troupe::node n(opts);
 ///   troupe::dist_autograd::container dist(n);          // one per node, owned by the caller
 ///   {
 ///     troupe::dist_autograd::context ctx(dist);        // current on this thread until its end
@@ -26,12 +28,14 @@
 ///   recv_fn m2 = grad_fn(y') <----meta{ctx, m2, worker1, [1]}-- send_fn m2 -> edge(y)
 ///
 /// Note [FAST mode backward] is in fast_engine.hpp (private). Each context on each worker is a
-/// CAF actor owning the context's record (Note [context actor], src/context_actor.hpp). Release:
-/// ~context (or release()) drops the context here and its actor sends
-/// `__troupe_dist_autograd_release` to every worker involved (in parallel, retried on actor timers
-/// with backoff on timeout); a worker forwards it to its own peers. Unknown ids are ignored; a
-/// released id is remembered for a while so a late message does not recreate it (idempotent).
-/// Destroy the container before its node shuts down (it stops the context actors).
+/// CAF actor owning the context's record (Note [context actor], src/context_actor.hpp). The
+/// context actors exchange typed messages with their peers' service actors, published as
+/// "troupe.dist_autograd.service" (Note [dist autograd service], src/service.hpp). Release:
+/// ~context (or release()) drops the context here and its actor sends a release_request to every
+/// worker involved (in parallel, retried on actor timers with backoff on timeout); a worker
+/// forwards it to its own peers. Unknown ids are ignored; a released id is remembered for a while
+/// so a late message does not recreate it (idempotent). Destroy the container before its node
+/// shuts down (it stops its actors).
 
 #include <chrono>
 #include <cstdint>
@@ -67,7 +71,7 @@ class gradient_map {
 struct container_options {
   /// Deadline of one PropagateGradients attempt (a lost one is retried after it).
   std::chrono::milliseconds propagate_timeout{10000};
-  /// Deadline of one release attempt.
+  /// Deadline of one release attempt, and of the lookup of a peer's service actor.
   std::chrono::milliseconds release_timeout{2000};
   /// Attempts per control message (propagate, release) before giving up.
   int attempts = 4;
@@ -78,6 +82,10 @@ struct container_options {
 };
 
 class container;
+
+/// Announces the message types of distributed autograd (Note [dist autograd service]) in `opts`.
+/// Call it on every process that attaches a container, before its node starts. Never blocks.
+void add_message_types(node_options& opts);
 
 /// RAII: a new context on `c`, current on this thread for this object's lifetime (RPCs made
 /// meanwhile are recorded in it); released on every worker at the end. Create and destroy it on
@@ -99,11 +107,14 @@ class context {
 };
 
 /// The distributed autograd state of one worker: its contexts, by id. Attach one per node (it
-/// registers the reserved functions and the call interceptor on the node); it must outlive calls
-/// made through it.
+/// publishes its service actor and installs the call interceptor on the node); it must outlive
+/// calls made through it.
 class container {
  public:
-  /// Registers `__troupe_dist_autograd_propagate` / `_release` and the interceptor on `n`.
+  /// Spawns and publishes the service actor, registers the optimizer's reserved functions and
+  /// installs the interceptor on `n`. Blocks on one store round trip. Throws troupe::error:
+  /// invalid_state when add_message_types was not applied to `n`'s options, or `n` has no direct
+  /// channel (node_options::rpc_fast_path); peer_lost when the store host is gone.
   explicit container(node& n, container_options opts = {});
   ~container();
   container(const container&) = delete;
