@@ -28,16 +28,12 @@ namespace tb = troupe::bench;
 
 namespace {
 
-// --caf-path: every call through the CAF agents (node_options::rpc_fast_path = false), to compare
-// with the direct channel (Note [rpc fast path]).
-bool g_fast_path = true;
 // --no-shm: large tensors as bytes on the connection, not through shared memory
 // (node_options::shared_memory_rpc = false; Note [shm reachability]).
 bool g_shm = true;
 
 troupe::node_options options(int rank, std::uint16_t port) {
   auto o = troupe::bench::bench_node_options(rank, 3, port);
-  o.rpc_fast_path = g_fast_path;
   o.shared_memory_rpc = g_shm;
   return o;
 }
@@ -335,7 +331,6 @@ int main(int argc, char** argv) {
   tb::check_args(argc, argv, "rpc_bench",
                  "The RPC runtime against its limits (TCP ping-pong, memcpy) on loopback.",
                  {{"--no-mallopt", "", "leave malloc's trim and mmap thresholds alone"},
-                  {"--caf-path", "", "every call through the CAF agents"},
                   {"--no-shm", "", "large tensors as bytes, not through shared memory"},
                   {"--only", "small|during|async|echo", "one phase (for profiling)"}});
   const bool quick = tb::quick_mode(argc, argv);
@@ -349,7 +344,6 @@ int main(int argc, char** argv) {
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;
-    if (std::strcmp(argv[i], "--caf-path") == 0) g_fast_path = false;
     if (std::strcmp(argv[i], "--no-shm") == 0) g_shm = false;
     if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
   }

@@ -45,7 +45,7 @@ struct node::impl {
   std::shared_ptr<const rpc::detail::call_state::poster> poster;  // every call's continuations go to exec
   std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
   std::shared_ptr<rpc::detail::interceptor_slot> interceptor = std::make_shared<rpc::detail::interceptor_slot>();
-  std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]; null when disabled
+  std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]: carries every call and actor frame
   std::shared_ptr<transport_hook> hook;     // the fault plan and other interception; may be null
   std::shared_ptr<detail::remote_actors> remote;  // Note [remote actors]; null without fast
   caf::actor agent;
@@ -56,7 +56,7 @@ struct node::impl {
   std::unique_ptr<store_client> store;
   std::shared_ptr<peer_events> events;  // Note [peer loss events]
   std::mutex peers_mutex;
-  // A peer: its agent, and the direct connection to it (null: calls go through the agents).
+  // A peer: its agent (hello, monitor) and the direct connection that carries every call.
   struct link {
     caf::actor agent;
     std::shared_ptr<detail::fast_conn> conn;
@@ -70,9 +70,6 @@ struct node::impl {
   // its mutex; the first connects, the others find its link. Two concurrent BASP connections to
   // one node make CAF keep one, and a hello sent over the other is lost.
   std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting;  // under peers_mutex
-  std::mutex calls_mutex;
-  std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
-  std::size_t calls_prune_at = 1024;
   std::atomic<bool> down{false};
   std::shared_ptr<flight_recorder> recorder;  // Note [flight recorder]; lives as long as the node
   std::atomic<std::uint64_t> calls_made{0};   // numbers the recorded calls
@@ -90,8 +87,10 @@ struct node::impl {
   caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
   link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
-  void start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac);
-  void track(const std::shared_ptr<rpc::detail::call_state>& st);
+  void start_fast_path(detail::agent_config& ac);
+  link self_link(std::chrono::milliseconds timeout);
+  std::mutex self_mutex;
+  std::optional<link> to_self;  // under self_mutex: the connection for calls to this node
   void await_actors_gone(std::chrono::milliseconds bound);
   void teardown();
 };
@@ -205,9 +204,9 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   exec = std::make_shared<detail::executor>(opts.executor_threads);
   poster = std::make_shared<const rpc::detail::call_state::poster>([exec = exec](std::function<void()> f) { return exec->post(std::move(f)); });
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
-  detail::agent_config ac{me, opts.job_token, auth, functions, exec, bulk, hook, interceptor, store_actor, nullptr, nullptr, recorder.get()};
-  if (opts.rpc_fast_path) start_fast_path(hook, ac);
-  if (fast) {
+  detail::agent_config ac{me, opts.job_token, auth, bulk, store_actor, nullptr, nullptr};
+  start_fast_path(ac);
+  {
     remote = std::make_shared<detail::remote_actors>(*sys, me, fast, bulk, [this](const std::string& w, std::chrono::milliseconds t) {
       auto l = resolve(w, t);
       return detail::actor_peer{l.agent.node(), l.conn};
@@ -281,14 +280,10 @@ void node::impl::open_gate() {
   gate->start();
 }
 
-void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
-  try {
-    fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
-                                                                    opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes});
-  } catch (const error& e) {  // no direct channel: every call takes the CAF path
-    std::fprintf(stderr, "[troupe] %s: %s; calls use the CAF path\n", me.name.c_str(), e.message().c_str());
-    return;
-  }
+// The direct channel carries every call; a node that cannot open it does not start.
+void node::impl::start_fast_path(detail::agent_config& ac) {
+  fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
+                                                                  opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes});
   fast->start();
   ac.issue_ticket = [weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& peer, const caf::node_id& node) {
     auto f = weak.lock();
@@ -297,8 +292,8 @@ void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, de
 }
 
 // A peer we said hello to: its agent (monitored by ours from now on, so a frozen peer is seen by
-// the heartbeat even when every call goes direct) and, when both sides have one, the direct
-// connection. A direct connection that cannot be opened leaves the calls on the CAF path.
+// the heartbeat) and the direct connection for our calls. A peer whose direct channel cannot be
+// reached is not linked: resolve() throws peer_lost naming it.
 node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout) {
   link l{ack.agent, nullptr};
   caf::anon_send(agent, detail::watch_peer_msg{ack.agent, ack.info.name});
@@ -311,18 +306,13 @@ node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& 
     ours = bulk->shared_memory_enabled() && detail::can_open_probe(ack.shm);
     caf::send_as(agent, ack.agent, shm_verdict{ours});
   }
-  if (fast && ack.fast_port != 0) {
-    try {
-      l.conn = fast->connect(ack.info.name, ack.agent.node(), host, ack.fast_port, ack.fast_secret, ours, timeout);
-    } catch (const error& e) {
-      std::fprintf(stderr, "[troupe] %s: %s; calls to %s use the CAF path\n", me.name.c_str(), e.message().c_str(), ack.info.name.c_str());
-    }
-  }
+  if (ack.fast_port == 0) throw error(errc::peer_lost, "worker " + ack.info.name + " has no direct channel");
+  l.conn = fast->connect(ack.info.name, ack.agent.node(), host, ack.fast_port, ack.fast_secret, ours, timeout);
   return l;
 }
 
 node::impl::link node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
-  if (name == me.name) return link{agent, nullptr};
+  if (name == me.name) return self_link(timeout);
   std::shared_ptr<std::timed_mutex> turn;
   {
     std::lock_guard<std::mutex> lock(peers_mutex);
@@ -365,16 +355,17 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
   return l;
 }
 
-void node::impl::track(const std::shared_ptr<rpc::detail::call_state>& st) {
-  std::lock_guard<std::mutex> lock(calls_mutex);
-  calls.push_back(st);
-  if (calls.size() >= calls_prune_at) {
-    std::erase_if(calls, [](const auto& w) {
-      auto s = w.lock();
-      return !s || s->done();
-    });
-    calls_prune_at = std::max<std::size_t>(1024, calls.size() * 2);
-  }
+// Calls to this node take a direct connection to its own channel, so they keep every guarantee
+// of a call between nodes (deadline, hook, executor) on the one path. Made on first use.
+node::impl::link node::impl::self_link(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(self_mutex);  // held across the connect: a loopback connect is quick
+  if (to_self && !to_self->conn->closed()) return *to_self;
+  const bool wildcard = opts.listen_addr == "0.0.0.0" || opts.listen_addr.empty();
+  const auto host = wildcard ? std::string("127.0.0.1") : opts.listen_addr;
+  link l{agent, fast->connect(me.name, sys->node(), host, fast->port(), fast->issue_ticket(me.name, sys->node()),
+                              bulk->shared_memory_enabled(), timeout)};
+  to_self = l;
+  return l;
 }
 
 // Note [teardown order]: remote nodes hold proxies to our agent, store and to CAF's internal SpawnServ and
@@ -413,14 +404,12 @@ void node::impl::teardown() {
   exec->stop();
   bulk->unlink_all();  // Note [tensor over shared memory]: segments nobody decoded
   {
-    std::lock_guard<std::mutex> lock(calls_mutex);
-    for (auto& w : calls)
-      if (auto s = w.lock()) s->complete(errc::invalid_state, s->what() + ": node " + me.name + " shut down", {});
-    calls.clear();
-  }
-  {
     std::lock_guard<std::mutex> lock(peers_mutex);
     peers.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(self_mutex);
+    to_self.reset();
   }
   store.reset();
   await_actors_gone(std::chrono::seconds(5));  // Note [teardown order]
@@ -537,12 +526,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->complete(errc::bad_argument, st->what() + ": cannot encode the arguments: " + e.what(), {});
     return st;
   }
-  if (peer.conn) {  // Note [rpc fast path]; its stop() fails the calls it holds
-    im.fast->call(peer.conn, st, function, std::move(payload), std::move(meta));
-    return st;
-  }
-  im.track(st);
-  caf::anon_send(im.agent, detail::local_call{st, std::move(peer.agent), to, function, std::move(payload), std::move(meta)});
+  im.fast->call(peer.conn, st, function, std::move(payload), std::move(meta));  // Note [rpc fast path]; its stop() fails the calls it holds
   return st;
 }
 

@@ -1,5 +1,5 @@
 // Deferred replies (Note [deferred reply]): a served function answers later, from another call's
-// thread, through rpc::defer(); on the direct channel and on the CAF path.
+// thread, through rpc::defer().
 #include <atomic>
 #include <mutex>
 
@@ -37,10 +37,8 @@ struct written_counter : troupe::rpc::call_interceptor {
   }
 };
 
-void worker(troupe::test::port_pipe& pipe, bool fast) {
-  auto opts = troupe::test::test_options(1, 2, pipe.read());
-  opts.rpc_fast_path = fast;
-  troupe::node n(opts);
+void worker(troupe::test::port_pipe& pipe) {
+  troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
   auto counter = std::make_shared<written_counter>();
   n.set_interceptor(counter);
   auto slot = std::make_shared<parked>();
@@ -111,12 +109,10 @@ errc code_of(const std::function<void()>& f) {
   return errc::ok;
 }
 
-void deferred_replies_work(bool fast) {
+void deferred_replies_work() {
   troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { worker(pipe, fast); });
-  auto opts = troupe::test::test_options(0, 2, 0);
-  opts.rpc_fast_path = fast;
-  troupe::node n(opts);
+  auto children = troupe::spawn(1, [&](int) { worker(pipe); });
+  troupe::node n(troupe::test::test_options(0, 2, 0));
   pipe.publish(n.port(), 1);
   n.store().wait({"ready"}, 10s);
 
@@ -147,11 +143,7 @@ void deferred_replies_work(bool fast) {
 }  // namespace
 
 TEST_CASE("a served function can answer later through rpc::defer on the direct channel", "[actors][rpc]") {
-  deferred_replies_work(true);
-}
-
-TEST_CASE("a served function can answer later through rpc::defer on the CAF path", "[actors][rpc]") {
-  deferred_replies_work(false);
+  deferred_replies_work();
 }
 
 TEST_CASE("rpc::defer outside a served call is an invalid_state error", "[actors][rpc]") {

@@ -1,6 +1,8 @@
 // Multi-process tests of the direct RPC channel (Note [rpc fast path]): who may use it, and that
-// it answers like the CAF path.
+// a node's calls to itself take it too.
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <catch2/catch.hpp>
 
 #include "integration/node_harness.hpp"
@@ -25,7 +27,6 @@ std::vector<char> frame(std::uint32_t len, std::uint8_t kind, std::size_t body) 
 void child(int rank, troupe::test::port_pipe& pipe) {
   troupe::node n(troupe::test::test_options(rank, 3, pipe.read()));
   n.functions().add("add", [](int a, int b) { return a + b; });
-  n.functions().add("ask", [&n](int x) { return troupe::rpc_sync<int>(n, "worker0", "twice", x, 5s); });
   n.store().set("rpc_port/" + std::to_string(rank), std::to_string(n.rpc_port()));
   n.store().get("done", 30s);
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
@@ -49,26 +50,36 @@ TEST_CASE("the direct rpc port drops a connection that does not present a valid 
   CHECK(children.join(10s));
 }
 
-TEST_CASE("a node without the direct channel calls and serves a node with it through the CAF path", "[actors][rpc]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(2, [&](int i) { child(i + 1, pipe); });
-  auto opts = troupe::test::test_options(0, 3, 0);
-  opts.rpc_fast_path = false;
-  troupe::node n(opts);
+TEST_CASE("a node calls itself over its own direct channel, with the answers, errors and deadlines of a call between nodes", "[actors][rpc]") {
+  troupe::node n(troupe::test::test_options(0, 1, 0));
+  std::atomic<bool> release{false};
   n.functions().add("twice", [](int x) { return 2 * x; });
-  pipe.publish(n.port(), 2);
-  CHECK(n.rpc_port() == 0);
-  n.store().wait({"rpc_port/1", "rpc_port/2"}, 10s);
-  CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 20, 22, 5s) == 42);
-  CHECK(troupe::rpc_sync<int>(n, "worker2", "ask", 21, 5s) == 42);  // worker2 calls back over CAF
+  n.functions().add("nested", [&n](int x) { return troupe::rpc_sync<int>(n, "worker0", "twice", x, 5s) + 1; });
+  n.functions().add("stall", [&release](int x) {
+    for (int i = 0; i < 500 && !release.load(); ++i) std::this_thread::sleep_for(10ms);
+    return x;
+  });
+  CHECK(troupe::rpc_sync<int>(n, "worker0", "twice", 21, 5s) == 42);
+  CHECK(troupe::rpc_sync<int>(n, "worker0", "nested", 20, 5s) == 41);  // a served call calls this node again
+  auto pending = troupe::rpc_async<int>(n, "worker0", "twice", 5, 5s);
+  CHECK(pending.get() == 10);
   std::string text;
   try {
-    troupe::rpc_sync<int>(n, "worker1", "nope", 1, 5s);
+    troupe::rpc_sync<int>(n, "worker0", "nope", 1, 5s);
   } catch (const troupe::error& e) {
     CHECK(e.code() == errc::unknown_function);
     text = e.message();
   }
-  CHECK_THAT(text, Catch::Contains("worker1") && Catch::Contains("nope"));
-  troupe::test::release_children(n);
-  CHECK(children.join(10s));
+  CHECK_THAT(text, Catch::Contains("worker0") && Catch::Contains("nope"));
+  const auto start = std::chrono::steady_clock::now();
+  errc code = errc::ok;
+  try {
+    troupe::rpc_sync<int>(n, "worker0", "stall", 1, 200ms);
+  } catch (const troupe::error& e) {
+    code = e.code();
+  }
+  CHECK(code == errc::timeout);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);  // the deadline, not the function, ended it
+  release = true;
+  CHECK(troupe::rpc_sync<int>(n, "worker0", "twice", 4, 5s) == 8);  // the channel goes on
 }

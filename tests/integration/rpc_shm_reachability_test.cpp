@@ -86,11 +86,10 @@ troupe::rpc::registry functions() {
   return reg;
 }
 
-void serve(std::uint16_t port, mode m, bool fast) {
+void serve(std::uint16_t port, mode m) {
   if (m == mode::asymmetric) become_asymmetric();
   auto opts = troupe::test::test_options(1, 2, port);
   opts.shared_memory_rpc = m != mode::off;
-  opts.rpc_fast_path = fast;
   auto reg = functions();
   troupe::node* self = nullptr;
   // The child's own requests to rank 0 (and rank 0's responses), made while rank 0 waits.
@@ -115,16 +114,12 @@ struct seen {
   bool echoes_exact = false;
 };
 
-// `fast`: calls take the direct connection (else the CAF path, where the verdict travels only as
-// a message between the agents).
-seen run(mode m, bool& child_may_open_parent, bool& parent_may_open_child, bool fast = true) {
+seen run(mode m, bool& child_may_open_parent, bool& parent_may_open_child) {
   troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), m, fast); });
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), m); });
   seen s;
   {
-    auto opts = troupe::test::test_options(0, 2, 0);
-    opts.rpc_fast_path = fast;
-    troupe::node n(opts, functions());
+    troupe::node n(troupe::test::test_options(0, 2, 0), functions());
     pipe.publish(n.port(), 1);
     n.store().wait({"ready"}, 10s);
     child_may_open_parent = n.store().get("child_may_open_parent", 10s) == "1";
@@ -162,11 +157,6 @@ TEST_CASE("by default large tensors between processes of one host go through sha
   expect_paths(s, 1, 1);
 }
 
-TEST_CASE("on the CAF path too, each side learns before the first request that the other can open its memory", "[actors][rpc][bulk]") {
-  bool child_can = false, parent_can = false;
-  const seen s = run(mode::defaults, child_can, parent_can, false);
-  expect_paths(s, 1, 1);
-}
 
 TEST_CASE("a node with shared_memory_rpc off gets and sends large tensors as bytes, bit-exact, both ways", "[actors][rpc][bulk]") {
   bool child_can = false, parent_can = false;

@@ -2,11 +2,11 @@
 // The direct RPC channel between nodes.
 //
 // Note [rpc fast path]
-// Calls between two nodes travel over their own TCP connection instead of the CAF agents and the
-// BASP broker, which cost four extra thread hops per round trip (measured below). The CAF
-// connection still carries the hello (job token), the store, the fallback (calls to the node
-// itself, rpc_fast_path = false, a direct connect that failed) and the supervision (monitor +
-// middleman heartbeat).
+// Every call travels over a TCP connection of the direct channel; a node's calls to itself take a
+// connection to its own channel. CAF messages through the agents and the BASP broker cost four
+// extra thread hops per round trip (measured below), so no call takes them. The CAF connection
+// carries the hello (job token), the store and the supervision (monitor + middleman heartbeat;
+// Note [node agent] in rpc/agent.hpp).
 //
 //   caller                                          callee
 //   hello{token} ===CAF===> agent: token ok, issue_ticket(name, node) -> one-use secret
@@ -55,7 +55,7 @@
 // needs none: it checks its call after every read, so no write, poll and read per call); EOF seen by the reader drops the
 // connection and fails its calls with peer_lost at once, as on the I/O thread.
 //
-// Guarantees kept from Note [rpc call] and Note [transport hook]:
+// Guarantees (with Note [transport hook]):
 //   * every request and response passes on_send on its sender and on_receive on its receiver,
 //     with the same decisions (drop: the call stays pending; copies; delay, run by the I/O thread
 //     from a timer queue, so reordering works);
@@ -70,7 +70,7 @@
 // anyway.
 //
 // Measured on the 2-core build machine (rpc_bench, small rpc_sync round trip, medians; raw TCP
-// ping-pong 5.2-5.9 us in the same runs): CAF path 53 us; direct channel with an I/O thread
+// ping-pong 5.2-5.9 us in the same runs): through the CAF agents 53 us; direct channel with an I/O thread
 // handing requests to the executor 27 us (so one CAF hop ~6.5 us); the I/O -> executor hand-off
 // ~4.5 us (serving inline on the I/O thread: 22.5 us); leader/follower 20.8-23.3 us (the
 // follower's wake-up before the user function stays); the Boost-archive-free codec saved ~2.5 us.

@@ -1,6 +1,5 @@
 #pragma once
-// Serving one call on an executor thread; shared by the agent (Note [rpc call]) and the fast path
-// (Note [rpc fast path]).
+// Serving one call of the direct channel on an executor thread (Note [rpc fast path]).
 
 #include <functional>
 #include <memory>

@@ -79,7 +79,7 @@ typename Inspector::result_type inspect(Inspector& f, hello_ack& x) {
   return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store, x.fast_port, x.fast_secret, x.shm, x.shm_ok);
 }
 
-/// One RPC, agent to agent (Note [rpc call]). `payload` is the codec's byte vector; `meta` the
+/// One RPC request frame of the direct channel (Note [rpc fast path]). `payload` is the codec's byte vector; `meta` the
 /// call interceptor's bytes (Note [call interceptor]; empty when none), copied raw.
 struct rpc_request {
   std::uint64_t id = 0;

@@ -50,9 +50,6 @@ struct node_options {
   /// At most this many connections wait to authenticate per listener (0 counts as 1); a new
   /// one beyond it closes the oldest waiting one.
   std::size_t max_unauthenticated = 64;
-  /// Calls to other nodes travel over a direct, authenticated TCP connection per peer instead of
-  /// the CAF agents (Note [rpc fast path]); false keeps every call on the CAF path.
-  bool rpc_fast_path = true;
   /// Large tensors (1 MiB or more) to a peer on the same host travel through shared memory when
   /// the peer can open this process's memory (Note [shm reachability], checked at the first
   /// contact); false sends every tensor as bytes on the connection, both ways.

@@ -22,7 +22,7 @@
 /// fail at once; a request to an actor that exited fails at once with
 /// caf::sec::request_receiver_down naming the worker. Tensors in messages have value semantics
 /// and travel as RPC's do (shared memory between processes of one host from 1 MiB, inline bytes
-/// otherwise). Remote actors need the direct channel (node_options::rpc_fast_path).
+/// otherwise).
 ///
 /// Message fields: CAF's own float and double serialization is lossy and can hang
 /// (CAF-0.17-NOTES pitfall 1): carry floating-point data in a tensor, never in a float or double

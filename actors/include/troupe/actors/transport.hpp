@@ -1,7 +1,7 @@
 #pragma once
 /// \file transport.hpp
-/// The one interception point for every inter-node RPC message, on the CAF path and on the
-/// direct channel alike. Fault injection and distributed autograd plug in here; the default is a
+/// The one interception point for every RPC message and remote actor message on the direct
+/// channel. Fault injection and distributed autograd plug in here; the default is a
 /// pass-through.
 ///
 /// Note [transport hook]
@@ -10,13 +10,11 @@
 /// actor messages do too (message_kind::actor_message, Note [remote actors]), on the sending
 /// actor's thread and on the thread that reads them. It may
 /// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
-/// message. Threads: on the CAF path the agent actor (a CAF scheduler thread); on the direct
-/// channel (Note [rpc fast path]) the calling user thread (request sent), the executor thread
-/// (request received, response sent) or the node's I/O thread (response received, delayed
-/// messages). Either way it must not block.
+/// message. Threads (Note [rpc fast path]): the calling user thread (request sent), the executor
+/// thread (request received, response sent) or the node's I/O thread (response received, delayed
+/// messages). It must not block.
 ///
-///   CAF path:       user thread -> agent --on_send--> [CAF/TCP] --on_receive--> agent -> executor
-///   direct channel: user thread --on_send--> [TCP] --on_receive--> executor (leader)
+///   user thread --on_send--> [TCP] --on_receive--> executor (leader)
 ///
 /// Guarantees: a dropped request leaves the caller's call pending until its deadline (timeout)
 /// or its peer's death (peer_lost); no message is ever retried by the runtime (user functions are

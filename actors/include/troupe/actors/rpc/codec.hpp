@@ -293,7 +293,7 @@ class result_devices {
 /// fills at least half of the buffer's capacity: a received tensor a callee or a caller stores
 /// never pins more than twice its own bytes (a pooled buffer may be up to four times larger than
 /// the message, Note [byte pool]; a payload may carry several tensors). Anything else (smaller
-/// parts of a payload, nested payloads, the CAF path, tensors under adopt_min_bytes) is copied.
+/// parts of a payload, nested payloads, tensors under adopt_min_bytes) is copied.
 inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
 
 class payload_keeper {

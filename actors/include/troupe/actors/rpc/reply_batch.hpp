@@ -9,8 +9,7 @@
 // one segment, so the caller, blocked on the first, reads the second with the same wake-up instead
 // of handing it to its node's I/O thread (two more wake-ups). The RRef owner uses it for a fetch's
 // answer and the withheld remote_call answer that follows it (Note [withheld accept]). Keep a
-// batch short: nothing it holds leaves before it ends. Answers delayed by a fault plan, and those
-// that go over the CAF path, are not held.
+// batch short: nothing it holds leaves before it ends. Answers delayed by a fault plan are not held.
 
 namespace troupe::rpc {
 
