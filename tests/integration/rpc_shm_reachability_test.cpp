@@ -180,7 +180,7 @@ namespace {
 // every tensor travels as bytes. Runs `body` on rank 0's node, then shuts both down.
 void with_bytes_peer(const std::function<void(troupe::node&)>& body, std::shared_ptr<troupe::transport_hook> hook = nullptr) {
   troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off, true); });
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), mode::off); });
   {
     auto opts = troupe::test::test_options(0, 2, 0);
     opts.shared_memory_rpc = false;
