@@ -1,5 +1,5 @@
 // Harness: the reading side of a direct rpc connection (Note [fragments], Note [direct fragment
-// data]): frames cut into reads of a chosen size, parsed the way fast_path::parse_frames and
+// data]): frames cut into reads of a chosen size, parsed the way direct_channel::parse_frames and
 // on_readable do (headers, whole frames, fragments added or read straight into their streams,
 // large frames read straight into a buffer, assembled messages parsed), without a socket.
 // Input: a flags byte (1: outgoing connection, so responses are read; 2: buffers from a byte
@@ -19,7 +19,7 @@ using namespace troupe::detail;
 using troupe::rpc_request;
 using troupe::rpc_response;
 
-// One connection's reader state (fast_conn's, less the socket). `dropped`: a real reader would
+// One connection's reader state (channel_conn's, less the socket). `dropped`: a real reader would
 // have dropped the connection here.
 struct connection {
   bool outgoing = false;
@@ -56,7 +56,7 @@ struct connection {
 
   bool frame(std::uint8_t kind, const char* body, std::size_t n) {
     if (!outgoing && !authed) {
-      fast_auth a;
+      channel_auth a;
       authed = kind == static_cast<std::uint8_t>(frame_kind::auth) && parse_body(body, n, a);  // any ticket will do
       return authed;
     }
@@ -71,7 +71,7 @@ struct connection {
     return kind == want() && message(kind, body, n);
   }
 
-  // fast_path::parse_frames.
+  // direct_channel::parse_frames.
   bool parse() {
     std::size_t at = 0;
     while (in.size() - at >= frame_header_size) {
@@ -103,7 +103,7 @@ struct connection {
     return true;
   }
 
-  // One read of `n` bytes (fast_conn::read_available), then fast_path::on_readable's parsing.
+  // One read of `n` bytes (channel_conn::read_available), then direct_channel::on_readable's parsing.
   void read(const char* p, std::size_t n) {
     const std::size_t direct = std::min(n, streams.direct_left());
     if (direct > 0) {

@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 0: check_message<rpc_request>(body, n); break;
     case 1: check_message<rpc_response>(body, n); break;
     default: {
-      fast_auth a;
+      channel_auth a;
       (void)parse_body(body, n, a);
     }
   }

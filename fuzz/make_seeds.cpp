@@ -78,7 +78,7 @@ void frame_seeds() {
   write("frame", "request-empty", 0, body_of(rpc_request{}, detail::frame_kind::request));
   write("frame", "response", 1, body_of(rpc_response{7, 0, "", bytes(24, 'r'), {}}, detail::frame_kind::response));
   write("frame", "response-error", 1, body_of(rpc_response{7, 11, "bad frame", {}, bytes{9}}, detail::frame_kind::response));
-  write("frame", "auth", 2, body_of(detail::fast_auth{"worker1", std::string(64, 'f'), true}, detail::frame_kind::auth));
+  write("frame", "auth", 2, body_of(detail::channel_auth{"worker1", std::string(64, 'f'), true}, detail::frame_kind::auth));
 }
 
 // A whole frame of `body` as fragments of at most `piece` bytes (Note [fragments]).
@@ -125,7 +125,7 @@ void fragment_seeds() {
   const bytes resp = fragments(body_of(rpc_response{3, 0, "", bytes(200, 'x'), {}}, detail::frame_kind::response),
                                detail::frame_kind::response, 9, 80);
   bytes auth;
-  detail::fast_auth a{"worker1", std::string(64, 'a'), false};
+  detail::channel_auth a{"worker1", std::string(64, 'a'), false};
   detail::append_frame(auth, detail::frame_kind::auth, a);
   bytes authed = auth;
   authed.insert(authed.end(), whole.begin(), whole.end());

@@ -2,7 +2,7 @@
 // The executor: a fixed pool of threads running user RPC functions and future continuations,
 // never on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
 //
-// Leader/follower (Note [rpc fast path]): with an io_source attached, an idle thread becomes the
+// Leader/follower (Note [direct channel]): with an io_source attached, an idle thread becomes the
 // leader and waits for input on the source itself (the direct rpc sockets); what it reads it runs
 // at once, the rest it queues, and another idle thread takes over as leader. A request then costs
 // no hand-off from an I/O thread to a worker. At most one thread leads at a time.
@@ -17,7 +17,7 @@
 // docs/rref.md.
 //
 // Note [predicted quick]
-// An ordinary function whose recent runs were all short (rpc/fast_calls.cpp: the last 16 took
+// An ordinary function whose recent runs were all short (rpc/channel_calls.cpp: the last 16 took
 // under 50 us each) is run the same way, as a quick job, as long as the quick jobs of one read are
 // expected to take under 50 us together (so requests of tens of microseconds that arrive together
 // still run in parallel on followers): the follower's wake-up before it was most of what a small

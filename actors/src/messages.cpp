@@ -15,7 +15,6 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<hello_ack>("troupe.hello_ack");
   cfg.add_message_type<rpc_request>("troupe.rpc_request");
   cfg.add_message_type<rpc_response>("troupe.rpc_response");
-  cfg.add_message_type<outgoing_response>("troupe.outgoing_response");
   cfg.add_message_type<std::vector<char>>("troupe.bytes");
   cfg.add_message_type<std::vector<std::string>>("troupe.strings");
   cfg.add_message_type<store_set>("troupe.store_set");

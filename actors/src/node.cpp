@@ -22,7 +22,7 @@
 #include "rpc/agent.hpp"
 #include "rpc/bulk.hpp"
 #include "rpc/device_scope.hpp"
-#include "rpc/fast_path.hpp"
+#include "rpc/direct_channel.hpp"
 #include "silence_watch.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/host_address.hpp"
@@ -45,9 +45,9 @@ struct node::impl {
   std::shared_ptr<const rpc::detail::call_state::poster> poster;  // every call's continuations go to exec
   std::shared_ptr<detail::bulk_names> bulk = std::make_shared<detail::bulk_names>();
   std::shared_ptr<rpc::detail::interceptor_slot> interceptor = std::make_shared<rpc::detail::interceptor_slot>();
-  std::shared_ptr<detail::fast_path> fast;  // Note [rpc fast path]: carries every call and actor frame
+  std::shared_ptr<detail::direct_channel> channel;  // Note [direct channel]: carries every call and actor frame
   std::shared_ptr<transport_hook> hook;     // the fault plan and other interception; may be null
-  std::shared_ptr<detail::remote_actors> remote;  // Note [remote actors]; null without fast
+  std::shared_ptr<detail::remote_actors> remote;  // Note [remote actors]; null without channel
   caf::actor agent;
   caf::actor basp;  // the middleman's BASP broker: admitted sockets go to it (Note [CAF port gate])
   std::unique_ptr<detail::caf_gate> gate;
@@ -59,7 +59,7 @@ struct node::impl {
   // A peer: its agent (hello, monitor) and the direct connection that carries every call.
   struct link {
     caf::actor agent;
-    std::shared_ptr<detail::fast_conn> conn;
+    std::shared_ptr<detail::channel_conn> conn;
   };
   std::map<std::string, link> peers;  // name -> link
   // Peers seen going down -> why. A call to one of them connects once, without the start-up
@@ -87,7 +87,7 @@ struct node::impl {
   caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
   link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
-  void start_fast_path(detail::agent_config& ac);
+  void start_direct_channel(detail::agent_config& ac);
   link self_link(std::chrono::milliseconds timeout);
   std::mutex self_mutex;
   std::optional<link> to_self;  // under self_mutex: the connection for calls to this node
@@ -205,15 +205,15 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   poster = std::make_shared<const rpc::detail::call_state::poster>([exec = exec](std::function<void()> f) { return exec->post(std::move(f)); });
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
   detail::agent_config ac{me, opts.job_token, auth, bulk, store_actor, nullptr, nullptr};
-  start_fast_path(ac);
+  start_direct_channel(ac);
   {
-    remote = std::make_shared<detail::remote_actors>(*sys, me, fast, bulk, [this](const std::string& w, std::chrono::milliseconds t) {
+    remote = std::make_shared<detail::remote_actors>(*sys, me, channel, bulk, [this](const std::string& w, std::chrono::milliseconds t) {
       auto l = resolve(w, t);
       return detail::actor_peer{l.agent.node(), l.conn};
     });
-    fast->set_actor_sink(remote);
+    channel->set_actor_sink(remote);
   }
-  ac.on_peer_down = [this, weak = std::weak_ptr<detail::fast_path>(fast), ev = events](const std::string& name, const std::string& reason) {
+  ac.on_peer_down = [this, weak = std::weak_ptr<detail::direct_channel>(channel), ev = events](const std::string& name, const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(peers_mutex);
       peers.erase(name);
@@ -281,11 +281,11 @@ void node::impl::open_gate() {
 }
 
 // The direct channel carries every call; a node that cannot open it does not start.
-void node::impl::start_fast_path(detail::agent_config& ac) {
-  fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
+void node::impl::start_direct_channel(detail::agent_config& ac) {
+  channel = std::make_shared<detail::direct_channel>(detail::direct_channel_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
                                                                   opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes});
-  fast->start();
-  ac.issue_ticket = [weak = std::weak_ptr<detail::fast_path>(fast)](const std::string& peer, const caf::node_id& node) {
+  channel->start();
+  ac.issue_ticket = [weak = std::weak_ptr<detail::direct_channel>(channel)](const std::string& peer, const caf::node_id& node) {
     auto f = weak.lock();
     return f ? std::make_pair(f->port(), f->issue_ticket(peer, node)) : std::make_pair(std::uint16_t{0}, std::string());
   };
@@ -306,8 +306,8 @@ node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& 
     ours = bulk->shared_memory_enabled() && detail::can_open_probe(ack.shm);
     caf::send_as(agent, ack.agent, shm_verdict{ours});
   }
-  if (ack.fast_port == 0) throw error(errc::peer_lost, "worker " + ack.info.name + " has no direct channel");
-  l.conn = fast->connect(ack.info.name, ack.agent.node(), host, ack.fast_port, ack.fast_secret, ours, timeout);
+  if (ack.channel_port == 0) throw error(errc::peer_lost, "worker " + ack.info.name + " has no direct channel");
+  l.conn = channel->connect(ack.info.name, ack.agent.node(), host, ack.channel_port, ack.channel_secret, ours, timeout);
   return l;
 }
 
@@ -362,7 +362,7 @@ node::impl::link node::impl::self_link(std::chrono::milliseconds timeout) {
   if (to_self && !to_self->conn->closed()) return *to_self;
   const bool wildcard = opts.listen_addr == "0.0.0.0" || opts.listen_addr.empty();
   const auto host = wildcard ? std::string("127.0.0.1") : opts.listen_addr;
-  link l{agent, fast->connect(me.name, sys->node(), host, fast->port(), fast->issue_ticket(me.name, sys->node()),
+  link l{agent, channel->connect(me.name, sys->node(), host, channel->port(), channel->issue_ticket(me.name, sys->node()),
                               bulk->shared_memory_enabled(), timeout)};
   to_self = l;
   return l;
@@ -400,7 +400,7 @@ void node::impl::teardown() {
   if (agent) caf::anon_send_exit(agent, caf::exit_reason::user_shutdown);
   if (store_actor && opts.rank == 0) caf::anon_send_exit(store_actor, caf::exit_reason::user_shutdown);
   if (remote) remote->shutdown();  // kills every proxy of a remote actor
-  if (fast) fast->stop();  // fails its pending calls; served calls finishing below write to closed sockets
+  if (channel) channel->stop();  // fails its pending calls; served calls finishing below write to closed sockets
   exec->stop();
   bulk->unlink_all();  // Note [tensor over shared memory]: segments nobody decoded
   {
@@ -458,7 +458,7 @@ caf::actor_system& node::system() {
   if (!impl_->sys) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
   return *impl_->sys;
 }
-std::uint16_t node::rpc_port() const { return impl_->fast ? impl_->fast->port() : 0; }
+std::uint16_t node::rpc_port() const { return impl_->channel ? impl_->channel->port() : 0; }
 rpc::registry& node::functions() { return *impl_->functions; }
 detail::remote_actors& node::remote_actors() {
   if (!impl_->remote || impl_->down)
@@ -526,7 +526,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->complete(errc::bad_argument, st->what() + ": cannot encode the arguments: " + e.what(), {});
     return st;
   }
-  im.fast->call(peer.conn, st, function, std::move(payload), std::move(meta));  // Note [rpc fast path]; its stop() fails the calls it holds
+  im.channel->call(peer.conn, st, function, std::move(payload), std::move(meta));  // Note [direct channel]; its stop() fails the calls it holds
   return st;
 }
 

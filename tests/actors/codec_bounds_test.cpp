@@ -132,7 +132,7 @@ TEST_CASE("frame fields announcing 4 GiB are refused before anything is allocate
   }
   SECTION("the name in an auth frame") {
     const std::string body = four_gib + "xyz";
-    fast_auth a;
+    channel_auth a;
     CHECK_FALSE(parse_body(body.data(), body.size(), a));
     CHECK(a.name.capacity() < 1024);
   }
@@ -140,10 +140,10 @@ TEST_CASE("frame fields announcing 4 GiB are refused before anything is allocate
 }
 
 TEST_CASE("an auth frame parses as CAF wrote it, and its bool is 0 or 1", "[actors][rpc][bounds]") {
-  fast_auth in{"worker1", "00ff", true};
+  channel_auth in{"worker1", "00ff", true};
   std::vector<char> frame;
   REQUIRE(append_frame(frame, frame_kind::auth, in));
-  fast_auth out;
+  channel_auth out;
   REQUIRE(parse_body(frame.data() + frame_header_size, frame.size() - frame_header_size, out));
   CHECK(out.name == "worker1");
   CHECK(out.secret == "00ff");

@@ -16,7 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "rpc/byte_pool.hpp"
-#include "rpc/fast_conn.hpp"
+#include "rpc/channel_conn.hpp"
 #include "rpc/fragment.hpp"
 #include "rpc/split_frame.hpp"
 
@@ -95,7 +95,7 @@ struct socket_pair {
 // A whole frame (header + body) as three buffers, like a split frame: head, payload, tail.
 struct three_parts {
   std::vector<char> head, payload, tail;
-  std::vector<fast_conn::part> parts() const {
+  std::vector<channel_conn::part> parts() const {
     return {{head.data(), head.size()}, {payload.data(), payload.size()}, {tail.data(), tail.size()}};
   }
   std::vector<char> body() const {
@@ -121,7 +121,7 @@ TEST_CASE("fragments written by write_fragmented come back together as the frame
     socket_pair sp;
     const auto f = make_frame(n, static_cast<unsigned>(n));
     std::thread writer([&] {
-      fast_conn c(sp.fds[0], true);
+      channel_conn c(sp.fds[0], true);
       const auto parts = f.parts();
       CHECK(c.write_fragmented(parts.data(), parts.size()));
     });
@@ -146,7 +146,7 @@ TEST_CASE("fragments written by write_fragmented come back together as the frame
 
 TEST_CASE("a small frame written while a large one goes out in fragments arrives before the large one's last fragment", "[actors][rpc]") {
   socket_pair sp;
-  fast_conn c(sp.fds[0], true);
+  channel_conn c(sp.fds[0], true);
   const auto big = make_frame(16 * fragment_bytes, 3);
   std::atomic<bool> first_read{false};
   std::thread large([&] {
@@ -191,7 +191,7 @@ TEST_CASE("a fragment waits for a writer that is flushing instead of leaving all
   // Otherwise a small writer that happened to be flushing sent every later fragment of the large
   // frame, and its own call took the whole transfer.
   socket_pair sp;
-  fast_conn c(sp.fds[0], true);
+  channel_conn c(sp.fds[0], true);
   const auto blob = bytes(std::size_t{1} << 20, 9);  // fills the socket: its writer blocks, flushing
   std::vector<char> one(frame_header_size + blob.size());
   const auto blen = static_cast<std::uint32_t>(blob.size());
@@ -524,7 +524,7 @@ int unsent_mark(int fd) {
 
 TEST_CASE("the socket keeps few unsent bytes while fragments go out, and none is imposed on whole frames", "[actors][rpc]") {
   tcp_pair tp;
-  fast_conn c(tp.fds[0], true);
+  channel_conn c(tp.fds[0], true);
   CHECK(unsent_mark(c.fd()) == 0);  // the system's default: no mark
   const auto whole_frame = make_frame(fragment_bytes, 4);  // under fragment_min_bytes: written whole
   const auto wp = whole_frame.parts();

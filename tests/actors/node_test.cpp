@@ -136,7 +136,7 @@ TEST_CASE("node options take the launcher environment as defaults", "[actors][no
 
 TEST_CASE("nodes with a busy direct channel shut down at once", "[actors][node][rpc]") {
   // Two nodes of one process; calls between them keep an executor thread leading on the direct
-  // sockets (Note [rpc fast path]), which shutdown must stop without waiting for a poll timeout.
+  // sockets (Note [direct channel]), which shutdown must stop without waiting for a poll timeout.
   auto o0 = solo();
   o0.world_size = 2;  // one job: both nodes claim the same world size (Note [worker identity])
   troupe::node n0(o0);

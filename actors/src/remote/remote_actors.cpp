@@ -14,15 +14,15 @@
 #include "bounded_deserializer.hpp"
 #include "remote/remote_proxy.hpp"
 #include "rpc/bulk.hpp"
-#include "rpc/fast_path.hpp"
+#include "rpc/direct_channel.hpp"
 #include "rpc/wire.hpp"
 #include "troupe/actors/error_caf.hpp"
 
 namespace troupe::detail {
 
-remote_actors::remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<fast_path> fast, std::shared_ptr<bulk_names> bulk,
+remote_actors::remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<direct_channel> channel, std::shared_ptr<bulk_names> bulk,
                              resolver resolve)
-    : sys_(sys), me_(std::move(me)), fast_(std::move(fast)), bulk_(std::move(bulk)), resolve_(std::move(resolve)), ctx_(&sys), proxies_(sys, *this) {
+    : sys_(sys), me_(std::move(me)), channel_(std::move(channel)), bulk_(std::move(bulk)), resolve_(std::move(resolve)), ctx_(&sys), proxies_(sys, *this) {
   ctx_.proxy_registry_ptr(&proxies_);
 }
 
@@ -44,7 +44,7 @@ std::string remote_actors::worker_of(const caf::node_id& node) {
   return it != peers_.end() ? it->second.name : caf::to_string(node);
 }
 
-std::shared_ptr<fast_conn> remote_actors::conn_to(const caf::node_id& node) {
+std::shared_ptr<channel_conn> remote_actors::conn_to(const caf::node_id& node) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = peers_.find(node);
   if (it == peers_.end()) return nullptr;
@@ -52,7 +52,7 @@ std::shared_ptr<fast_conn> remote_actors::conn_to(const caf::node_id& node) {
 }
 
 // The first connection a peer's actor frames use stays its channel until it closes.
-void remote_actors::adopt(const std::shared_ptr<fast_conn>& c) {
+void remote_actors::adopt(const std::shared_ptr<channel_conn>& c) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (down_) return;
   auto& e = peers_[c->peer_node];
@@ -102,19 +102,19 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
     bounce(sender, mid, to_caf_error(errc::bad_argument, me_.name + ": cannot serialize a message to actor " + std::to_string(dest) + " on " + c->peer + ": " + sys_.render(err)));
     return;
   }
-  if (frame.size() - frame_header_size > fast_->max_body()) {  // the peer would drop the connection
+  if (frame.size() - frame_header_size > channel_->max_body()) {  // the peer would drop the connection
     bounce(sender, mid, to_caf_error(errc::bad_argument, me_.name + ": a message to actor " + std::to_string(dest) + " on " + c->peer + " has " +
                                                              std::to_string(frame.size() - frame_header_size) + " bytes, more than max_message_bytes (" +
-                                                             std::to_string(fast_->max_body()) + ")"));
+                                                             std::to_string(channel_->max_body()) + ")"));
     return;
   }
   std::string type = "actor:";  // Note [fault plan]: rules match actor messages by their type names
   for (std::size_t i = 0; i < content.size(); ++i) type += (i == 0 ? "" : ",") + sys_.types().portable_name(content.type(i));
-  fast_->send_actor(c, std::move(frame), false, std::move(type));
+  channel_->send_actor(c, std::move(frame), false, std::move(type));
 }
 
 void remote_actors::forward_later(const caf::node_id& to, caf::actor_id dest, caf::message content) {
-  fast_->post([weak = weak_from_this(), to, dest, content = std::move(content)]() mutable {
+  channel_->post([weak = weak_from_this(), to, dest, content = std::move(content)]() mutable {
     if (auto self = weak.lock()) self->forward(to, nullptr, dest, caf::make_message_id(), std::move(content));
   });
 }
@@ -126,10 +126,10 @@ void remote_actors::send_control(const caf::node_id& to, control_op op, caf::act
   caf::binary_serializer sink{&ctx_, frame};
   auto o = static_cast<std::uint8_t>(op);
   if (sink(o, id, reason)) return;
-  fast_->send_actor(c, std::move(frame), true);
+  channel_->send_actor(c, std::move(frame), true);
 }
 
-void remote_actors::on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control, const char* body, std::size_t n) {
+void remote_actors::on_actor_frame(const std::shared_ptr<channel_conn>& c, bool control, const char* body, std::size_t n) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (down_) return;
@@ -150,7 +150,7 @@ bool read_control_frame(bounded_deserializer& src, actor_control_frame& frame) {
   return !src(frame.op, frame.id, frame.reason) && src.remaining() == 0;
 }
 
-void remote_actors::on_message(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
+void remote_actors::on_message(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
   bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
   actor_message_head head;
   if (!read_message_head(src, head)) {
@@ -193,7 +193,7 @@ bool remote_actors::intercept_link(const caf::strong_actor_ptr& dst, caf::messag
   return true;
 }
 
-void remote_actors::on_control(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
+void remote_actors::on_control(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
   bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
   actor_control_frame f;
   if (!read_control_frame(src, f)) {
@@ -204,7 +204,7 @@ void remote_actors::on_control(const std::shared_ptr<fast_conn>& c, const char* 
   else if (f.op == static_cast<std::uint8_t>(control_op::down)) proxies_.erase(c->peer_node, f.id, std::move(f.reason));
 }
 
-void remote_actors::watch(const std::shared_ptr<fast_conn>& c, caf::actor_id id) {
+void remote_actors::watch(const std::shared_ptr<channel_conn>& c, caf::actor_id id) {
   auto a = sys_.registry().get(id);
   if (!a) {
     send_control(c->peer_node, control_op::down, id, caf::exit_reason::unknown);
@@ -226,7 +226,7 @@ void remote_actors::watch(const std::shared_ptr<fast_conn>& c, caf::actor_id id)
   });
 }
 
-void remote_actors::on_conn_lost(const std::shared_ptr<fast_conn>& c, const std::string& why) {
+void remote_actors::on_conn_lost(const std::shared_ptr<channel_conn>& c, const std::string& why) {
   const auto node = c->peer_node;
   std::string name = c->peer;
   {

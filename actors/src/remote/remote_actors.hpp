@@ -5,7 +5,7 @@
 // A handle to an actor of another node is an ordinary CAF handle whose actor is a remote_proxy
 // (remote/remote_proxy.hpp), made by this node's proxy_registry through remote_actors (its
 // backend). Sending to it serializes the message and writes it as one actor frame on the
-// connection to that node (Note [rpc fast path]); the receiving node enqueues it to the local
+// connection to that node (Note [direct channel]); the receiving node enqueues it to the local
 // actor on the thread that read the frame (no executor job).
 //
 //   A: actor a --send/request--> proxy(b) --[frame actor: sender id, receiver id, message id,
@@ -67,7 +67,7 @@
 
 namespace troupe::detail {
 
-class fast_path;
+class direct_channel;
 class bulk_names;
 
 class bounded_deserializer;
@@ -98,7 +98,7 @@ bool read_control_frame(bounded_deserializer& src, actor_control_frame& frame);
 /// A connection to a named worker and that worker's node.
 struct actor_peer {
   caf::node_id node;
-  std::shared_ptr<fast_conn> conn;
+  std::shared_ptr<channel_conn> conn;
 };
 
 /// This node's remote actor layer (see the note). Thread-safe.
@@ -108,7 +108,7 @@ class remote_actors final : public caf::proxy_registry::backend,
  public:
   /// Resolves a worker by name (connects the first time); throws troupe::error.
   using resolver = std::function<actor_peer(const std::string& worker, std::chrono::milliseconds timeout)>;
-  remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<fast_path> fast, std::shared_ptr<bulk_names> bulk,
+  remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<direct_channel> channel, std::shared_ptr<bulk_names> bulk,
                 resolver resolve);
   ~remote_actors() override;
 
@@ -135,26 +135,26 @@ class remote_actors final : public caf::proxy_registry::backend,
   caf::strong_actor_ptr make_proxy(caf::node_id nid, caf::actor_id aid) override;
   void set_last_hop(caf::node_id*) override {}
   // actor_frame_sink
-  void on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control, const char* body, std::size_t n) override;
-  void on_conn_lost(const std::shared_ptr<fast_conn>& c, const std::string& why) override;
+  void on_actor_frame(const std::shared_ptr<channel_conn>& c, bool control, const char* body, std::size_t n) override;
+  void on_conn_lost(const std::shared_ptr<channel_conn>& c, const std::string& why) override;
 
  private:
   enum class control_op : std::uint8_t { watch = 0, down = 1 };
   struct peer_entry {
-    std::shared_ptr<fast_conn> conn;
+    std::shared_ptr<channel_conn> conn;
     std::string name;
   };
-  std::shared_ptr<fast_conn> conn_to(const caf::node_id& node);
-  void adopt(const std::shared_ptr<fast_conn>& c);
+  std::shared_ptr<channel_conn> conn_to(const caf::node_id& node);
+  void adopt(const std::shared_ptr<channel_conn>& c);
   void send_control(const caf::node_id& to, control_op op, caf::actor_id id, caf::error reason);
-  void on_message(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
-  void on_control(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n);
-  void watch(const std::shared_ptr<fast_conn>& c, caf::actor_id id);
+  void on_message(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n);
+  void on_control(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n);
+  void watch(const std::shared_ptr<channel_conn>& c, caf::actor_id id);
   bool intercept_link(const caf::strong_actor_ptr& dst, caf::message& content);
 
   caf::actor_system& sys_;
   worker_info me_;
-  std::shared_ptr<fast_path> fast_;
+  std::shared_ptr<direct_channel> channel_;
   std::shared_ptr<bulk_names> bulk_;
   resolver resolve_;
   caf::scoped_execution_unit ctx_;  // serialization context: the system and our proxy registry

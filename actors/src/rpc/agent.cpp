@@ -67,7 +67,7 @@ caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
     watch_peer(self, h.agent, h.info.name);
   }
   hello_ack ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store, 0, {}, {}, false};
-  if (s.cfg.issue_ticket) std::tie(ack.fast_port, ack.fast_secret) = s.cfg.issue_ticket(h.info.name, sender->node());
+  if (s.cfg.issue_ticket) std::tie(ack.channel_port, ack.channel_secret) = s.cfg.issue_ticket(h.info.name, sender->node());
   // Note [shm reachability]: can we open the caller's memory? (Whether it can open ours, its
   // verdict says, before its first request.)
   if (s.cfg.bulk && same_host(sender->node(), self->node())) {

@@ -3,7 +3,7 @@
 //
 // Note [node agent]
 // The agent admits peers and watches them; it carries no calls (every call takes the direct
-// channel, Note [rpc fast path]).
+// channel, Note [direct channel]).
 // - hello: a peer presents the job token and its identity (Note [worker identity]); the answer
 //   carries the store, this node's direct port with a one-use secret for that peer, and the
 //   shared-memory probe (Note [shm reachability]).
@@ -39,7 +39,7 @@ struct agent_config {
   /// Called on the agent's thread when a peer agent goes down (must not block).
   std::function<void(const std::string& peer, const std::string& reason)> on_peer_down;
   /// The direct rpc port and a one-use secret for a peer that presented the token (Note [rpc
-  /// fast path]).
+  /// direct channel]).
   std::function<std::pair<std::uint16_t, std::string>(const std::string& peer, const caf::node_id& node)> issue_ticket;
 };
 

@@ -66,7 +66,7 @@
 //
 //   A --hello{probe_A}--> B: B opens probe_A like a segment: ok_B
 //   A <--hello_ack{probe_B, shm_ok = ok_B}-- B: reachable_A[B] = ok_B; A opens probe_B: ok_A
-//   A --shm_verdict{ok_A}--> B's agent, and fast_auth{..., shm_ok = ok_A} on the direct
+//   A --shm_verdict{ok_A}--> B's agent, and channel_auth{..., shm_ok = ok_A} on the direct
 //   connection: reachable_B[A] = ok_A before any request of A's is read on either path
 //
 // Access need not be symmetric (a process that dropped its capabilities may not read one that

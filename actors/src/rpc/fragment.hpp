@@ -6,7 +6,7 @@
 // bytes: between hosts, or with shared memory off) waited until the whole request had gone out
 // and had been read (measured: 46 ms on loopback for a small call behind a 64 MB echo). A frame
 // whose body is at least `fragment_min_bytes` now goes out as FRAGMENT frames (frame kind 3) of at
-// most `fragment_bytes` of its body each, every one written on its own (fast_conn::write_parts),
+// most `fragment_bytes` of its body each, every one written on its own (channel_conn::write_parts),
 // so a frame another thread writes meanwhile goes out between two fragments:
 //
 //   fragment body: u32 stream, u8 flags (1 first, 2 last), u8 inner kind, u64 total body length,
@@ -18,7 +18,7 @@
 // payload without another copy) and handles the complete body as the inner frame: the transport
 // hook, the interceptor and the codec see one whole message, as before. While fragments go out,
 // the socket's unsent bytes are kept under `unsent_low_water` (TCP_NOTSENT_LOWAT), so a small frame
-// does not queue behind megabytes inside the kernel either (only then: fast_conn::fragmenting).
+// does not queue behind megabytes inside the kernel either (only then: channel_conn::fragmenting).
 //
 // The reader checks everything: a fragment before authentication, of an unknown inner kind (only
 // request on an accepted connection, response on an outgoing one), a first fragment for a stream
@@ -43,7 +43,7 @@ inline constexpr int unsent_low_water = 256 << 10;
 inline constexpr std::size_t max_open_streams = 256;
 /// The totals of a connection's open streams may add up to at most this much.
 inline constexpr std::uint64_t max_open_bytes = std::uint64_t{2} << 30;
-/// A reader parses what it read after at most this many bytes (fast_conn::read_available).
+/// A reader parses what it read after at most this many bytes (channel_conn::read_available).
 inline constexpr std::size_t max_read_bytes = std::size_t{1} << 20;
 inline constexpr std::size_t fragment_head_size = 14;
 

@@ -1,5 +1,5 @@
 #pragma once
-// Serving one call of the direct channel on an executor thread (Note [rpc fast path]).
+// Serving one call of the direct channel on an executor thread (Note [direct channel]).
 
 #include <functional>
 #include <memory>

@@ -1,5 +1,5 @@
 #pragma once
-// Frames of the direct RPC channel (Note [rpc fast path] in rpc/fast_path.hpp): a 5-byte header
+// Frames of the direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): a 5-byte header
 // (u32 body length, little endian; u8 kind) and the body, a typed struct in CAF's binary format
 // (its inspect(); requests and responses by the code of Note [frame codec], the same bytes);
 // byte vectors are copied raw, no float is ever inspected.
@@ -29,14 +29,14 @@ enum class frame_kind : std::uint8_t {
 };
 
 /// First frame on a direct connection: the one-use secret the callee issued in its hello_ack.
-struct fast_auth {
+struct channel_auth {
   std::string name;    ///< the connecting worker
   std::string secret;  ///< hex, issued for that worker
   bool shm_ok = false; ///< the connecting worker can open the listener's memory (Note [shm reachability])
 };
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, fast_auth& x) {
-  return f(caf::meta::type_name("troupe.fast_auth"), x.name, x.secret, x.shm_ok);
+typename Inspector::result_type inspect(Inspector& f, channel_auth& x) {
+  return f(caf::meta::type_name("troupe.channel_auth"), x.name, x.secret, x.shm_ok);
 }
 
 inline constexpr std::size_t frame_header_size = 5;
@@ -225,7 +225,7 @@ inline bool parse_body(const char* data, std::size_t n, rpc_response& m) {
 
 /// parse_body for the auth frame (Note [frame codec]): its strings are checked against the bytes
 /// left before they are allocated (CAF's loader allocates a string's announced length first).
-inline bool parse_body(const char* data, std::size_t n, fast_auth& m) {
+inline bool parse_body(const char* data, std::size_t n, channel_auth& m) {
   frame_codec::reader r{data, data + n};
   r.seq(m.name);
   r.seq(m.secret);

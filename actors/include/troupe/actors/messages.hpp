@@ -62,24 +62,24 @@ typename Inspector::result_type inspect(Inspector& f, hello& x) {
 }
 
 /// Answer to a hello with the right token: the callee's identity, its agent, (rank 0) the store,
-/// and its direct rpc port with a one-use secret for this caller (Note [rpc fast path]; port 0:
+/// and its direct rpc port with a one-use secret for this caller (Note [direct channel]; port 0:
 /// none), its shared-memory probe and whether it could open the caller's (Note [shm
 /// reachability]).
 struct hello_ack {
   worker_info info;
   caf::actor agent;
   caf::actor store;
-  std::uint16_t fast_port = 0;
-  std::string fast_secret;
+  std::uint16_t channel_port = 0;
+  std::string channel_secret;
   shm_probe shm;        ///< the callee's probe
   bool shm_ok = false;  ///< the callee opened the caller's probe
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, hello_ack& x) {
-  return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store, x.fast_port, x.fast_secret, x.shm, x.shm_ok);
+  return f(caf::meta::type_name("troupe.hello_ack"), x.info, x.agent, x.store, x.channel_port, x.channel_secret, x.shm, x.shm_ok);
 }
 
-/// One RPC request frame of the direct channel (Note [rpc fast path]). `payload` is the codec's byte vector; `meta` the
+/// One RPC request frame of the direct channel (Note [direct channel]). `payload` is the codec's byte vector; `meta` the
 /// call interceptor's bytes (Note [call interceptor]; empty when none), copied raw.
 struct rpc_request {
   std::uint64_t id = 0;
@@ -105,18 +105,6 @@ struct rpc_response {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rpc_response& x) {
   return f(caf::meta::type_name("troupe.rpc_response"), x.id, x.code, x.message, x.payload, x.meta);
-}
-
-/// A response produced on the executor, handed to the local agent to send (so it passes the
-/// transport hook like every other inter-node message).
-struct outgoing_response {
-  caf::actor to;
-  std::string peer;
-  rpc_response response;
-};
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, outgoing_response& x) {
-  return f(caf::meta::type_name("troupe.outgoing_response"), x.to, x.peer, x.response);
 }
 
 // --- store protocol (Note [store]); replies are plain strings, integers and booleans ---------

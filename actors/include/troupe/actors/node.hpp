@@ -79,7 +79,7 @@ class node {
   const worker_info& info() const;
   /// The port this node's agent listens on (rank 0: the master port).
   std::uint16_t port() const;
-  /// The port of this node's direct RPC channel (Note [rpc fast path]); 0 when disabled.
+  /// The port of this node's direct RPC channel (Note [direct channel]); 0 when disabled.
   std::uint16_t rpc_port() const;
   /// The node's CAF actor system, for layers that spawn their own actors (RRef actors,
   /// distributed autograd contexts). Valid until shutdown(); such actors must have quit before

@@ -10,7 +10,7 @@
 /// actor messages do too (message_kind::actor_message, Note [remote actors]), on the sending
 /// actor's thread and on the thread that reads them. It may
 /// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
-/// message. Threads (Note [rpc fast path]): the calling user thread (request sent), the executor
+/// message. Threads (Note [direct channel]): the calling user thread (request sent), the executor
 /// thread (request received, response sent) or the node's I/O thread (response received, delayed
 /// messages). It must not block.
 ///

@@ -114,7 +114,7 @@ class container {
   /// Spawns and publishes the service actor, registers the optimizer's reserved functions and
   /// installs the interceptor on `n`. Blocks on one store round trip. Throws troupe::error:
   /// invalid_state when add_message_types was not applied to `n`'s options, or `n` has no direct
-  /// channel (node_options::rpc_fast_path); peer_lost when the store host is gone.
+  /// channel (node_options::direct_channel); peer_lost when the store host is gone.
   explicit container(node& n, container_options opts = {});
   ~container();
   container(const container&) = delete;

@@ -26,7 +26,7 @@ namespace troupe::rpc {
 
 namespace detail {
 
-/// Lets the thread that waits for a call help complete it (Note [rpc fast path]: a waiting caller
+/// Lets the thread that waits for a call help complete it (Note [direct channel]: a waiting caller
 /// reads its own response). One per connection, told which call (`unattended` by id).
 class call_helper {
  public:

@@ -162,7 +162,7 @@ struct function_options {
   /// The function never blocks and returns within microseconds (the runtime's reserved control
   /// functions: an RRef fetch, fork request or delete). A leading executor thread runs such
   /// requests itself, before the others it read, instead of waking a thread for each
-  /// (Note [rpc fast path]). A user function that may block or run long must not set it: requests
+  /// (Note [direct channel]). A user function that may block or run long must not set it: requests
   /// read after it would wait for it. (Functions whose recent runs were all short are run the
   /// same way without it, with a watchdog for the run that turns out long: Note [predicted quick]
   /// in the executor.)

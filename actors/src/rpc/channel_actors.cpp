@@ -1,11 +1,11 @@
 // The direct RPC channel carrying remote actor frames (Note [remote actors] in
 // remote/remote_actors.hpp): the hook, delays and copies, and the hand-over to the actor layer.
-#include "rpc/fast_path.hpp"
+#include "rpc/direct_channel.hpp"
 #include "rpc/wire.hpp"
 
 namespace troupe::detail {
 
-void fast_path::send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, bool control, std::string type) {
+void direct_channel::send_actor(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, bool control, std::string type) {
   if (frame.size() < frame_header_size || frame.size() - frame_header_size > max_body()) return;  // forward() refused it
   put_frame_header(frame.data(), frame.size() - frame_header_size, control ? frame_kind::actor_control : frame_kind::actor);
   if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();  // the I/O thread polls it from now on
@@ -18,7 +18,7 @@ void fast_path::send_actor(const std::shared_ptr<fast_conn>& c, std::vector<char
   send_copies(c, std::move(frame), d);
 }
 
-void fast_path::on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control, const char* body, std::size_t n) {
+void direct_channel::on_actor_frame(const std::shared_ptr<channel_conn>& c, bool control, const char* body, std::size_t n) {
   auto sink = actor_sink_.lock();
   if (!sink) return;
   if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();
@@ -34,7 +34,7 @@ void fast_path::on_actor_frame(const std::shared_ptr<fast_conn>& c, bool control
   else deliver();
 }
 
-void fast_path::notify_lost(const std::shared_ptr<fast_conn>& c, const std::string& why) {
+void direct_channel::notify_lost(const std::shared_ptr<channel_conn>& c, const std::string& why) {
   if (stopping_) return;
   if (auto sink = actor_sink_.lock()) sink->on_conn_lost(c, why);
 }

@@ -1,5 +1,5 @@
-// A direct RPC connection (rpc/fast_conn.hpp).
-#include "rpc/fast_conn.hpp"
+// A direct RPC connection (rpc/channel_conn.hpp).
+#include "rpc/channel_conn.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 
 namespace troupe::detail {
 
-fast_conn::fast_conn(int fd, bool outgoing) : fd_(fd), outgoing_(outgoing) {
+channel_conn::channel_conn(int fd, bool outgoing) : fd_(fd), outgoing_(outgoing) {
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   // Note [blocking first read]: a blocking socket whose blocking reads give up after
@@ -28,16 +28,16 @@ fast_conn::fast_conn(int fd, bool outgoing) : fd_(fd), outgoing_(outgoing) {
   if (outgoing_) reader_wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
-fast_conn::~fast_conn() {
+channel_conn::~channel_conn() {
   ::close(fd_);
   if (reader_wake >= 0) ::close(reader_wake);
 }
 
-void fast_conn::close() {
+void channel_conn::close() {
   if (!closed_.exchange(true, std::memory_order_acq_rel)) ::shutdown(fd_, SHUT_RDWR);
 }
 
-bool fast_conn::send_all(const char* p, std::size_t n) {
+bool channel_conn::send_all(const char* p, std::size_t n) {
   while (n > 0) {
     const ssize_t k = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
@@ -57,7 +57,7 @@ bool fast_conn::send_all(const char* p, std::size_t n) {
   return true;
 }
 
-bool fast_conn::send_parts(const part* parts, std::size_t count) {
+bool channel_conn::send_parts(const part* parts, std::size_t count) {
   if (count == 1) return send_all(parts[0].data, parts[0].size);
   std::vector<iovec> iov;
   for (std::size_t i = 0; i < count; ++i)
@@ -88,12 +88,12 @@ bool fast_conn::send_parts(const part* parts, std::size_t count) {
   return true;
 }
 
-bool fast_conn::write(const char* data, std::size_t n) {
+bool channel_conn::write(const char* data, std::size_t n) {
   const part p{data, n};
   return write_parts(&p, 1);
 }
 
-bool fast_conn::write_parts(const part* parts, std::size_t count, bool own_turn) {
+bool channel_conn::write_parts(const part* parts, std::size_t count, bool own_turn) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (closed()) return false;
@@ -142,7 +142,7 @@ bool fast_conn::write_parts(const part* parts, std::size_t count, bool own_turn)
 // between two of them is not queued behind megabytes there. Only then: a whole frame cannot be
 // passed anyway, and the low-water mark costs a wake-up of its writer per 256 KiB (1 MB echo as
 // bytes 1.35 -> 1.75 ms with it on all the time).
-fast_conn::fragmenting::fragmenting(fast_conn& c) : c_(c) {
+channel_conn::fragmenting::fragmenting(channel_conn& c) : c_(c) {
   std::lock_guard<std::mutex> lock(c_.lowat_mutex_);
   if (c_.fragment_writers_++ == 0) {
     const int low = unsent_low_water;
@@ -150,7 +150,7 @@ fast_conn::fragmenting::fragmenting(fast_conn& c) : c_(c) {
   }
 }
 
-fast_conn::fragmenting::~fragmenting() {
+channel_conn::fragmenting::~fragmenting() {
   std::lock_guard<std::mutex> lock(c_.lowat_mutex_);
   if (--c_.fragment_writers_ == 0) {
     const int none = 0;  // 0: the system's default again (no low-water mark)
@@ -158,7 +158,7 @@ fast_conn::fragmenting::~fragmenting() {
   }
 }
 
-bool fast_conn::write_fragmented(const part* parts, std::size_t count) {
+bool channel_conn::write_fragmented(const part* parts, std::size_t count) {
   if (count == 0 || parts[0].size < frame_header_size) return false;
   const auto inner = static_cast<std::uint8_t>(parts[0].data[4]);
   // The inner frame's body: the parts less the 5-byte frame header.
@@ -198,7 +198,7 @@ bool fast_conn::write_fragmented(const part* parts, std::size_t count) {
   return true;
 }
 
-bool fast_conn::read_available(bool block_first, std::size_t budget) {
+bool channel_conn::read_available(bool block_first, std::size_t budget) {
   std::size_t got = 0;
   int flags = block_first ? 0 : MSG_DONTWAIT;
   more_to_read = false;
@@ -214,7 +214,7 @@ bool fast_conn::read_available(bool block_first, std::size_t budget) {
     // Note [direct fragment data]: the rest of a fragment straight into its stream's buffer, and
     // only a little after it into `in` (the next fragment's head, or small frames).
     const std::size_t direct = streams.direct_left();
-    // 64 KiB, or the room a large frame's reservation left (fast_path::parse_frames).
+    // 64 KiB, or the room a large frame's reservation left (direct_channel::parse_frames).
     const std::size_t chunk = direct > 0 ? direct_tail_bytes
                                          : std::min(std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes), budget - got);
     in.resize(at + chunk);

@@ -1,5 +1,5 @@
 #pragma once
-// One direct RPC connection (Note [rpc fast path] in rpc/fast_path.hpp): a non-blocking TCP
+// One direct RPC connection (Note [direct channel] in rpc/direct_channel.hpp): a non-blocking TCP
 // socket, its read buffer (the I/O thread's), and a write side that combines concurrent writes.
 
 #include <atomic>
@@ -56,14 +56,14 @@ struct uninit_allocator : std::allocator<T> {
 inline constexpr std::chrono::microseconds first_read_slice{1000};
 
 /// A socket owned by the connection (closed with it). Move-only through shared_ptr.
-class fast_conn {
+class channel_conn {
  public:
   /// Takes `fd` (made blocking with a receive timeout: Note [blocking first read]; TCP_NODELAY). `outgoing`: this node connected (it sends
   /// requests and reads responses); otherwise it accepted (reads requests, sends responses).
-  fast_conn(int fd, bool outgoing);
-  ~fast_conn();
-  fast_conn(const fast_conn&) = delete;
-  fast_conn& operator=(const fast_conn&) = delete;
+  channel_conn(int fd, bool outgoing);
+  ~channel_conn();
+  channel_conn(const channel_conn&) = delete;
+  channel_conn& operator=(const channel_conn&) = delete;
 
   int fd() const { return fd_; }
   bool outgoing() const { return outgoing_; }
@@ -106,20 +106,20 @@ class fast_conn {
   std::string peer;
   caf::node_id peer_node;
   std::atomic<bool> authed{false};
-  /// Read by the executor's leader instead of the I/O thread (set under the fast path's lock once
+  /// Read by the executor's leader instead of the I/O thread (set under the channel's lock once
   /// the I/O thread has handed its buffer over).
   bool led = false;
   std::vector<char, uninit_allocator<char>> in;  ///< unparsed bytes (whoever holds the reading role)
   fragment_streams streams;  ///< fragments being put together (the reading role too)
 
-  // The reading role of an outgoing connection (Note [rpc fast path], "the caller reads its own
+  // The reading role of an outgoing connection (Note [direct channel], "the caller reads its own
   // response"): a caller thread that waits for one of its calls reads the socket itself; the I/O
   // thread reads it only for calls nobody waits on.
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
-  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (fast_wait.cpp)
-  // Under the fast path's pending lock: calls pending on this connection, those nobody waits on,
+  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (channel_wait.cpp)
+  // Under the channel's pending lock: calls pending on this connection, those nobody waits on,
   // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
   mutable int pending_calls = 0;
   mutable int unattended = 0;
@@ -129,16 +129,16 @@ class fast_conn {
   std::atomic<bool> actor_traffic{false};
 
  private:
-  /// While one exists, the socket keeps its unsent bytes under unsent_low_water (fast_conn.cpp).
+  /// While one exists, the socket keeps its unsent bytes under unsent_low_water (channel_conn.cpp).
   class fragmenting {
    public:
-    explicit fragmenting(fast_conn& c);
+    explicit fragmenting(channel_conn& c);
     ~fragmenting();
     fragmenting(const fragmenting&) = delete;
     fragmenting& operator=(const fragmenting&) = delete;
 
    private:
-    fast_conn& c_;
+    channel_conn& c_;
   };
   std::mutex lowat_mutex_;
   int fragment_writers_ = 0;  ///< under lowat_mutex_

@@ -1,4 +1,4 @@
-// Multi-process tests of the direct RPC channel (Note [rpc fast path]): who may use it, and that
+// Multi-process tests of the direct RPC channel (Note [direct channel]): who may use it, and that
 // a node's calls to itself take it too.
 #include <algorithm>
 #include <atomic>

@@ -1,12 +1,12 @@
 // The direct RPC channel, caller side of waiting: a caller that waits for its call reads the
-// connection itself (Note [rpc fast path], "the caller reads its own response").
+// connection itself (Note [direct channel], "the caller reads its own response").
 #include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <utility>
 
-#include "rpc/fast_path.hpp"
+#include "rpc/direct_channel.hpp"
 
 namespace troupe::detail {
 
@@ -22,7 +22,7 @@ void drain(int eventfd) {
 // One per outgoing connection: the calls on it are helped by reading it (or by the I/O thread).
 class conn_helper final : public rpc::detail::call_helper {
  public:
-  conn_helper(std::weak_ptr<fast_path> path, std::weak_ptr<fast_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
+  conn_helper(std::weak_ptr<direct_channel> path, std::weak_ptr<channel_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
   void wait(const rpc::detail::call_state& st, clock::time_point until) override {
     auto s = path_.lock();
     auto c = conn_.lock();
@@ -35,24 +35,24 @@ class conn_helper final : public rpc::detail::call_helper {
   }
 
  private:
-  std::weak_ptr<fast_path> path_;
-  std::weak_ptr<fast_conn> conn_;
+  std::weak_ptr<direct_channel> path_;
+  std::weak_ptr<channel_conn> conn_;
 };
 
 }  // namespace
 
-thread_local const fast_conn* fast_path::reading_here_ = nullptr;
+thread_local const channel_conn* direct_channel::reading_here_ = nullptr;
 
-std::shared_ptr<rpc::detail::call_helper> fast_path::make_waiter(const std::shared_ptr<fast_conn>& c) {
+std::shared_ptr<rpc::detail::call_helper> direct_channel::make_waiter(const std::shared_ptr<channel_conn>& c) {
   return std::make_shared<conn_helper>(weak_from_this(), c);
 }
 
 // Caller holds pending_mutex_ (the call is not shared yet: nobody can wait on it before).
-void fast_path::install_helper(const std::shared_ptr<fast_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
+void direct_channel::install_helper(const std::shared_ptr<channel_conn>& c, rpc::detail::call_state& st, std::uint64_t id) {
   st.set_helper(c->waiter, id);
 }
 
-void fast_path::unattend(const fast_conn* c, std::uint64_t id) {
+void direct_channel::unattend(const channel_conn* c, std::uint64_t id) {
   {
     std::lock_guard<std::mutex> lock(pending_mutex_);
     auto it = pending_.find(id);
@@ -63,7 +63,7 @@ void fast_path::unattend(const fast_conn* c, std::uint64_t id) {
   wake();  // it polls this connection from now on
 }
 
-bool fast_path::io_reads(const fast_conn& c) {
+bool direct_channel::io_reads(const channel_conn& c) {
   if (!c.outgoing()) return true;
   if (c.caller_reading.load(std::memory_order_acquire)) return false;
   if (c.actor_traffic.load(std::memory_order_acquire)) return true;  // Note [remote actors]
@@ -72,7 +72,7 @@ bool fast_path::io_reads(const fast_conn& c) {
   return c.unattended > 0 || c.handed_over;
 }
 
-bool fast_path::read_for_io(const std::shared_ptr<fast_conn>& c) {
+bool direct_channel::read_for_io(const std::shared_ptr<channel_conn>& c) {
   if (c->caller_reading.load(std::memory_order_acquire)) return false;
   std::unique_lock<std::mutex> reading(c->read_mutex, std::try_to_lock);
   if (!reading || c->caller_reading.load(std::memory_order_acquire)) return false;
@@ -80,12 +80,12 @@ bool fast_path::read_for_io(const std::shared_ptr<fast_conn>& c) {
   return true;
 }
 
-void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, const rpc::detail::call_state& st, clock::time_point until) {
+void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, const rpc::detail::call_state& st, clock::time_point until) {
   bool idle = false;
   if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
   {
     std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
-    const fast_conn* outer = std::exchange(reading_here_, c.get());
+    const channel_conn* outer = std::exchange(reading_here_, c.get());
     bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
     while (!st.done() && !c->closed() && !stopping_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
@@ -108,7 +108,7 @@ void fast_path::read_until_done(const std::shared_ptr<fast_conn>& c, const rpc::
 
 // Calls still pending on `c` are waited on by threads blocked on their call (or by nobody): the
 // I/O thread reads for them from now on.
-void fast_path::release_reading(const std::shared_ptr<fast_conn>& c) {
+void direct_channel::release_reading(const std::shared_ptr<channel_conn>& c) {
   c->caller_reading.store(false, std::memory_order_release);
   bool left = false;
   {
@@ -121,7 +121,7 @@ void fast_path::release_reading(const std::shared_ptr<fast_conn>& c) {
 // The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet
 // (it is busy, or dropped the future) are read and completed within that bound rather than at
 // their deadline. (is_ready() marks its call unattended at once: call_state::ready().)
-void fast_path::read_unwaited(const std::vector<std::shared_ptr<fast_conn>>& outgoing) {
+void direct_channel::read_unwaited(const std::vector<std::shared_ptr<channel_conn>>& outgoing) {
   const auto now = clock::now();
   if (now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
   last_unwaited_read_ = now;

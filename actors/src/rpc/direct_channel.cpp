@@ -1,6 +1,6 @@
 // The direct RPC channel: listening, the I/O thread, connections, tickets and timers
-// (Note [rpc fast path] in rpc/fast_path.hpp). The call side is in fast_calls.cpp.
-#include "rpc/fast_path.hpp"
+// (Note [direct channel] in rpc/direct_channel.hpp). The call side is in channel_calls.cpp.
+#include "rpc/direct_channel.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -54,7 +54,7 @@ bool resolve_ipv4(const std::string& host, in_addr& out) {
 
 }  // namespace
 
-fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)), accept_(cfg_.me.name, "direct rpc") {
+direct_channel::direct_channel(direct_channel_config cfg) : cfg_(std::move(cfg)), accept_(cfg_.me.name, "direct rpc") {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -71,30 +71,30 @@ fast_path::fast_path(fast_path_config cfg) : cfg_(std::move(cfg)), accept_(cfg_.
   lead_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
-fast_path::~fast_path() {
+direct_channel::~direct_channel() {
   stop();
   ::close(listen_fd_);
   ::close(wake_fd_);
   ::close(lead_wake_fd_);
 }
 
-void fast_path::start() {
+void direct_channel::start() {
   io_ = std::thread([this] { run(); });
   cfg_.exec->set_source(this);
 }
 
-void fast_path::wake() {
+void direct_channel::wake() {
   const std::uint64_t one = 1;
   [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
 }
 
-void fast_path::interrupt() {
+void direct_channel::interrupt() {
   lead_interrupted_.store(true);
   const std::uint64_t one = 1;
   [[maybe_unused]] auto r = ::write(lead_wake_fd_, &one, sizeof one);
 }
 
-void fast_path::lead(led_jobs& jobs) {
+void direct_channel::lead(led_jobs& jobs) {
   if (conns_gen_.load(std::memory_order_acquire) != led_gen_) {  // the connections changed: list them again
     std::lock_guard<std::mutex> lock(conns_mutex_);
     led_conns_.clear();
@@ -122,7 +122,7 @@ void fast_path::lead(led_jobs& jobs) {
     if (fds[i + 1].revents) on_readable(polled[i], &jobs);
 }
 
-std::string fast_path::issue_ticket(const std::string& peer, const caf::node_id& node) {
+std::string direct_channel::issue_ticket(const std::string& peer, const caf::node_id& node) {
   auto secret = random_secret();
   std::lock_guard<std::mutex> lock(conns_mutex_);
   if (tickets_.size() >= max_tickets) tickets_.erase(tickets_.begin());
@@ -130,16 +130,16 @@ std::string fast_path::issue_ticket(const std::string& peer, const caf::node_id&
   return secret;
 }
 
-std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
+std::shared_ptr<channel_conn> direct_channel::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
                                               std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout) {
   const int fd = dial_tcp(host, port, timeout);
   if (fd < 0) throw error(errc::peer_lost, cfg_.me.name + ": cannot open the direct rpc connection to " + peer + " at " + host + ":" + std::to_string(port));
-  auto c = std::make_shared<fast_conn>(fd, true);
+  auto c = std::make_shared<channel_conn>(fd, true);
   c->waiter = make_waiter(c);
   c->peer = peer;
   c->peer_node = node;
   std::vector<char> frame;
-  fast_auth auth{cfg_.me.name, secret, shm_ok};
+  channel_auth auth{cfg_.me.name, secret, shm_ok};
   if (!append_frame(frame, frame_kind::auth, auth) || !c->write(frame.data(), frame.size()))
     throw error(errc::peer_lost, cfg_.me.name + ": the direct rpc connection to " + peer + " failed during authentication");
   {
@@ -152,13 +152,13 @@ std::shared_ptr<fast_conn> fast_path::connect(const std::string& peer, const caf
   return c;
 }
 
-void fast_path::stop() {
+void direct_channel::stop() {
   if (stopping_.exchange(true)) return;
   cfg_.exec->set_source(nullptr);  // no executor thread leads on our sockets from now on
   led_conns_.clear();
   wake();
   if (io_.joinable()) io_.join();
-  std::vector<std::shared_ptr<fast_conn>> conns;
+  std::vector<std::shared_ptr<channel_conn>> conns;
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     conns.swap(conns_);
@@ -181,8 +181,8 @@ void fast_path::stop() {
     p.state->complete(errc::invalid_state, p.state->what() + ": node " + cfg_.me.name + " shut down", {});
 }
 
-void fast_path::peer_down(const std::string& peer, const std::string& reason) {
-  std::vector<std::shared_ptr<fast_conn>> gone;
+void direct_channel::peer_down(const std::string& peer, const std::string& reason) {
+  std::vector<std::shared_ptr<channel_conn>> gone;
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     for (auto& c : conns_)
@@ -197,7 +197,7 @@ void fast_path::peer_down(const std::string& peer, const std::string& reason) {
   }
 }
 
-void fast_path::drop(const std::shared_ptr<fast_conn>& c, const std::string& why) {
+void direct_channel::drop(const std::shared_ptr<channel_conn>& c, const std::string& why) {
   c->close();
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);
@@ -208,7 +208,7 @@ void fast_path::drop(const std::shared_ptr<fast_conn>& c, const std::string& why
   notify_lost(c, why);
 }
 
-void fast_path::later(std::chrono::milliseconds delay, std::function<void()> fn) {
+void direct_channel::later(std::chrono::milliseconds delay, std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(timers_mutex_);
     timers_.emplace(clock::now() + delay, std::move(fn));
@@ -216,7 +216,7 @@ void fast_path::later(std::chrono::milliseconds delay, std::function<void()> fn)
   wake();
 }
 
-void fast_path::run_timers() {
+void direct_channel::run_timers() {
   for (;;) {
     std::function<void()> fn;
     {
@@ -229,7 +229,7 @@ void fast_path::run_timers() {
   }
 }
 
-int fast_path::poll_timeout_ms() {
+int direct_channel::poll_timeout_ms() {
   auto next = clock::now() + std::chrono::milliseconds(max_poll_ms);
   {
     std::lock_guard<std::mutex> lock(timers_mutex_);
@@ -246,11 +246,11 @@ int fast_path::poll_timeout_ms() {
 }
 
 // Note [connection hygiene] (rpc/accept_guard.hpp).
-void fast_path::accept_all() {
+void direct_channel::accept_all() {
   for (;;) {
     const int fd = accept_.accept_one(listen_fd_);
     if (fd < 0) return;
-    auto c = std::make_shared<fast_conn>(fd, false);
+    auto c = std::make_shared<channel_conn>(fd, false);
     std::erase_if(waiting_, [](const auto& w) {
       auto l = w.second.lock();
       return !l || l->authed || l->closed();
@@ -267,7 +267,7 @@ void fast_path::accept_all() {
   }
 }
 
-void fast_path::expire_waiting() {
+void direct_channel::expire_waiting() {
   const auto now = clock::now();
   while (!waiting_.empty()) {
     auto c = waiting_.front().second.lock();
@@ -280,9 +280,9 @@ void fast_path::expire_waiting() {
   }
 }
 
-void fast_path::run() {
+void direct_channel::run() {
   std::vector<pollfd> fds;
-  std::vector<std::shared_ptr<fast_conn>> polled, outgoing;
+  std::vector<std::shared_ptr<channel_conn>> polled, outgoing;
   while (!stopping_) {
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
@@ -315,7 +315,7 @@ void fast_path::run() {
   }
 }
 
-void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs, bool block_first) {
+void direct_channel::on_readable(const std::shared_ptr<channel_conn>& c, job_list* jobs, bool block_first) {
   const std::uint64_t before = c->bytes_read.load(std::memory_order_relaxed);
   // Note [connection hygiene]: before its auth frame, a connection is read one frame's worth.
   const auto budget = [&] { return c->outgoing() || c->authed ? max_read_bytes : frame_header_size + max_auth_body; };
@@ -347,7 +347,7 @@ void fast_path::on_readable(const std::shared_ptr<fast_conn>& c, job_list* jobs,
   }
 }
 
-bool fast_path::parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs) {
+bool direct_channel::parse_frames(const std::shared_ptr<channel_conn>& c, job_list* jobs) {
   std::size_t at = 0;
   auto& in = c->in;
   while (in.size() - at >= frame_header_size) {
@@ -394,13 +394,13 @@ bool fast_path::parse_frames(const std::shared_ptr<fast_conn>& c, job_list* jobs
   return true;
 }
 
-void fast_path::drop_malformed(const std::shared_ptr<fast_conn>& c) {
+void direct_channel::drop_malformed(const std::shared_ptr<channel_conn>& c) {
   std::fprintf(stderr, "[troupe] %s: dropped the direct rpc connection of %s: malformed frame\n", cfg_.me.name.c_str(), c->peer.c_str());
   drop(c, "protocol violation: malformed frame");
 }
 
-bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n) {
-  fast_auth a;
+bool direct_channel::on_auth(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
+  channel_auth a;
   bool ok = parse_body(body, n, a);
   if (ok) {
     std::lock_guard<std::mutex> lock(conns_mutex_);
@@ -422,7 +422,7 @@ bool fast_path::on_auth(const std::shared_ptr<fast_conn>& c, const char* body, s
   return true;
 }
 
-bool fast_path::handle_frame(const std::shared_ptr<fast_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs) {
+bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs) {
   if (!c->outgoing() && !c->authed) {
     if (kind == static_cast<std::uint8_t>(frame_kind::auth)) return on_auth(c, body, n);
     std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection that did not authenticate first\n", cfg_.me.name.c_str());
@@ -461,7 +461,7 @@ namespace troupe::detail {
 
 // Note [fragments] (rpc/fragment.hpp). False: malformed (the caller drops the connection), or
 // the inner frame dropped it.
-bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* body, std::size_t n, job_list* jobs) {
+bool direct_channel::on_fragment(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n, job_list* jobs) {
   const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
   fragment_streams::assembled a;
   switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, a, max_body())) {
@@ -474,7 +474,7 @@ bool fast_path::on_fragment(const std::shared_ptr<fast_conn>& c, const char* bod
   }
 }
 
-bool fast_path::on_assembled(const std::shared_ptr<fast_conn>& c, fragment_streams::assembled&& a, job_list* jobs) {
+bool direct_channel::on_assembled(const std::shared_ptr<channel_conn>& c, fragment_streams::assembled&& a, job_list* jobs) {
   if (a.head.empty()) {  // the whole body in one buffer
     const bool ok = handle_frame(c, a.inner, a.rest.data(), a.rest.size(), jobs);
     if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(a.rest));

@@ -1,6 +1,6 @@
 // The direct RPC channel: calls, serving, responses and the pending table
-// (Note [rpc fast path] in rpc/fast_path.hpp).
-#include "rpc/fast_path.hpp"
+// (Note [direct channel] in rpc/direct_channel.hpp).
+#include "rpc/direct_channel.hpp"
 
 #include "troupe/actors/rpc/reply_batch.hpp"
 #include "rpc/byte_pool.hpp"
@@ -22,11 +22,11 @@ namespace {
 // Note [reply batch]: the frames held by the reply_batch scopes of this thread (outermost flushes).
 struct held_replies {
   int depth = 0;
-  std::vector<std::pair<std::shared_ptr<fast_conn>, std::vector<char>>> per_conn;  // in first-use order
+  std::vector<std::pair<std::shared_ptr<channel_conn>, std::vector<char>>> per_conn;  // in first-use order
 };
 thread_local held_replies tls_replies;
 
-// This thread's buffer for the small frame it is about to send (fast_path::send_frame), emptied.
+// This thread's buffer for the small frame it is about to send (direct_channel::send_frame), emptied.
 std::vector<char>& scratch_frame() {
   thread_local std::vector<char> frame;
   frame.clear();
@@ -52,7 +52,7 @@ reply_batch::~reply_batch() {
 
 namespace troupe::detail {
 
-void fast_path::send_copies(const std::shared_ptr<fast_conn>& c, std::vector<char> frame, const transport_decision& d) {
+void direct_channel::send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d) {
   if (d.copies <= 0) return;
   if (tls_replies.depth > 0 && d.delay.count() <= 0 && !c->outgoing()) {  // a response, held (Note [reply batch])
     auto& per = tls_replies.per_conn;
@@ -71,7 +71,7 @@ void fast_path::send_copies(const std::shared_ptr<fast_conn>& c, std::vector<cha
 
 // One small frame, built in this thread's scratch buffer: written from it at once in the usual
 // case (no allocation per call), copied only when it must be kept (held replies, a delay, copies).
-void fast_path::send_frame(const std::shared_ptr<fast_conn>& c, const std::vector<char>& frame, const transport_decision& d) {
+void direct_channel::send_frame(const std::shared_ptr<channel_conn>& c, const std::vector<char>& frame, const transport_decision& d) {
   if (d.copies == 1 && d.delay.count() <= 0 && !(tls_replies.depth > 0 && !c->outgoing())) {
     c->write(frame.data(), frame.size());  // closed: the I/O thread fails the calls
     return;
@@ -79,17 +79,17 @@ void fast_path::send_frame(const std::shared_ptr<fast_conn>& c, const std::vecto
   send_copies(c, frame, d);
 }
 
-void fast_path::send_split(const std::shared_ptr<fast_conn>& c, const split_frame& f, const transport_decision& d) {
+void direct_channel::send_split(const std::shared_ptr<channel_conn>& c, const split_frame& f, const transport_decision& d) {
   if (d.copies <= 0) return;
   if ((tls_replies.depth > 0 && !c->outgoing()) || d.delay.count() > 0) return send_copies(c, f.flat(), d);  // kept: one buffer
-  const fast_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
+  const channel_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
   const bool fragmented = f.size() - frame_header_size >= fragment_min_bytes;  // Note [fragments]
   for (int i = 0; i < d.copies; ++i)
     if (!(fragmented ? c->write_fragmented(parts, 3) : c->write_parts(parts, 3))) return;  // closed: the I/O thread fails the calls
 }
 
 template <class T>
-bool fast_path::send_large(const std::shared_ptr<fast_conn>& c, frame_kind kind, T msg, const transport_decision& d) {
+bool direct_channel::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, T msg, const transport_decision& d) {
   struct large {
     T msg;
     split_frame f;
@@ -111,7 +111,7 @@ bool fast_path::send_large(const std::shared_ptr<fast_conn>& c, frame_kind kind,
   return true;
 }
 
-void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
+void direct_channel::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
                      const std::string& function, std::vector<char> payload, std::vector<char> meta) {
   std::uint64_t id = 0;
   {
@@ -157,12 +157,12 @@ void fast_path::call(const std::shared_ptr<fast_conn>& c, const std::shared_ptr<
   send_frame(c, frame, d);
 }
 
-void fast_path::wake_if_first_deadline(clock::time_point deadline) {
+void direct_channel::wake_if_first_deadline(clock::time_point deadline) {
   // The I/O thread sleeps until the earliest deadline it knew of; an earlier one needs a wake.
   if (deadline < clock::now() + std::chrono::milliseconds(max_poll_ms)) wake();
 }
 
-void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req, job_list* jobs) {
+void direct_channel::on_request(const std::shared_ptr<channel_conn>& c, rpc_request req, job_list* jobs) {
   req.caller = c->peer;  // the ticket names the caller, not the request
   transport_decision d;
   if (cfg_.hook) {
@@ -181,7 +181,7 @@ void fast_path::on_request(const std::shared_ptr<fast_conn>& c, rpc_request req,
   serve(c, std::move(req), d.copies, jobs);
 }
 
-void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, int copies, job_list* jobs) {
+void direct_channel::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_in, int copies, job_list* jobs) {
   // The jobs (more than one only for a duplicating fault plan) share the request: copying it
   // copied its payload, a whole extra pass over a large tensor sent as bytes. When they are done,
   // a large payload's buffer goes back to the node's pool (Note [byte pool]).
@@ -226,7 +226,7 @@ void fast_path::serve(const std::shared_ptr<fast_conn>& c, rpc_request req_in, i
   }
 }
 
-void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) {
+void direct_channel::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
   transport_decision d;
   if (cfg_.hook) {
     envelope env{message_kind::rpc_response, cfg_.me.name, c->peer, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
@@ -248,7 +248,7 @@ void fast_path::respond(const std::shared_ptr<fast_conn>& c, rpc_response resp) 
   send_frame(c, frame, d);
 }
 
-void fast_path::on_response(const std::shared_ptr<fast_conn>& c, rpc_response resp) {
+void direct_channel::on_response(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
   if (cfg_.hook) {
     envelope env{message_kind::rpc_response, c->peer, cfg_.me.name, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
     const auto d = cfg_.hook->on_receive(env);
@@ -265,7 +265,7 @@ void fast_path::on_response(const std::shared_ptr<fast_conn>& c, rpc_response re
   finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
 }
 
-void fast_path::finish(const fast_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
+void direct_channel::finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
   std::shared_ptr<rpc::detail::call_state> st;
   {
     std::lock_guard<std::mutex> lock(pending_mutex_);
@@ -289,7 +289,7 @@ void fast_path::finish(const fast_conn* c, std::uint64_t id, errc code, std::str
   }
 }
 
-void fast_path::fail_calls_on(const fast_conn* c, const std::string& peer, const std::string& why) {
+void direct_channel::fail_calls_on(const channel_conn* c, const std::string& peer, const std::string& why) {
   std::vector<std::pair<std::uint64_t, std::string>> lost;
   {
     std::lock_guard<std::mutex> lock(pending_mutex_);
@@ -300,9 +300,9 @@ void fast_path::fail_calls_on(const fast_conn* c, const std::string& peer, const
     finish(c, id, errc::peer_lost, "worker " + peer + " was lost (" + why + ") during call to '" + fn + "' from " + cfg_.me.name, {}, {});
 }
 
-void fast_path::sweep_deadlines() {
+void direct_channel::sweep_deadlines() {
   const auto now = clock::now();
-  std::vector<std::tuple<const fast_conn*, std::uint64_t, std::string>> expired;
+  std::vector<std::tuple<const channel_conn*, std::uint64_t, std::string>> expired;
   auto collect = [&] {
     expired.clear();
     std::lock_guard<std::mutex> lock(pending_mutex_);
@@ -314,7 +314,7 @@ void fast_path::sweep_deadlines() {
   collect();
   if (expired.empty()) return;
   // A response may sit unread in a socket whose caller has not waited yet: read those first.
-  std::vector<std::shared_ptr<fast_conn>> unread;
+  std::vector<std::shared_ptr<channel_conn>> unread;
   {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     for (auto& c : conns_)

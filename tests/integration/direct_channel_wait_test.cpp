@@ -1,4 +1,4 @@
-// Multi-process tests of the caller side of the direct channel (Note [rpc fast path], "the caller
+// Multi-process tests of the caller side of the direct channel (Note [direct channel], "the caller
 // reads its own response"): a waiting caller reads its response on its own thread, calls nobody
 // waits on still complete (continuations, a late waiter, a waiter that gave up), and several
 // threads waiting on one connection all get their answers.
