@@ -25,6 +25,7 @@
 #include "rpc/fast_path.hpp"
 #include "silence_watch.hpp"
 #include "store_actor.hpp"
+#include "tls_relay.hpp"
 #include "troupe/actors/host_address.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -51,6 +52,7 @@ struct node::impl {
   caf::actor agent;
   caf::actor basp;  // the middleman's BASP broker: admitted sockets go to it (Note [CAF port gate])
   std::unique_ptr<detail::caf_gate> gate;
+  std::shared_ptr<detail::tls_relays> tls;  // Note [tls relay]; null when TLS is off
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
@@ -125,7 +127,7 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
 // null (and `why`) when it fails. An unauthorized gate throws.
 caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, std::string& why) {
   try {
-    const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout);
+    const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout, tls.get());
     caf::scoped_actor self{*sys};
     caf::actor result;
     self->request(basp, timeout, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
@@ -195,6 +197,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     given = std::make_shared<fault_injector>(fault_plan::load(plan), fault_injector::stderr_log());
   hook = given;
   check_token(opts, me.name);
+  if (auto ctx = make_tls_context(opts.tls)) tls = std::make_shared<detail::tls_relays>(me.name, std::move(ctx));  // io_error naming a file
   events = std::make_shared<peer_events>(me.name, [this](const std::string& name, std::chrono::milliseconds timeout) { resolve(name, timeout); });
   if (opts.rank == 0) events->set_store_host(me.name);
   configure();
@@ -267,7 +270,7 @@ void node::impl::open_gate() {
   basp = sys->middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
   gate = std::make_unique<detail::caf_gate>(
-      detail::caf_gate_config{me.name, opts.listen_addr, want, opts.job_token, opts.auth_deadline, opts.max_unauthenticated},
+      detail::caf_gate_config{me.name, opts.listen_addr, want, opts.job_token, opts.auth_deadline, opts.max_unauthenticated, tls},
       [this](int fd) {
         caf::anon_send(basp, caf::publish_atom::value, sys->middleman().backend().new_scribe(fd), port,
                        caf::actor_cast<caf::strong_actor_ptr>(agent), std::set<std::string>{});
@@ -279,7 +282,7 @@ void node::impl::open_gate() {
 void node::impl::start_fast_path(const std::shared_ptr<transport_hook>& hook, detail::agent_config& ac) {
   try {
     fast = std::make_shared<detail::fast_path>(detail::fast_path_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
-                                                                    opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes});
+                                                                    opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes, tls});
   } catch (const error& e) {  // no direct channel: every call takes the CAF path
     std::fprintf(stderr, "[troupe] %s: %s; calls use the CAF path\n", me.name.c_str(), e.message().c_str());
     return;
@@ -424,6 +427,7 @@ void node::impl::teardown() {
   remote.reset();  // its proxy registry refers to the system
   basp = nullptr;
   sys.reset();  // joins every CAF thread once all actors are gone
+  if (tls) tls->stop();  // after CAF: its last bytes go out through the relays
   recorder->write_trace();
 }
 
