@@ -225,6 +225,7 @@ int tls_relays::start(int tcp_fd, std::unique_ptr<tls_session> s, std::string pe
       throw error(errc::invalid_state, who_ + " is shutting down");
     }
     reap();
+    refusals_.erase(sv[0]);  // the number may be a closed connection's
     try {
       r->thread = std::thread([this, raw, server, handshake_deadline] {
         try {
@@ -238,6 +239,13 @@ int tls_relays::start(int tcp_fd, std::unique_ptr<tls_session> s, std::string pe
           raw->pump();
           std::lock_guard<std::mutex> why(raw->why_mutex);
           if (!raw->refused.empty()) log_refusal(raw->peer, raw->refused, server);
+        }
+        {
+          std::lock_guard<std::mutex> why(raw->why_mutex);
+          if (!raw->refused.empty()) {
+            std::lock_guard<std::mutex> lock(mutex_);  // before the user reads EOF: refusal() finds it
+            refusals_[raw->user_plain] = raw->refused;
+          }
         }
         ::shutdown(raw->plain, SHUT_RDWR);  // the user reads EOF
         ::shutdown(raw->tcp, SHUT_RDWR);    // the peer reads EOF
@@ -278,12 +286,8 @@ int tls_relays::accept(int tcp_fd, std::chrono::milliseconds handshake_bound) {
 
 std::string tls_relays::refusal(int plain_fd) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = relays_.rbegin(); it != relays_.rend(); ++it)
-    if ((*it)->user_plain == plain_fd) {
-      std::lock_guard<std::mutex> why((*it)->why_mutex);
-      return (*it)->refused;
-    }
-  return "";
+  const auto it = refusals_.find(plain_fd);
+  return it == refusals_.end() ? std::string() : it->second;
 }
 
 }  // namespace troupe::detail

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +73,7 @@ class tls_relays {
   std::shared_ptr<const tls_context> ctx_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<relay>> relays_;
+  std::map<int, std::string> refusals_;  // a plain end's number -> why TLS refused its connection
   bool stopping_ = false;
   std::atomic<bool> quiet_{false};  // stop() began: ended handshakes are not refusals
   std::mutex log_mutex_;
