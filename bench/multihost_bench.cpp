@@ -1,6 +1,6 @@
 // multihost_bench: figures between two namespace hosts of the multi-host test bed
 // (tools/netns_bed.sh; needs root): raw TCP ping-pong and stream (the limits), rpc_sync round
-// trip, 64 MB echo, TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, the hierarchical
+// trip, 64 MB echo (also with TLS), TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, the hierarchical
 // allreduce on 2 x 2 ranks, and the time from a cut to peer_lost (an rpc's caller; every
 // survivor of a hierarchical allreduce). The orchestrator (no --role) makes the bed, runs each role on its host
 // (this binary again) and reports what they measured. Without namespaces it prints why and
@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "bench_util.hpp"
+#include "ddp/tls_test_certs.hpp"
 #include "multihost_orchestrator.hpp"
 #include "multihost_roles.hpp"
 #include "troupe/actors/host_address.hpp"
@@ -37,24 +38,29 @@ troupe::node_options role_options() {
   return o;
 }
 
-// Rank 0 (host 0) calls rank 1 (host 1): small rpc_sync round trips and 64 MB echoes.
-int role_rpc(bool quick) {
+// Rank 0 (host 0) calls rank 1 (host 1): small rpc_sync round trips and 64 MB echoes. With
+// `tls_dir` (the certificates of tests/ddp/tls_test_certs.hpp), both nodes use TLS and the
+// figures are named mh_tls_*.
+int role_rpc(bool quick, const std::string& tls_dir) {
   troupe::rpc::registry reg;
   reg.add("noop", [](int x) { return x; });
   reg.add("echo", [](troupe::tensor t) { return t; });
-  troupe::node n(role_options(), reg);
+  auto o = role_options();
+  if (!tls_dir.empty()) o.tls = {tls_dir + "rank.crt", tls_dir + "rank.key", tls_dir + "ca.crt"};
+  const std::string prefix = tls_dir.empty() ? "mh_" : "mh_tls_";
+  troupe::node n(o, reg);
   const int me = n.info().rank;
   n.store().barrier("up", me, 2, 30s);
   if (me == 0) {
     const int iters = quick ? 300 : 5000;
     const auto rtt = tb::summarize(tb::time_runs(iters / 10, iters, [&] { troupe::rpc_sync<int>(n, "worker1", "noop", 1); }));
-    tb::mh::emit("mh_rpc_sync_small_rtt_median_us", rtt.median * 1e6, "us", "\"iters\": " + std::to_string(iters));
+    tb::mh::emit(prefix + "rpc_sync_small_rtt_median_us", rtt.median * 1e6, "us", "\"iters\": " + std::to_string(iters));
     const auto big = troupe::zeros({16 << 20});  // 64 MB of float32
     const int reps = quick ? 2 : 10;
     const auto echo = tb::summarize(tb::time_runs(1, reps, [&] {
       if (troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", big).numel() != big.numel()) throw std::runtime_error("bad echo");
     }));
-    tb::mh::emit("mh_tensor_echo_64mb_gbps", 64.0 * (1 << 20) / echo.median / 1e9, "GB/s", "\"iters\": " + std::to_string(reps));
+    tb::mh::emit(prefix + "tensor_echo_64mb_gbps", 64.0 * (1 << 20) / echo.median / 1e9, "GB/s", "\"iters\": " + std::to_string(reps));
   }
   n.store().barrier("done", me, 2, 120s);
   n.shutdown(troupe::shutdown_mode::graceful, 10s);
@@ -253,6 +259,10 @@ int multihost_orchestrate(bool quick, const std::string& self) {
     tb::mh::collect(rep, c.output());
   }
   run_role(bed, rep, self, "rpc", quick, {0, 1}, 29610);
+  {
+    const troupe::test::tls_test_certs certs;  // the cost of TLS: the same role with TLS on
+    run_role(bed, rep, self, "rpc", quick, {0, 1}, 29670, {"--tls-dir", certs.path("")});
+  }
   run_role(bed, rep, self, "allreduce", quick, {0, 1}, 29620);
   run_role(bed, rep, self, "allreduce", quick, {0, 0, 1, 1}, 29630);
   run_role(bed, rep, self, "allreduce-hier", quick, {0, 0, 1, 1}, 29650);
@@ -268,18 +278,20 @@ int main(int argc, char** argv) {
   tb::check_args(argc, argv, "multihost_bench",
                  "Figures between two network-namespace hosts of the test bed (root; skipped without namespaces).",
                  {{"--role", "NAME", "internal: run one role on a namespace host"},
-                  {"--marks", "DIR", "internal: the cut role's marker directory"}});
+                  {"--marks", "DIR", "internal: the cut role's marker directory"},
+                  {"--tls-dir", "DIR", "internal: the rpc role's TLS certificates (DIR/rank.crt, rank.key, ca.crt)"}});
   const bool quick = tb::quick_mode(argc, argv);
-  std::string role, marks;
+  std::string role, marks, tls_dir;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--role") role = argv[i + 1];
     if (std::string(argv[i]) == "--marks") marks = argv[i + 1];
+    if (std::string(argv[i]) == "--tls-dir") tls_dir = argv[i + 1];
   }
   try {
     if (role == "tcp-server") return tb::mh::tcp_server(std::stoi(port_env) + 1);
     if (role == "tcp-client")
       return tb::mh::tcp_client("10.77.0.2", std::stoi(port_env) + 1, quick ? 2000 : 20000, (quick ? 256ull : 2048ull) << 20);
-    if (role == "rpc") return role_rpc(quick);
+    if (role == "rpc") return role_rpc(quick, tls_dir);
     if (role == "allreduce") return role_allreduce(quick, false);
     if (role == "allreduce-hier") return role_allreduce(quick, true);
     if (role == "cut") return role_cut(marks);

@@ -121,8 +121,16 @@ void caf_gate::run() {
 // Note [connection hygiene] (rpc/accept_guard.hpp).
 void caf_gate::accept_all() {
   for (;;) {
-    const int fd = accept_.accept_one(listen_fd_);
+    int fd = accept_.accept_one(listen_fd_);
     if (fd < 0) return;
+    if (cfg_.tls) {  // Note [tls relay]: the handshake runs on the relay; the hello is read from its plain end
+      try {
+        fd = cfg_.tls->accept(fd, cfg_.auth_deadline);
+      } catch (const error& e) {
+        accept_.refused(e.message().c_str());
+        continue;
+      }
+    }
     if (waiting_.size() >= std::max<std::size_t>(cfg_.max_unauthenticated, 1)) {
       ::close(waiting_.front().fd);
       waiting_.erase(waiting_.begin());
@@ -182,12 +190,14 @@ bool caf_gate::on_readable(waiting& w) {
   return true;
 }
 
-int caf_gate::enter(const std::string& host, std::uint16_t port, const std::string& token, std::chrono::milliseconds timeout) {
+int caf_gate::enter(const std::string& host, std::uint16_t port, const std::string& token, std::chrono::milliseconds timeout,
+                    tls_relays* tls) {
   const auto end = clock::now() + timeout;
   const std::string where = host + ":" + std::to_string(port);
   if (token.size() > max_gate_token) throw error(errc::bad_argument, "the job token is longer than " + std::to_string(max_gate_token) + " bytes");
-  const int fd = dial_tcp(host, port, std::chrono::milliseconds(ms_left(end)));
+  int fd = dial_tcp(host, port, std::chrono::milliseconds(ms_left(end)));
   if (fd < 0) throw error(errc::peer_lost, "cannot connect to " + where);
+  if (tls) fd = tls->connect(fd, where, end);
   std::string hello(magic, sizeof magic);
   hello += static_cast<char>((token.size() >> 8) & 0xff);
   hello += static_cast<char>(token.size() & 0xff);
@@ -197,7 +207,9 @@ int caf_gate::enter(const std::string& host, std::uint16_t port, const std::stri
   const bool sent = ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size());
   const bool heard = sent && ::poll(&p, 1, ms_left(end)) == 1 && ::recv(fd, &verdict, 1, MSG_DONTWAIT) == 1;
   if (heard && verdict == admitted) return fd;
+  const std::string refusal = tls && !heard ? tls->refusal(fd) : std::string();
   ::close(fd);
+  if (!refusal.empty()) throw error(errc::unauthorized, "the node at " + where + " refused this node's TLS certificate: " + refusal);
   if (heard && verdict == refused) throw error(errc::unauthorized, "the node at " + where + " refused the job token");
   throw error(errc::peer_lost, "no gate verdict from " + where + (sent ? "" : " (the hello could not be sent)"));
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "rpc/accept_guard.hpp"
+#include "tls_relay.hpp"
 
 namespace troupe::detail {
 
@@ -41,6 +42,8 @@ struct caf_gate_config {
   std::string token;
   std::chrono::milliseconds auth_deadline{2000};
   std::size_t max_unauthenticated = 64;
+  /// Note [tls relay]: with TLS, every accepted connection goes through a relay; null: plain TCP.
+  std::shared_ptr<tls_relays> tls;
 };
 
 /// One node's gate. The gate thread accepts, reads hellos and hands admitted sockets over.
@@ -59,9 +62,11 @@ class caf_gate {
   std::uint16_t port() const { return port_; }
 
   /// Client side: connects to host:port and presents `token`; returns the admitted socket,
-  /// ready for the BASP broker. Blocks up to `timeout`. Throws unauthorized (the gate refused the
-  /// token) or peer_lost (no gate there, closed, or no verdict in time).
-  static int enter(const std::string& host, std::uint16_t port, const std::string& token, std::chrono::milliseconds timeout);
+  /// ready for the BASP broker. Blocks up to `timeout`. With `tls`, the connection is TLS (Note
+  /// [tls relay]). Throws unauthorized (the gate refused the token, or TLS refused a certificate)
+  /// or peer_lost (no gate there, closed, or no verdict in time).
+  static int enter(const std::string& host, std::uint16_t port, const std::string& token, std::chrono::milliseconds timeout,
+                   tls_relays* tls = nullptr);
 
  private:
   struct waiting {

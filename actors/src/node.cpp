@@ -25,6 +25,7 @@
 #include "rpc/direct_channel.hpp"
 #include "silence_watch.hpp"
 #include "store_actor.hpp"
+#include "tls_relay.hpp"
 #include "troupe/actors/host_address.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -51,6 +52,7 @@ struct node::impl {
   caf::actor agent;
   caf::actor basp;  // the middleman's BASP broker: admitted sockets go to it (Note [CAF port gate])
   std::unique_ptr<detail::caf_gate> gate;
+  std::shared_ptr<detail::tls_relays> tls;  // Note [tls relay]; null when TLS is off
   caf::actor store_actor;  // the store handle (local on rank 0, remote elsewhere)
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
@@ -124,7 +126,7 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
 // null (and `why`) when it fails. An unauthorized gate throws.
 caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, std::string& why) {
   try {
-    const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout);
+    const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout, tls.get());
     caf::scoped_actor self{*sys};
     caf::actor result;
     self->request(basp, timeout, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
@@ -194,6 +196,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     given = std::make_shared<fault_injector>(fault_plan::load(plan), fault_injector::stderr_log());
   hook = given;
   check_token(opts, me.name);
+  if (auto ctx = make_tls_context(opts.tls)) tls = std::make_shared<detail::tls_relays>(me.name, std::move(ctx));  // io_error naming a file
   events = std::make_shared<peer_events>(me.name, [this](const std::string& name, std::chrono::milliseconds timeout) { resolve(name, timeout); });
   if (opts.rank == 0) events->set_store_host(me.name);
   configure();
@@ -271,7 +274,7 @@ void node::impl::open_gate() {
   basp = sys->middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
   gate = std::make_unique<detail::caf_gate>(
-      detail::caf_gate_config{me.name, opts.listen_addr, want, opts.job_token, opts.auth_deadline, opts.max_unauthenticated},
+      detail::caf_gate_config{me.name, opts.listen_addr, want, opts.job_token, opts.auth_deadline, opts.max_unauthenticated, tls},
       [this](int fd) {
         caf::anon_send(basp, caf::publish_atom::value, sys->middleman().backend().new_scribe(fd), port,
                        caf::actor_cast<caf::strong_actor_ptr>(agent), std::set<std::string>{});
@@ -283,7 +286,7 @@ void node::impl::open_gate() {
 // The direct channel carries every call; a node that cannot open it does not start.
 void node::impl::start_direct_channel(detail::agent_config& ac) {
   channel = std::make_shared<detail::direct_channel>(detail::direct_channel_config{me, sys->node(), opts.listen_addr, functions, exec, bulk, hook, interceptor,
-                                                                  opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes});
+                                                                  opts.auth_deadline, opts.max_unauthenticated, recorder.get(), opts.max_message_bytes, tls});
   channel->start();
   ac.issue_ticket = [weak = std::weak_ptr<detail::direct_channel>(channel)](const std::string& peer, const caf::node_id& node) {
     auto f = weak.lock();
@@ -418,6 +421,7 @@ void node::impl::teardown() {
   remote.reset();  // its proxy registry refers to the system
   basp = nullptr;
   sys.reset();  // joins every CAF thread once all actors are gone
+  if (tls) tls->stop();  // after CAF: its last bytes go out through the relays
   recorder->write_trace();
 }
 

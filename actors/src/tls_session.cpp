@@ -102,6 +102,11 @@ ssize_t tls_session::finish(int rc, short natural) {
       if (errno == 0 || errno == EAGAIN) return 0;  // EOF without close_notify: the peer closed
       return -1;
     default:
+      // OpenSSL 3 reports an EOF without close_notify as an error; it is the peer closing.
+      if (code == SSL_ERROR_SSL && ERR_GET_REASON(::ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+        ::ERR_clear_error();
+        return 0;
+      }
       last_error_ = describe(ssl_, code);
       wants_ = natural;
       errno = EPROTO;
@@ -121,20 +126,22 @@ ssize_t tls_session::write_some(const void* p, std::size_t n) {
   return finish(::SSL_write(ssl_, p, static_cast<int>(std::min<std::size_t>(n, INT_MAX))), POLLOUT);
 }
 
+bool tls_session::handshake_step() {
+  ssize_t r = 0;
+  {
+    const sigpipe_guard guard;
+    errno = 0;
+    r = finish(::SSL_do_handshake(ssl_), POLLIN);
+  }
+  if (r > 0) return true;
+  if (r == 0) throw error(errc::peer_lost, "tls: the peer closed the connection during the handshake");
+  if (errno == EAGAIN || errno == EINTR) return false;
+  if (errno == EPROTO) throw error(errc::unauthorized, "tls: handshake refused: " + last_error_);
+  throw error(errc::peer_lost, "tls: handshake failed: " + std::string(std::strerror(errno)));
+}
+
 void tls_session::handshake(std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    ssize_t r = 0;
-    {
-      const sigpipe_guard guard;
-      errno = 0;
-      r = finish(::SSL_do_handshake(ssl_), POLLIN);
-    }
-    if (r > 0) return;
-    if (r == 0) throw error(errc::peer_lost, "tls: the peer closed the connection during the handshake");
-    if (errno != EAGAIN && errno != EINTR) {
-      if (errno == EPROTO) throw error(errc::unauthorized, "tls: handshake refused: " + last_error_);
-      throw error(errc::peer_lost, "tls: handshake failed: " + std::string(std::strerror(errno)));
-    }
+  while (!handshake_step()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) throw error(errc::timeout, "tls: no handshake before the deadline");
     pollfd pf{::SSL_get_fd(ssl_), wants_, 0};

@@ -20,6 +20,7 @@
 #include "rpc/dial.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
+#include "tls_relay.hpp"
 
 namespace troupe::detail {
 
@@ -132,8 +133,9 @@ std::string direct_channel::issue_ticket(const std::string& peer, const caf::nod
 
 std::shared_ptr<channel_conn> direct_channel::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
                                               std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout) {
-  const int fd = dial_tcp(host, port, timeout);
+  int fd = dial_tcp(host, port, timeout);
   if (fd < 0) throw error(errc::peer_lost, cfg_.me.name + ": cannot open the direct rpc connection to " + peer + " at " + host + ":" + std::to_string(port));
+  if (cfg_.tls) fd = cfg_.tls->connect(fd, "the direct rpc port of " + peer + " at " + host + ":" + std::to_string(port), clock::now() + timeout);
   auto c = std::make_shared<channel_conn>(fd, true);
   c->waiter = make_waiter(c);
   c->peer = peer;
@@ -248,8 +250,16 @@ int direct_channel::poll_timeout_ms() {
 // Note [connection hygiene] (rpc/accept_guard.hpp).
 void direct_channel::accept_all() {
   for (;;) {
-    const int fd = accept_.accept_one(listen_fd_);
+    int fd = accept_.accept_one(listen_fd_);
     if (fd < 0) return;
+    if (cfg_.tls) {  // Note [tls relay]: the handshake runs on the relay; the auth frame is read from its plain end
+      try {
+        fd = cfg_.tls->accept(fd, cfg_.auth_deadline);
+      } catch (const error& e) {
+        accept_.refused(e.message().c_str());
+        continue;
+      }
+    }
     auto c = std::make_shared<channel_conn>(fd, false);
     std::erase_if(waiting_, [](const auto& w) {
       auto l = w.second.lock();

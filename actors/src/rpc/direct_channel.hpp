@@ -111,6 +111,7 @@
 namespace troupe::detail {
 
 struct split_frame;
+class tls_relays;
 
 /// What the direct channel needs from its node.
 struct direct_channel_config {
@@ -129,6 +130,8 @@ struct direct_channel_config {
   flight_recorder* recorder = nullptr;
   /// node_options::max_message_bytes: the largest frame body or fragmented total a peer may announce.
   std::uint64_t max_message_bytes = max_frame_body;
+  /// Note [tls relay]: with TLS, every connection goes through a relay; null: plain TCP.
+  std::shared_ptr<tls_relays> tls;
 };
 
 /// One node's direct RPC channel (see the note). Thread-safe.

@@ -29,6 +29,9 @@ class tls_session {
   /// Completes the handshake before `deadline`; throws errc::unauthorized with OpenSSL's reason
   /// (e.g. the peer's certificate does not verify), peer_lost on EOF, timeout past the deadline.
   void handshake(std::chrono::steady_clock::time_point deadline);
+  /// One non-blocking step of the handshake: true once it is complete, false to poll for wants()
+  /// and call again. Throws as handshake() does.
+  bool handshake_step();
   /// Like recv/send: > 0 bytes moved, 0 the peer closed, -1 with errno set (EAGAIN: poll for
   /// wants() and retry; EPROTO: a TLS failure, described by last_error()).
   ssize_t read_some(void* p, std::size_t n);
