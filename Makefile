@@ -8,6 +8,10 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 # Harnesses `make fuzz` runs (names as in fuzz/README.md); empty: all of them.
 FUZZ_HARNESSES ?=
+# How many harnesses fuzz at the same time, one core each.
+FUZZ_JOBS ?= 1
+# What `make fuzz` builds with clang: everything (libraries, tools, examples, harnesses) by default.
+FUZZ_TARGETS ?= all
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # ccache, when installed, makes rebuilds and fresh build folders cheap; nothing requires it.
@@ -17,7 +21,7 @@ DEB_PACKAGES := cmake ninja-build g++ libcaf-dev libboost-serialization-dev catc
 CLANG_DEB_PACKAGES := clang libclang-rt-14-dev llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz fuzz-seeds demo bench chaos gpu-check gpu-pack clean
+.PHONY: all deps deps-clang configure build test test-asan test-asan-clang clang fuzz fuzz-ci fuzz-seeds demo bench chaos gpu-check gpu-pack clean
 
 all: build
 
@@ -68,9 +72,15 @@ clang: deps deps-clang
 fuzz: deps deps-clang
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DTROUPE_FUZZ=ON \
 	  -DTROUPE_BUILD_TESTS=OFF -DTROUPE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
 	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
-	./tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+	FUZZ_JOBS=$(FUZZ_JOBS) ./tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+
+# CI's clang step (.ci/run): clang compiles the libraries the harnesses link (tensors, autograd,
+# actors, with ASan, UBSan and fuzzer coverage) and the harnesses, replays every regression and
+# seed, then fuzzes each harness for 20 s, two at a time; any finding fails CI.
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=20 FUZZ_JOBS=2 FUZZ_TARGETS=troupe_fuzz FUZZ_HARNESSES=
 
 # Rewrites the committed seed corpora (fuzz/corpus/) with the project's own encoders, so they
 # follow a changed format; needs the fuzz build (`make fuzz` configures it).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer harnesses of a TROUPE_FUZZ build (fuzz/README.md) for SECONDS each.
-# Usage: tools/fuzz.sh BUILD_DIR SECONDS [HARNESS...] (default: every harness).
+# Usage: [FUZZ_JOBS=N] tools/fuzz.sh BUILD_DIR SECONDS [HARNESS...] (default: every harness);
+# FUZZ_JOBS harnesses run at the same time (default 1), each on one core.
 # Each harness starts from its regressions, its committed seeds, freshly written seeds and what
 # earlier runs in BUILD_DIR found. Exits 1 when any harness finds a crash, a leak, undefined
 # behaviour, a timeout or an out-of-memory; the input is kept in BUILD_DIR/fuzz/artifacts/<harness>/.
@@ -23,26 +24,58 @@ seeds=$build/fuzz/seeds
 rm -rf "$seeds"
 "$build/fuzz/troupe_fuzz_seeds" "$seeds"
 
-failed=()
-for h in "${harnesses[@]}"; do
-  bin=$build/fuzz/troupe_fuzz_$h
-  work=$build/fuzz/work/$h
-  artifacts=$build/fuzz/artifacts/$h
-  log=$build/fuzz/$h.log
+jobs=${FUZZ_JOBS:-1}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FUZZ_JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
+
+# Fuzzes harness $1 for $seconds; its log is $build/fuzz/$1.log; fails on a finding.
+fuzz_one() {
+  local h=$1
+  local bin=$build/fuzz/troupe_fuzz_$h
+  local work=$build/fuzz/work/$h
+  local artifacts=$build/fuzz/artifacts/$h
   mkdir -p "$work" "$artifacts"
-  dirs=("$work")
+  local dirs=("$work") d
   for d in "$root/fuzz/regressions/$h" "$root/fuzz/corpus/$h" "$seeds/$h"; do
     [ -d "$d" ] && dirs+=("$d")
   done
-  if "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      -artifact_prefix="$artifacts/" "${dirs[@]}" > "$log" 2>&1; then
+  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" "${dirs[@]}" > "$build/fuzz/$h.log" 2>&1
+}
+
+# Reports harness $1, whose fuzz_one exited with status $2; adds it to `failed` on a finding.
+report() {
+  local h=$1 log=$build/fuzz/$1.log
+  if [ "$2" = 0 ]; then
+    local runs
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     echo "fuzz: $h: no finding in ${seconds} s (${runs:-?} runs)"
   else
     failed+=("$h")
-    echo "fuzz: $h: FINDING (the end of $log follows; the input is in $artifacts/)"
+    echo "fuzz: $h: FINDING (the end of $log follows; the input is in $build/fuzz/artifacts/$h/)"
     tail -n 80 "$log"
   fi
+}
+
+failed=()
+declare -A running=()  # pid -> harness
+for h in "${harnesses[@]}"; do
+  [ -x "$build/fuzz/troupe_fuzz_$h" ] || { echo "fuzz: no harness '$h' in $build/fuzz" >&2; exit 2; }
+done
+for h in "${harnesses[@]}"; do
+  while [ ${#running[@]} -ge "$jobs" ]; do
+    status=0
+    wait -n -p done_pid "${!running[@]}" || status=$?
+    report "${running[$done_pid]}" "$status"
+    unset "running[$done_pid]"
+  done
+  fuzz_one "$h" &
+  running[$!]=$h
+done
+while [ ${#running[@]} -gt 0 ]; do
+  status=0
+  wait -n -p done_pid "${!running[@]}" || status=$?
+  report "${running[$done_pid]}" "$status"
+  unset "running[$done_pid]"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in: ${failed[*]}" >&2

@@ -51,16 +51,7 @@
 #include <typeinfo>
 
 // A sanitizer build checks a child for leaks before its _exit (Note [leak check in children]).
-#if defined(__SANITIZE_ADDRESS__)
-#define TROUPE_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
-#define TROUPE_LSAN 1
-#endif
-#endif
-#ifdef TROUPE_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
+#include "leak_check.hpp"
 
 #include "troupe/actors/node_options.hpp"
 
@@ -118,21 +109,6 @@ void reset_signals() noexcept {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-// Note [leak check in children]
-// A child leaves with _exit, which skips LeakSanitizer's check at exit, so a sanitizer build runs
-// it by hand: after fn returned (its objects destroyed), what is still allocated and unreachable
-// is a leak. A child with leaks fails with exit code `leak_exit_code` (unless it failed already)
-// and the report is on its stderr. What it inherited from the parent is checked too, reachable
-// from the parent's globals as there. Without a sanitizer the status is left as it is.
-constexpr int leak_exit_code = 23;  // LeakSanitizer's own exit code
-
-int leak_checked(int status) noexcept {
-#ifdef TROUPE_LSAN
-  if (__lsan_do_recoverable_leak_check() != 0 && status == 0) return leak_exit_code;
-#endif
-  return status;
-}
-
 // Runs in the child after fork(): never returns, never runs the parent's static destructors.
 // `token`: the job token the children share through TROUPE_JOB_TOKEN (Note [job token]).
 [[noreturn]] void run_child(int rank, const std::function<void(int)>& fn, int err_fd, pid_t parent, const std::string& token) {
@@ -153,7 +129,7 @@ int leak_checked(int status) noexcept {
     status = spawn_context::exception_exit_code;
   }
   std::fflush(nullptr);
-  ::_exit(leak_checked(status));
+  ::_exit(detail::leak_checked(status));
 }
 
 }  // namespace

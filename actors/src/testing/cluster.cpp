@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "leak_check.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::testing {
@@ -67,7 +68,7 @@ std::uint16_t read_port(int fd, std::chrono::milliseconds timeout) {
     std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
   }
   std::fflush(nullptr);
-  ::_exit(code);
+  ::_exit(detail::leak_checked(code));  // Note [leak check in children]
 }
 
 // Whether a segment name carries one of the ranks' pids (a `_PID_`, `_PID` or `-PID` token), so

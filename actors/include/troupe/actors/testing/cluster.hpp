@@ -13,7 +13,8 @@
 /// Note [cluster fixture]
 /// Each rank is a forked process in its own process group. It starts a node on loopback (rank 0
 /// first; it hands its port to the others through a pipe), runs the job and exits with the
-/// job's code. A troupe::error escaping the job prints its message and exits with 2.
+/// job's code. A troupe::error escaping the job prints its message and exits with 2. Under a
+/// sanitizer build a rank whose job returned 0 but leaked exits with 23 (LeakSanitizer's code).
 /// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
 /// result says so. Then it checks what was left: a process still in a rank's group (a helper),
 /// or a new /dev/shm/troupe* segment whose name carries a rank's pid (segments of other
