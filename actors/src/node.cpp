@@ -68,7 +68,8 @@ struct node::impl {
   std::map<std::string, std::string> lost;
   // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
   // its mutex; the first connects, the others find its link. Two concurrent BASP connections to
-  // one node make CAF keep one, and a hello sent over the other is lost.
+  // one node make CAF keep one, and a hello sent over the other is lost. Two processes that
+  // dial each other at once can lose a hello the same way: Note [hello retry].
   std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting;  // under peers_mutex
   std::mutex calls_mutex;
   std::vector<std::weak_ptr<rpc::detail::call_state>> calls;  // for failing them at teardown
