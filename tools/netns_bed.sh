@@ -88,21 +88,25 @@ cut_rules='add table inet troupe_cut; add chain inet troupe_cut in { type filter
 
 # Runs in the host's namespace: starts `nft -i`, waits (bounded) until it answers, then feeds it
 # the cut, waits $2 seconds (a builtin wait on an idle pipe, no process started) and, when $2 is
-# not empty, the heal. Prints the wall-clock millisecond just before the cut went in.
+# not empty, the heal. Fails unless nft listed the cut's table while it was in. Prints the
+# wall-clock millisecond just before the cut went in.
 nft_cut_script='
   coproc NFT { nft -i 2>&1; }
-  echo "add table inet troupe_ready; list table inet troupe_ready" >&"${NFT[1]}"
-  read -r -t 10 -u "${NFT[0]}" line || exit 1
+  in=${NFT[0]} out=${NFT[1]} pid=$NFT_PID
+  echo "add table inet troupe_ready; list table inet troupe_ready" >&"$out"
+  read -r -t 10 -u "$in" line || exit 1
   exec {idle}<> <(:)
   at=${EPOCHREALTIME/./}
-  echo "$1; delete table inet troupe_ready" >&"${NFT[1]}"
+  echo "$1; delete table inet troupe_ready; list table inet troupe_cut" >&"$out"
   if [ -n "$2" ]; then
     read -r -t "$2" -u "$idle"
-    echo "delete table inet troupe_cut" >&"${NFT[1]}"
+    echo "delete table inet troupe_cut" >&"$out"
   fi
-  out=${NFT[1]}
   exec {out}>&-
-  wait "$NFT_PID"
+  listed=0
+  while read -r -t 10 -u "$in" line; do [[ $line == "table inet troupe_cut {" ]] && listed=1; done
+  wait "$pid" 2>/dev/null
+  [ "$listed" = 1 ] || exit 1
   echo $((at / 1000))
 '
 
