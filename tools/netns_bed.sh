@@ -91,8 +91,12 @@ cut_rules='add table inet troupe_cut; add chain inet troupe_cut in { type filter
 # not empty, the heal. Fails unless nft listed the cut's table while it was in. Prints the
 # wall-clock millisecond just before the cut went in.
 nft_cut_script='
-  coproc NFT { nft -i 2>&1; }
-  in=${NFT[0]} out=${NFT[1]} pid=$NFT_PID
+  dir=$(mktemp -d) || exit 1
+  trap "rm -rf $dir" EXIT
+  mkfifo "$dir/cmd" || exit 1
+  exec {out}<>"$dir/cmd"
+  exec {in}< <(exec {out}>&-; exec nft -i <"$dir/cmd" 2>&1)
+  pid=$!
   echo "add table inet troupe_ready; list table inet troupe_ready" >&"$out"
   read -r -t 10 -u "$in" line || exit 1
   exec {idle}<> <(:)
