@@ -39,7 +39,7 @@ down() {
 }
 
 gc() {
-  local ns owner
+  local ns owner prefix  # down() reads prefix; the caller's own stays untouched
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tmh[0-9]+[a-z0-9]*-(h[0-9]+|sw)$'); do
     owner=$(echo "$ns" | sed -E 's/^tmh([0-9]+).*/\1/')
     if [ ! -d "/proc/$owner" ]; then prefix=${ns%-*}; down; fi
