@@ -4,11 +4,13 @@
 #
 #   netns_bed.sh up   PREFIX N     hosts PREFIX-h0..h{N-1} at 10.77.0.1..N/24 (eth0), bridge PREFIX-sw
 #   netns_bed.sh down PREFIX       deletes every namespace of the bed (and stops what runs in them)
-#   netns_bed.sh cut  PREFIX I     host I drops every packet on eth0, both directions (nftables)
+#   netns_bed.sh cut  PREFIX I     host I drops every packet on eth0, both directions (nftables);
+#                                  prints the wall-clock millisecond at which the rules went in
 #   netns_bed.sh heal PREFIX I     undoes cut
-#   netns_bed.sh blip PREFIX I MS  cut, then heal MS milliseconds later, timed inside the host's
-#                                  namespace (the script's own start-up is not part of the cut)
-#   netns_bed.sh freeze PREFIX I   SIGSTOP to every process on host I; thaw sends SIGCONT
+#   netns_bed.sh blip PREFIX I MS  cut, then heal MS milliseconds later: one running `nft -i`
+#                                  takes both, so no process start-up lengthens the cut
+#   netns_bed.sh freeze PREFIX I   SIGSTOP to every process on host I, prints the wall-clock
+#                                  millisecond it was sent at; thaw sends SIGCONT
 #   netns_bed.sh exec PREFIX I CMD...   runs CMD on host I with its own hostname (PREFIX-hI)
 #   netns_bed.sh gc                deletes beds whose owner process (PREFIX = tmh<pid>...) is gone
 #
@@ -37,7 +39,7 @@ down() {
 }
 
 gc() {
-  local ns owner
+  local ns owner prefix  # down() reads prefix; the caller's own stays untouched
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tmh[0-9]+[a-z0-9]*-(h[0-9]+|sw)$'); do
     owner=$(echo "$ns" | sed -E 's/^tmh([0-9]+).*/\1/')
     if [ ! -d "/proc/$owner" ]; then prefix=${ns%-*}; down; fi
@@ -81,16 +83,44 @@ up() {
   die "the bridge did not come up within 5 s"
 }
 
+# The rules of a cut, one nft transaction.
+cut_rules='add table inet troupe_cut; add chain inet troupe_cut in { type filter hook input priority -100; policy accept; }; add chain inet troupe_cut out { type filter hook output priority -100; policy accept; }; add rule inet troupe_cut in iifname "eth0" drop; add rule inet troupe_cut out oifname "eth0" drop'
+
+# Runs in the host's namespace: starts `nft -i`, waits (bounded) until it answers, then feeds it
+# the cut, waits $2 seconds (a builtin wait on an idle pipe, no process started) and, when $2 is
+# not empty, the heal. Fails unless nft listed the cut's table while it was in. Prints the
+# wall-clock millisecond just before the cut went in.
+nft_cut_script='
+  dir=$(mktemp -d) || exit 1
+  trap "rm -rf $dir" EXIT
+  mkfifo "$dir/cmd" || exit 1
+  exec {out}<>"$dir/cmd"
+  exec {in}< <(exec {out}>&-; exec nft -i <"$dir/cmd" 2>&1)
+  pid=$!
+  echo "add table inet troupe_ready; list table inet troupe_ready" >&"$out"
+  read -r -t 10 -u "$in" line || exit 1
+  exec {idle}<> <(:)
+  at=${EPOCHREALTIME/./}
+  echo "$1; delete table inet troupe_ready; list table inet troupe_cut" >&"$out"
+  if [ -n "$2" ]; then
+    read -r -t "$2" -u "$idle"
+    echo "delete table inet troupe_cut" >&"$out"
+  fi
+  exec {out}>&-
+  listed=0
+  while read -r -t 10 -u "$in" line; do [[ $line == "table inet troupe_cut {" ]] && listed=1; done
+  wait "$pid" 2>/dev/null
+  [ "$listed" = 1 ] || exit 1
+  echo $((at / 1000))
+'
+
 cut() {
-  local ns
+  local ns at
   ns=$(host_ns "$1")
   command -v nft >/dev/null || die "'nft' (nftables) is not installed"
-  ip netns exec "$ns" nft -f - <<EOF || die "cannot install the cut on $ns"
-table inet troupe_cut {
-  chain in { type filter hook input priority -100; policy accept; iifname "eth0" drop; }
-  chain out { type filter hook output priority -100; policy accept; oifname "eth0" drop; }
-}
-EOF
+  at=$(ip netns exec "$ns" bash -c "$nft_cut_script" _ "$cut_rules" "") || die "cannot install the cut on $ns"
+  ip netns exec "$ns" nft list table inet troupe_cut >/dev/null 2>&1 || die "cannot install the cut on $ns"
+  echo "$at"
 }
 
 heal() {
@@ -104,18 +134,15 @@ blip() {
   ms=${2:?milliseconds}
   case $ms in *[!0-9]*|'') die "blip: milliseconds must be a number, got '$ms'" ;; esac
   command -v nft >/dev/null || die "'nft' (nftables) is not installed"
-  ip netns exec "$ns" sh -c "nft -f - && sleep $(printf '%d.%03d' $((ms / 1000)) $((ms % 1000))) && nft delete table inet troupe_cut" <<EOF \
+  ip netns exec "$ns" bash -c "$nft_cut_script" _ "$cut_rules" "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" >/dev/null \
     || { heal "$1"; die "cannot cut $ns for $ms ms"; }
-table inet troupe_cut {
-  chain in { type filter hook input priority -100; policy accept; iifname "eth0" drop; }
-  chain out { type filter hook output priority -100; policy accept; oifname "eth0" drop; }
-}
-EOF
+  heal "$1"  # nothing to undo unless nft stopped early
 }
 
 signal_host() {
   local pids
   pids=$(ip netns pids "$(host_ns "$1")" 2>/dev/null)
+  [ "$2" = STOP ] && echo $((${EPOCHREALTIME/./} / 1000))
   [ -z "$pids" ] || kill "-$2" $pids
 }
 

@@ -70,7 +70,8 @@ struct node::impl {
   std::map<std::string, std::string> lost;
   // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
   // its mutex; the first connects, the others find its link. Two concurrent BASP connections to
-  // one node make CAF keep one, and a hello sent over the other is lost.
+  // one node make CAF keep one, and a hello sent over the other is lost. Two processes that
+  // dial each other at once can lose a hello the same way: Note [hello retry].
   std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting;  // under peers_mutex
   std::atomic<bool> down{false};
   std::shared_ptr<flight_recorder> recorder;  // Note [flight recorder]; lives as long as the node
@@ -86,6 +87,7 @@ struct node::impl {
   caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
   caf::actor attempt(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);
   caf::actor connect_once(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
+  hello_ack greet(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, bool once);
   caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
   link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
@@ -183,10 +185,39 @@ caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, st
   throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + why);
 }
 
+// Note [hello retry]
+// Two nodes that dial each other at the same moment open two CAF connections. CAF 0.17's BASP
+// broker keeps one per side and closes the other as redundant, and each side may pick a
+// different one; a message already sent on a connection the other side closes is lost. A hello
+// lost that way would wait out its whole deadline. So a hello gets a short timeout of its own
+// (500 ms, doubling), and a hello that times out or finds no route dials again and says hello
+// again, until the deadline. By then the redundant connection is gone and the second hello
+// takes the one that stays. A hello is idempotent on the peer: it admits the same node again
+// and issues a fresh ticket for the direct connection. A refused hello (unauthorized) is final.
+//   A --dial--> B    A <--dial-- B     (both at once)
+//   A --hello--X (its connection closed by B)
+//   A --dial--> B --hello--> B --ack--> A   (the retry, within the same deadline)
+// `once`: the peer was lost before (Note [lost peer re-admission]): each dial is one attempt.
+hello_ack node::impl::greet(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, bool once) {
+  using clock = std::chrono::steady_clock;
+  const auto end = clock::now() + timeout;
+  auto left = [&] { return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1)); };
+  auto per_hello = std::chrono::milliseconds(500);
+  for (;;) {
+    auto remote = once ? connect_once(host, p, left()) : connect(host, p, left());
+    try {
+      return say_hello(remote, std::min(per_hello, left()));
+    } catch (const error& e) {
+      if (e.code() == errc::unauthorized || clock::now() + std::chrono::milliseconds(10) >= end) throw;
+    }
+    per_hello = std::min(per_hello * 2, std::chrono::milliseconds(4000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // lets the redundant connection's close arrive
+  }
+}
+
 // Note [lost peer re-admission]: the store client's way back to a store host it lost.
 caf::actor node::impl::reconnect_store(std::chrono::milliseconds timeout) {
-  auto remote = connect_once(opts.master_addr, opts.master_port, timeout);
-  return say_hello(remote, timeout).store;
+  return greet(opts.master_addr, opts.master_port, timeout, true).store;
 }
 
 void node::impl::start(std::shared_ptr<transport_hook> given) {
@@ -230,8 +261,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   open_gate();
   std::string store_worker = me.name;
   if (opts.rank != 0) {
-    auto master = connect(opts.master_addr, opts.master_port, opts.join_timeout);
-    auto ack = say_hello(master, opts.join_timeout);
+    auto ack = greet(opts.master_addr, opts.master_port, opts.join_timeout, false);
     store_actor = ack.store;
     store_worker = ack.info.name;
     events->set_store_host(ack.info.name);
@@ -340,17 +370,17 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
   const auto colon = addr.rfind(':');
   const auto host = addr.substr(0, colon);
   const auto peer_port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
-  caf::actor remote;
-  if (lost_because) {  // Note [lost peer re-admission]: one bounded attempt, it was up before
+  hello_ack ack;
+  if (lost_because) {  // Note [lost peer re-admission]: one bounded try, it was up before
     try {
-      remote = connect_once(host, peer_port, std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000))));
+      ack = greet(host, peer_port, std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000))), true);
     } catch (const error& e) {
+      if (e.code() == errc::unauthorized) throw;
       throw error(errc::peer_lost, "worker " + name + " was lost (" + *lost_because + ") and does not answer: " + e.message());
     }
   } else {
-    remote = connect(host, peer_port, timeout);
+    ack = greet(host, peer_port, timeout, false);  // Note [hello retry]
   }
-  auto ack = say_hello(remote, timeout);
   auto l = make_link(ack, addr.substr(0, colon), timeout);
   std::lock_guard<std::mutex> lock(peers_mutex);
   peers[name] = l;

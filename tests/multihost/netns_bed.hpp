@@ -105,15 +105,17 @@ class netns_bed {
   static std::string addr(int host) { return "10.77.0." + std::to_string(host + 1); }
   std::string host_name(int host) const { return prefix_ + "-h" + std::to_string(host); }
 
-  /// Host `host` drops every packet on its interface, both directions (nftables).
-  void cut(int host) { must("cut " + prefix_ + " " + std::to_string(host)); }
+  /// Host `host` drops every packet on its interface, both directions (nftables). Returns the
+  /// wall-clock millisecond (wall_ms) at which the rules went in, after the script's start-up.
+  long long cut(int host) { return must_at("cut " + prefix_ + " " + std::to_string(host)); }
   void heal(int host) { must("heal " + prefix_ + " " + std::to_string(host)); }
   /// A cut of `host` that lasts `length`, timed inside the host's namespace.
   void blip(int host, std::chrono::milliseconds length) {
     must("blip " + prefix_ + " " + std::to_string(host) + " " + std::to_string(length.count()));
   }
-  /// SIGSTOP / SIGCONT to every process on `host`.
-  void freeze(int host) { must("freeze " + prefix_ + " " + std::to_string(host)); }
+  /// SIGSTOP / SIGCONT to every process on `host`. freeze returns the wall-clock millisecond
+  /// (wall_ms) at which the signals were sent.
+  long long freeze(int host) { return must_at("freeze " + prefix_ + " " + std::to_string(host)); }
   void thaw(int host) { must("thaw " + prefix_ + " " + std::to_string(host)); }
 
   /// Starts `argv` on `host` with `env` (NAME=value) added; output goes to a file.
@@ -147,6 +149,18 @@ class netns_bed {
   }
   void must(const std::string& args) {
     if (script(args) != 0) throw error(errc::io_error, "netns_bed.sh " + args + " failed");
+  }
+  // Runs the script and returns the number it printed last (a wall-clock millisecond).
+  static long long must_at(const std::string& args) {
+    std::fflush(nullptr);
+    FILE* p = ::popen((std::string(TROUPE_NETNS_BED) + " " + args).c_str(), "r");
+    if (!p) throw error(errc::io_error, "netns_bed.sh " + args + ": popen failed");
+    long long at = -1;
+    char line[128];
+    while (std::fgets(line, sizeof line, p)) at = std::atoll(line);
+    const int st = ::pclose(p);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || at <= 0) throw error(errc::io_error, "netns_bed.sh " + args + " failed");
+    return at;
   }
 
   int hosts_;

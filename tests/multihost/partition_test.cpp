@@ -50,9 +50,7 @@ void survivors_see_peer_lost(troupe::test::netns_bed& bed, bool freeze, const st
   std::vector<std::string> held;
   for (int r = 0; r < callers; ++r) held.push_back("held-" + std::to_string(r + 2));
   REQUIRE(troupe::test::await_marks(marks, held, 60s));
-  const long long t_cut = troupe::test::wall_ms();
-  if (freeze) bed.freeze(1);
-  else bed.cut(1);
+  const long long t_cut = freeze ? bed.freeze(1) : bed.cut(1);  // the moment the cut went in
   for (int r = 0; r < callers; ++r) {
     CHECK(ranks[static_cast<std::size_t>(r)].wait(20s) == 0);
     const auto out = ranks[static_cast<std::size_t>(r)].output();
