@@ -379,7 +379,8 @@ bool is_store(const std::string& function) { return function.size() > store_pref
 // with `store_key`, and not the RPC kinds' keys.
 const fault_rule* match_rule(const std::vector<fault_rule>& rules, message_kind kind, const std::string& function, std::string_view store_key) {
   const bool store = is_store(function);
-  const char* kind_key = store ? "troupe.store" : kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
+  const char* kind_key = store || kind == message_kind::store_request || kind == message_kind::store_response ? "troupe.store"
+                         : kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
   for (const auto& r : rules) {
     if (r.match == "*" || r.match == kind_key || (!function.empty() && r.match == function)) return &r;
     if (store && r.match.size() > store_prefix.size() + 1 && r.match.compare(0, store_prefix.size(), store_prefix) == 0 &&
@@ -418,7 +419,7 @@ transport_decision fault_injector::on_send(envelope& msg) {
   if (transport_decision cut; !plan_.partitions.empty() && partition_decision(msg, cut)) return cut;
   // Actor messages are faulted as requests (Note [remote actors]: drop, fail_first, duplicate,
   // delay, reorder), keyed by their kind.
-  const bool request = msg.kind != message_kind::rpc_response;
+  const bool request = msg.kind != message_kind::rpc_response && msg.kind != message_kind::store_response;
   // A response that names its function is a store answer (Note [store faults]).
   const std::string function = msg.kind != message_kind::rpc_response || !msg.function.empty() ? msg.function : function_of(msg, true);
   const bool store = is_store(function);

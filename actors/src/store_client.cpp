@@ -19,9 +19,9 @@
 //
 // Note [store faults]
 // A node's transport hook sees its store traffic on the proxy, which every store call of the
-// node passes: each request before it is sent (on_send of an rpc_request from this worker to the
+// node passes: each request before it is sent (on_send of a store_request from this worker to the
 // store host's, `function` the reserved name of the operation, "troupe.store.get" and so on,
-// `payload` its first key's bytes) and each answer when it arrives (on_send of an rpc_response
+// `payload` its first key's bytes) and each answer when it arrives (on_send of a store_response
 // from the host to this worker that names the same function; the store host's node sees
 // nothing of it). The hook's decision drops, delays or duplicates it; a fault plan matches these
 // by the operation, by "troupe.store:KEY", by "troupe.store" (all of them) or by "*", and its
@@ -124,7 +124,7 @@ using route_ptr = std::shared_ptr<const store_route>;
 
 // What the hook does to a store message of `job`.
 transport_decision store_fault(const store_route& r, message_kind kind, const detail::store_job& job) {
-  const bool request = kind == message_kind::rpc_request;
+  const bool request = kind == message_kind::store_request;
   envelope env{kind, request ? r.me : r.host_worker, request ? r.host_worker : r.me, 0, job.op, std::vector<char>(job.key.begin(), job.key.end()), {}};
   return r.hook->on_send(env);
 }
@@ -133,7 +133,7 @@ transport_decision store_fault(const store_route& r, message_kind kind, const de
 std::function<void(detail::store_outcome)> faulted_answer(proxy_actor* self, const route_ptr& route, std::uint64_t id,
                                                           const std::shared_ptr<detail::store_job>& job) {
   return [self, route, id, job](detail::store_outcome out) {
-    const auto d = store_fault(*route, message_kind::rpc_response, *job);
+    const auto d = store_fault(*route, message_kind::store_response, *job);
     if (d.copies <= 0) return;  // lost: the expiry ends the call
     if (d.delay.count() > 0) self->delayed_send(self, d.delay, detail::store_later{id, nullptr, std::move(out)});
     else finish_call(self, id, std::move(out));
@@ -143,7 +143,7 @@ std::function<void(detail::store_outcome)> faulted_answer(proxy_actor* self, con
 // Sends `job` (call `id`) through the hook's faults.
 void send_faulted(proxy_actor* self, const route_ptr& route, std::uint64_t id, const std::shared_ptr<detail::store_job>& job) {
   auto answer = faulted_answer(self, route, id, job);
-  const auto d = store_fault(*route, message_kind::rpc_request, *job);
+  const auto d = store_fault(*route, message_kind::store_request, *job);
   if (d.delay.count() > 0 && d.copies > 0) {
     self->delayed_send(self, d.delay, detail::store_later{id, job, {}, d.copies});
     return;

@@ -29,7 +29,7 @@ std::shared_ptr<troupe::fault_injector> injector(const std::string& plan) {
 
 // A store request as the client's proxy shows it to the hook.
 troupe::envelope store_request(const std::string& from, const std::string& to, const std::string& op, const std::string& key) {
-  return troupe::envelope{troupe::message_kind::rpc_request, from, to, 0, op, std::vector<char>(key.begin(), key.end()), {}};
+  return troupe::envelope{troupe::message_kind::store_request, from, to, 0, op, std::vector<char>(key.begin(), key.end()), {}};
 }
 
 // The error a call throws (timeout with "(no error)" when it throws none).

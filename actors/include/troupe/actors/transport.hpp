@@ -31,7 +31,9 @@ namespace troupe {
 /// What an intercepted message is.
 /// `actor_message`: a remote actor message (Note [remote actors]); its payload is the opaque
 /// frame, which a hook must not rewrite.
-enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1, actor_message = 2 };
+/// store_request and store_response: a node's store calls and their answers (Note [store faults]
+/// in src/store_client.cpp); `function` is the operation (troupe.store.get, ...), `payload` the key.
+enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1, actor_message = 2, store_request = 3, store_response = 4 };
 
 /// One intercepted message. `payload` is owned by the envelope while the hook runs.
 struct envelope {
