@@ -38,7 +38,7 @@ fuzz_one() {
   for d in "$root/fuzz/regressions/$h" "$root/fuzz/corpus/$h" "$seeds/$h"; do
     [ -d "$d" ] && dirs+=("$d")
   done
-  "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$bin" -seed=1 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "${dirs[@]}" > "$build/fuzz/$h.log" 2>&1
 }
 

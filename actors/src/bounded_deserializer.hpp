@@ -18,7 +18,9 @@
 
 #include <caf/binary_deserializer.hpp>
 #include <caf/deserializer.hpp>
+#include <caf/sec.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,14 +57,23 @@ class bounded_deserializer final : public caf::deserializer {
   caf::error apply_impl(uint32_t& x) override { return in_.apply(x); }
   caf::error apply_impl(int64_t& x) override { return in_.apply(x); }
   caf::error apply_impl(uint64_t& x) override { return in_.apply(x); }
-  caf::error apply_impl(float& x) override { return in_.apply(x); }
-  caf::error apply_impl(double& x) override { return in_.apply(x); }
-  caf::error apply_impl(long double& x) override { return in_.apply(x); }
+  caf::error apply_impl(float& x) override { return finite(x); }
+  caf::error apply_impl(double& x) override { return finite(x); }
+  caf::error apply_impl(long double& x) override { return finite(x); }
   caf::error apply_impl(std::string& x) override { return in_.apply(x); }
   caf::error apply_impl(std::u16string& x) override { return in_.apply(x); }
   caf::error apply_impl(std::u32string& x) override { return in_.apply(x); }
 
  private:
+  // A non-finite float is refused: CAF's serializer loops forever on an infinity
+  // (CAF-0.17-NOTES pitfall 1), so a decoded message holding one could never be sent on.
+  template <class F>
+  caf::error finite(F& x) {
+    auto err = in_.apply(x);
+    if (err || std::isfinite(x)) return err;
+    return caf::make_error(caf::sec::invalid_argument, "a floating-point field that is not finite");
+  }
+
   caf::binary_deserializer in_;
   std::string violation_;
 };
