@@ -2,6 +2,7 @@
 #include "troupe/tensors/tensor.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -32,7 +33,9 @@ shape_t contiguous_strides(const shape_t& sizes) {
   std::int64_t acc = 1;
   for (std::size_t i = sizes.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<std::int64_t>(sizes[i], 1);
+    // Saturates: only a shape with a zero extent (no elements) can overflow here, and its
+    // strides are never used to address memory.
+    if (__builtin_mul_overflow(acc, std::max<std::int64_t>(sizes[i], 1), &acc)) acc = std::numeric_limits<std::int64_t>::max();
   }
   return st;
 }
