@@ -6,9 +6,9 @@
 // (the direct channel, the CAF port's gate and so BASP, which carries the store, the hellos and
 // the heartbeats) is a TCP socket carrying mutual TLS (Note [tls]). The code that uses the
 // connection gets one end of a local socket pair instead of the TCP socket; one relay thread
-// per connection moves the bytes between the pair and the TLS session:
+// per connection moves the bytes between the pair and the TLS connection:
 //
-//   user code <--plain--> [socket pair] <--relay thread--> TLS session <--TCP--> peer
+//   user code <--plain--> [socket pair] <--relay thread--> TLS <--TCP--> peer
 //
 // * TLS off: no relay; users get the TCP socket itself, so the hot path is unchanged.
 // * Client side: the caller runs the handshake, bounded by its deadline. A server that refuses
