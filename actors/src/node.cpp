@@ -23,6 +23,7 @@
 #include "rpc/bulk.hpp"
 #include "rpc/device_scope.hpp"
 #include "rpc/direct_channel.hpp"
+#include "shutdown_hooks.hpp"
 #include "silence_watch.hpp"
 #include "store_actor.hpp"
 #include "tls_relay.hpp"
@@ -97,6 +98,7 @@ struct node::impl {
   std::optional<link> to_self;  // under self_mutex: the connection for calls to this node
   void await_actors_gone(std::chrono::milliseconds bound);
   void teardown();
+  std::shared_ptr<detail::shutdown_hooks> stop_hooks = std::make_shared<detail::shutdown_hooks>();  // Note [shutdown hooks]
 };
 
 void node::impl::configure() {
@@ -427,6 +429,7 @@ void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
 
 void node::impl::teardown() {
   if (down.exchange(true)) return;
+  stop_hooks->run_all();  // Note [shutdown hooks]: the layers stop their actors on the running system
   silence.reset();  // Note [silent peers]: declares nothing from now on
   if (gate) gate->stop();  // admits nobody from now on
   if (events) events->detach();
@@ -510,6 +513,11 @@ void node::fault_point(const std::string& point, std::int64_t step) {
   if (impl_->hook) impl_->hook->on_point(impl_->me.name, point, step);
 }
 const std::shared_ptr<peer_events>& node::peer_losses() const { return impl_->events; }
+shutdown_hook node::at_shutdown(std::function<void()> stop) {
+  const std::uint64_t id = impl_->down ? 0 : impl_->stop_hooks->add(std::move(stop));
+  if (id == 0) throw error(errc::invalid_state, "node " + impl_->me.name + " is shut down");
+  return shutdown_hook(impl_->stop_hooks, id);
+}
 
 namespace {
 std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::call_interceptor>& ic, const std::string& to,

@@ -95,6 +95,7 @@ struct distributed_data_parallel::impl {
   std::int64_t forwards = 0;  // step(): the step of the library's fault points
   std::vector<hook_handle> hooks;
   std::unique_ptr<detail::reducer> reducer;
+  shutdown_hook on_node_shutdown;  // after the reducer: unregisters before it goes (Note [shutdown hooks])
 
   impl(std::shared_ptr<nn::unary_module> u, std::shared_ptr<nn::multi_input_module> m, collective_group& g, ddp_options o)
       : unary(std::move(u)), multi(std::move(m)), user_group(g), group_ptr(&g), opts(o) {
@@ -169,6 +170,7 @@ void distributed_data_parallel::setup() {
   for (std::size_t i = impl_->params.size(); i-- > 0;) reverse.push_back(i);
   impl_->reducer->build(detail::assign_buckets(impl_->params, reverse, opts.first_bucket_cap_mb, opts.bucket_cap_mb));
   auto* red = impl_->reducer.get();
+  if (opts.node != nullptr) impl_->on_node_shutdown = opts.node->at_shutdown([red] { red->detach(); });
   for (std::size_t i = 0; i < impl_->params.size(); ++i)
     impl_->hooks.push_back(register_post_accumulate_grad_hook(impl_->params[i], [red, i](const tensor&) { red->on_grad_ready(i); }));
 }
@@ -183,6 +185,7 @@ tensor distributed_data_parallel::forward(const tensor_list& inputs) {
   if (impl_->unary && inputs.size() != 1)
     throw error(errc::bad_argument, "distributed_data_parallel::forward: the wrapped unary_module takes 1 input, got " +
                                         std::to_string(inputs.size()));
+  impl_->reducer->check_attached("forward");
   impl_->reducer->check_previous_finished();
   const std::int64_t step = impl_->forwards++;
   impl_->reducer->set_step(step);

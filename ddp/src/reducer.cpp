@@ -100,7 +100,20 @@ void reducer::stop_actors() noexcept {
   actors_.clear();
 }
 
+void reducer::detach() noexcept {
+  detached_.store(true);
+  drain();
+  stop_actors();
+}
+
+void reducer::check_attached(const char* what) const {
+  if (detached_.load(std::memory_order_relaxed))
+    throw error(errc::invalid_state, std::string("distributed_data_parallel: ") + what +
+                                         ": the node that runs its bucket actors (ddp_options::node) is shut down");
+}
+
 void reducer::build(const std::vector<std::vector<std::size_t>>& assignment) {
+  check_attached("rebuilding the buckets");
   stop_actors();
   buckets_.clear();
   std::vector<grad_bucket> views;
@@ -164,6 +177,7 @@ std::vector<bool> reducer::reachable(const tensor_list& outputs) const {
 }
 
 void reducer::prepare(bool sync, const tensor_list& outputs) {
+  check_attached("forward");
   armed_ = sync;
   if (!sync) return;
   std::fill(ready_.begin(), ready_.end(), false);
@@ -180,6 +194,7 @@ void reducer::prepare(bool sync, const tensor_list& outputs) {
 void reducer::on_grad_ready(std::size_t i) {
   locally_used_[i] = 1;  // also under no_sync: the accumulated gradient is part of the next sum
   if (!armed_) return;    // no_sync, or a backward without a DDP forward
+  check_attached("backward");
   if (ready_count_ == 0) group_.fault_point("backward", step_.load(std::memory_order_relaxed));  // the first gradient of this backward
   if (ready_[i])
     throw error(errc::autograd_error, "distributed_data_parallel: parameter '" + names_[i] +

@@ -81,6 +81,12 @@ class reducer {
   reducer(const reducer&) = delete;
   reducer& operator=(const reducer&) = delete;
 
+  /// Stops the bucket actors for good, bounded by opts.timeout (the node's shutdown runs it:
+  /// Note [shutdown hooks]); build, prepare and on_grad_ready then throw invalid_state. Never throws.
+  void detach() noexcept;
+  /// Throws invalid_state naming `what` after detach().
+  void check_attached(const char* what) const;
+
   /// Rebuilds buckets and actors for `assignment`.
   void build(const std::vector<std::vector<std::size_t>>& assignment);
   /// Arms the next backward (sync: reduce; else let grads accumulate locally).
@@ -131,6 +137,7 @@ class reducer {
   bool rebuilt_ = false;
   int iterations_ = 0;
   std::atomic<std::int64_t> step_{0};
+  std::atomic<bool> detached_{false};  // detach() ran: the actor system is going away
   std::vector<std::size_t> ready_order_;
 
   std::chrono::steady_clock::time_point armed_at_;  // timeline origin

@@ -69,3 +69,31 @@ TEST_CASE("DDP with its bucket actors on the node's actor system trains like one
   });
   REQUIRE(ctx.join(90s));
 }
+
+TEST_CASE("shutting the node down before its DDP wrapper stops the bucket actors, and the wrapper then refuses a step",
+          "[ddp]") {
+  const std::uint16_t port = troupe::test::free_port();
+  auto ctx = spawn(2, [port](int rank) {
+    set_launcher_env(rank, 2, port);
+    auto model = test::make_mlp(1);
+    ddp::env_process_group dist("ddpnodeshut");
+    ddp::ddp_options opts;
+    opts.node = &dist.node();
+    opts.timeout = 20s;
+    ddp::distributed_data_parallel ddp(model, dist.group(), opts);
+    for (int step = 0; step < 3; ++step) {  // the third step runs on the rebuilt buckets
+      auto [x, y] = test::batch(step, rank);
+      backward(nn::mse_loss(ddp(x), y));
+    }
+    dist.shutdown(20s);  // the wrapper is still alive: its bucket actors stop first
+    auto [x, y] = test::batch(3, rank);
+    try {
+      static_cast<void>(ddp(x));
+      expect(false, "a forward after the node's shutdown throws");
+    } catch (const error& e) {
+      expect(e.code() == errc::invalid_state, std::string("invalid_state, got: ") + e.what());
+      expect(std::string(e.what()).find("shut down") != std::string::npos, std::string("names the shutdown: ") + e.what());
+    }
+  });  // the wrapper is destroyed after the node
+  REQUIRE(ctx.join(90s));
+}

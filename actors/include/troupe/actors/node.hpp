@@ -37,6 +37,7 @@
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
 #include "troupe/actors/rpc/registry.hpp"
+#include "troupe/actors/shutdown_hook.hpp"
 #include "troupe/actors/store.hpp"
 #include "troupe/actors/transport.hpp"
 #include "troupe/actors/worker_info.hpp"
@@ -113,6 +114,10 @@ class node {
   /// How the CUDA arguments of this node's calls went (Note [rpc device map]): by CUDA IPC
   /// handle or staged through host memory. Never blocks.
   rpc::device_transfers device_transfers() const;
+  /// Registers `stop`, which shutdown() (or the destructor) runs before the actor system goes
+  /// down (Note [shutdown hooks]); for layers whose actors live on system(). The returned handle
+  /// unregisters it. Throws invalid_state after shutdown.
+  shutdown_hook at_shutdown(std::function<void()> stop);
   /// Reports that this process reached a named fault point at `step` (Note [fault events]): the
   /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
   /// user code (troupe::fault_point) and by the library's own points.

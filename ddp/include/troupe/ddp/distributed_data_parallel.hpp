@@ -71,8 +71,9 @@ struct ddp_options {
   /// Bound of every wait of the reducer (bucket launch, collective completion, bucket actors'
   /// exit).
   std::chrono::milliseconds timeout{60000};
-  /// The runtime node whose actor system runs the bucket actors. Destroy the wrapper before the
-  /// node's shutdown(), as every owner of actors on the node. Null: the wrapper runs them on a
+  /// The runtime node whose actor system runs the bucket actors. The node's shutdown() stops
+  /// them (Note [shutdown hooks]); the wrapper then refuses forward and backward with
+  /// invalid_state, and may be destroyed after the node. Null: the wrapper runs them on a
   /// one-thread actor system of its own.
   troupe::node* node = nullptr;
 };
