@@ -108,6 +108,19 @@ struct propagation_outbox {
   caf::actor actor;
   std::uint64_t group = 0;
   std::size_t started = 0;
+  /// A first attempt sent from the run's own thread (Note [direct requests]); `slot`: its reply's.
+  struct direct_attempt {
+    std::uint64_t seq = 0;
+    std::string to;
+    caf::actor peer;
+    message_id msg = 0;
+    tensor_list grads;
+    std::size_t slot = 0;
+  };
+  /// Set on the root's backward only: its recv functions send first attempts through it and
+  /// list them in `sent`; the caller reads their replies before it involves the actor.
+  class reply_batch* direct = nullptr;
+  std::vector<direct_attempt> sent;
 };
 
 /// An incoming propagation as the record knows it (context_state::handled).
@@ -160,6 +173,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor
   std::shared_ptr<struct owner_state> owned;        ///< parameters and optimizers owned here (optimizer.cpp)
   caf::actor service;  ///< this worker's service actor (Note [dist autograd service])
+  std::shared_ptr<class direct_requester> requester;  ///< first attempts (Note [direct requests])
   std::mutex peers_m;
   std::map<std::string, caf::actor> peers;  ///< the peers' service actors, by worker (guarded by peers_m)
 

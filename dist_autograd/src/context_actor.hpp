@@ -59,6 +59,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <vector>
@@ -82,6 +83,11 @@ struct ctx_release {
   bool final = true;
   answer_ptr<std::int32_t> done;
   std::map<std::string, caf::actor> peers;
+  /// Workers whose first attempt the sender made itself (Note [direct requests]): `settled`
+  /// answered or gave up (nothing more goes there), `retry` timed out (the actor retries after a
+  /// backoff, counting that attempt).
+  std::set<std::string> settled;
+  std::set<std::string> retry;
 };
 
 /// A PropagateGradients an engine run (group `group`) started: the actor sends it to `peer`
@@ -95,6 +101,9 @@ struct ctx_start {
   std::uint64_t pass = 0;
   bool retain = false;
   tensor_list grads;
+  /// Set when the run's thread made attempt 1 itself (Note [direct requests]): its outcome, which
+  /// the actor takes as that attempt's answer instead of sending one.
+  std::optional<propagate_answer> first;
 };
 
 /// Engine run `group` ended after starting `count` propagations (ctx_start, sent before this):
@@ -131,10 +140,9 @@ using context_handle =
 /// Spawns the actor owning `record` on `n`'s actor system.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record);
 
-/// Sends `ctx_release{except, final, peers}` to `a` and waits for the answer, bounded by the
-/// release's own bound; never throws (an actor already gone counts as released).
-void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final,
-                     std::map<std::string, caf::actor> peers);
+/// Sends `r` (its `done` set here) to `a` and waits for the answer, bounded by the release's own
+/// bound; never throws (an actor already gone counts as released).
+void release_through(const container_options& opts, const context_handle& a, ctx_release r);
 
 /// Exits every actor of `actors` and waits (bounded) until they are gone.
 void stop_actors(node& n, const std::vector<caf::actor>& actors);

@@ -116,9 +116,13 @@ void send_propagation(context_self self, std::uint64_t seq) {
 void on_start(context_self self, ctx_start& p) {
   auto& s = self->state;
   const auto give_up = std::chrono::steady_clock::now() + s.opts.backward_timeout;
-  s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), std::move(p.peer), p.msg, p.pass, p.retain,
-                                            std::move(p.grads), 0, 0, give_up});
-  send_propagation(self, p.seq);
+  auto& out = s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), std::move(p.peer), p.msg, p.pass,
+                                                        p.retain, std::move(p.grads), 0, 0, give_up})
+                  .first->second;
+  if (!p.first) return send_propagation(self, p.seq);
+  out.attempt = 1;  // Note [direct requests]: the run's thread made it; its answer decides from here
+  watch(self, out.peer, out.to);
+  on_reply(self, p.seq, 1, *p.first);
 }
 
 void on_peer_down(context_self self, const std::string& worker, errc code, const std::string& why) {
@@ -221,7 +225,7 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
       return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
     }
   }
-  propagation_outbox outbox{a, new_id(), 0};
+  propagation_outbox outbox{a, new_id(), 0, nullptr, {}};
   propagate_answer local{propagate_done, 0, {}};
   try {  // the local part runs here; what it started is awaited by the actor, not here
     execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);

@@ -5,12 +5,22 @@
 
 #include "container_impl.hpp"
 #include "context_actor.hpp"
+#include "direct_requester.hpp"
+#include "service.hpp"
+#include "troupe/actors/error_caf.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::dist_autograd {
 
 namespace {
 constexpr std::size_t max_remembered_releases = 65536;
+
+/// Whether a direct release attempt's reply says it timed out (no reply counts as timed out).
+bool timed_out(const caf::message& reply, const char* what) {
+  if (reply.empty()) return true;
+  if (!reply.match_elements<caf::error>()) return false;
+  return from_caf_error(reply.get_as<caf::error>(0), what).code() == errc::timeout;
+}
 }  // namespace
 
 caf::actor container::impl::drop(context_id id) {
@@ -44,19 +54,37 @@ void container::impl::release_everywhere(context_id id, const std::string& excep
   const auto targets = release_targets(id, except);
   const auto a = caf::actor_cast<context_handle>(drop(id));
   if (!a) return;
-  if (targets.empty()) return caf::anon_send(a, ctx_release{except, true, nullptr, {}});  // it just ends
-  release_through(opts, a, except, /*final=*/true, peers_of(targets));
+  ctx_release r{except, /*final=*/true, nullptr, {}, {}, {}};
+  if (targets.empty()) return caf::anon_send(a, std::move(r));  // it just ends
+  // Note [direct requests]: the first attempts go from here; the actor retries what timed out.
+  auto peers = peers_of(targets);
+  reply_batch batch;
+  std::vector<std::string> sent;
+  for (const auto& [w, h] : peers) {
+    batch.send(*requester, h, caf::make_message(release_request{id, n.info().name}));
+    sent.push_back(w);
+  }
+  const auto replies = batch.wait_until(*requester, std::chrono::steady_clock::now() + opts.release_timeout);
+  r.settled = targets;  // a worker without a service handle is given up, as the actor does
+  for (std::size_t i = 0; i < sent.size(); ++i)
+    if (timed_out(replies[i], "release")) {
+      r.settled.erase(sent[i]);
+      r.retry.insert(sent[i]);
+    }
+  if (r.retry.empty()) return caf::anon_send(a, std::move(r));  // every worker answered: it just ends
+  r.peers = std::move(peers);
+  release_through(opts, a, std::move(r));
 }
 
 void container::impl::serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done) {
   const auto targets = release_targets(id, from);
   const auto a = caf::actor_cast<context_handle>(drop(id));
   if (!a || targets.empty()) {  // nothing to forward (or unknown here): answer now, the actor just ends
-    if (a) caf::anon_send(a, ctx_release{from, true, nullptr, {}});
+    if (a) caf::anon_send(a, ctx_release{from, true, nullptr, {}, {}, {}});
     return (*done)(0);
   }
   // Its own peers through its actor (retried on timers); the answer waits for them.
-  caf::anon_send(a, ctx_release{from, true, std::move(done), peers_of(targets)});
+  caf::anon_send(a, ctx_release{from, true, std::move(done), peers_of(targets), {}, {}});
 }
 
 }  // namespace troupe::dist_autograd
