@@ -64,7 +64,7 @@ void hand_over(container::impl& c, std::uint64_t pass, bool retain, reply_batch&
     propagate_answer first = first_answer(replies[d.slot], d.to);
     if (std::get<0>(first) == propagate_done) continue;
     caf::anon_send(caf::actor_cast<context_handle>(outbox.actor),
-                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first)});
+                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first), false});
     ++outbox.started;
   }
 }
@@ -154,9 +154,16 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
       run->outbox->sent.push_back({self->new_id(), from, std::move(peer), msg, grads, slot});
       return;
     }
-    caf::anon_send(caf::actor_cast<context_handle>(run->outbox->actor),
-                   ctx_start{run->outbox->group, self->new_id(), from, std::move(peer), msg, run->pass, run->retain, grads, {}});
+    // A nested run (on the service's thread): the actor learns of it first, then attempt 1 goes
+    // from here and its reply reaches the actor as a ctx_first.
+    const auto actor = caf::actor_cast<context_handle>(run->outbox->actor);
+    const std::uint64_t seq = self->new_id();
+    caf::anon_send(actor, ctx_start{run->outbox->group, seq, from, peer, msg, run->pass, run->retain, grads, {}, true});
     ++run->outbox->started;
+    self->requester->request(peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}),
+                             [actor, seq, from](caf::message&& reply) {
+                               caf::anon_send(actor, ctx_first{seq, first_answer(reply, from)});
+                             });
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);

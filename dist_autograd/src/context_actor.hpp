@@ -104,6 +104,16 @@ struct ctx_start {
   /// Set when the run's thread made attempt 1 itself (Note [direct requests]): its outcome, which
   /// the actor takes as that attempt's answer instead of sending one.
   std::optional<propagate_answer> first;
+  /// Attempt 1 was sent by the run's thread and its answer comes later as a ctx_first (Note
+  /// [direct requests]); the actor sends nothing now.
+  bool in_flight = false;
+};
+
+/// The answer of the first attempt of outgoing propagation `seq`, sent by the run's thread:
+/// the receiver's reply, or (from the actor's own timer) a timeout. The first of them counts.
+struct ctx_first {
+  std::uint64_t seq = 0;
+  propagate_answer answer;
 };
 
 /// Engine run `group` ended after starting `count` propagations (ctx_start, sent before this):
@@ -135,7 +145,7 @@ using ctx_running_atom = caf::atom_constant<caf::atom("dctxrun")>;
 using context_handle =
     caf::typed_actor<caf::reacts_to<ctx_release>, caf::reacts_to<ctx_retry_atom, std::string>, caf::reacts_to<ctx_start>,
                      caf::reacts_to<ctx_await>, caf::reacts_to<ctx_duplicate>, caf::reacts_to<ctx_pretry_atom, std::uint64_t>,
-                     caf::reacts_to<ctx_running_atom, std::uint64_t>>;
+                     caf::reacts_to<ctx_running_atom, std::uint64_t>, caf::reacts_to<ctx_first>>;
 
 /// Spawns the actor owning `record` on `n`'s actor system.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record);
@@ -153,3 +163,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_release)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_start)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_duplicate)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_first)
