@@ -56,13 +56,14 @@ propagate_answer first_answer(const caf::message& reply, const std::string& to) 
 /// Reads the replies of the first attempts the root's run sent itself (bounded by one attempt's
 /// deadline); hands every one that did not end `done` to the context actor, which goes on from
 /// that answer (retries, polls, failure), and counts it in `outbox.started`.
-void hand_over(container::impl& c, std::uint64_t pass, bool retain, reply_batch& direct,
+void hand_over(container::impl& c, context_id id, std::uint64_t pass, bool retain, reply_batch& direct,
                propagation_outbox& outbox) {
   if (outbox.sent.empty()) return;
   const auto replies = direct.wait_until(*c.requester, std::chrono::steady_clock::now() + c.opts.propagate_timeout);
   for (auto& d : outbox.sent) {
     propagate_answer first = first_answer(replies[d.slot], d.to);
     if (std::get<0>(first) == propagate_done) continue;
+    if (!outbox.actor) outbox.actor = c.actor_of(id);  // the actor comes only when there is work for it
     caf::anon_send(caf::actor_cast<context_handle>(outbox.actor),
                    ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first), false});
     ++outbox.started;
@@ -116,10 +117,7 @@ std::shared_ptr<context_state> container::impl::find_or_create(context_id id) {
   std::lock_guard<std::mutex> lock(m);
   if (released.count(id)) return nullptr;
   auto& slot = contexts[id];
-  if (!slot) {
-    slot = std::make_shared<context_state>(id);
-    actors[id] = caf::actor_cast<caf::actor>(spawn_context_actor(n, opts, slot));
-  }
+  if (!slot) slot = std::make_shared<context_state>(id);  // its actor comes when needed (actor_of)
   return slot;
 }
 
@@ -156,7 +154,9 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     }
     // A nested run (on the service's thread): the actor learns of it first, then attempt 1 goes
     // from here and its reply reaches the actor as a ctx_first.
+    if (!run->outbox->actor) run->outbox->actor = self->actor_of(id);
     const auto actor = caf::actor_cast<context_handle>(run->outbox->actor);
+    if (!actor) throw error(errc::invalid_state, "dist_autograd: context " + std::to_string(id) + " was released during its backward");
     const std::uint64_t seq = self->new_id();
     caf::anon_send(actor, ctx_start{run->outbox->group, seq, from, peer, msg, run->pass, run->retain, grads, {}, true});
     ++run->outbox->started;
@@ -172,10 +172,13 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
   return recv;
 }
 
-caf::actor container::impl::actor_of(context_id id) const {
+caf::actor container::impl::actor_of(context_id id) {
   std::lock_guard<std::mutex> lock(m);
-  auto it = actors.find(id);
-  return it == actors.end() ? caf::actor{} : it->second;
+  auto ctx = contexts.find(id);
+  if (ctx == contexts.end()) return {};
+  auto& a = actors[id];
+  if (!a) a = caf::actor_cast<caf::actor>(spawn_context_actor(n, opts, ctx->second));
+  return a;
 }
 
 caf::actor container::impl::peer(const std::string& worker) {
@@ -232,7 +235,8 @@ container::~container() {
   std::vector<caf::actor> actors;
   {
     std::lock_guard<std::mutex> lock(impl_->m);
-    for (auto& [id, a] : impl_->actors) actors.push_back(a);
+    for (auto& [id, a] : impl_->actors)
+      if (a) actors.push_back(a);
     impl_->actors.clear();
     impl_->contexts.clear();
   }
@@ -287,9 +291,8 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
   // Note [flight recorder]: the backward is recorded from its start to its last propagation.
   trace_scope traced(&impl_->n.recorder(), trace_kind::backward, "dist_backward", ctx_id,
                      std::to_string(roots.size()) + (roots.size() == 1 ? " root" : " roots"));
-  const caf::actor a = impl_->actor_of(ctx_id);
   reply_batch direct;
-  propagation_outbox outbox{a, impl_->new_id(), 0, nullptr, {}};
+  propagation_outbox outbox{caf::actor{}, impl_->new_id(), 0, nullptr, {}};
   outbox.direct = &direct;
   const std::uint64_t pass = impl_->new_id();
   std::exception_ptr err;
@@ -298,16 +301,16 @@ void container::backward(context_id ctx_id, const tensor_list& roots, bool retai
   } catch (...) {
     err = std::current_exception();
   }
-  hand_over(*impl_, pass, retain_graph, direct, outbox);
+  hand_over(*impl_, ctx_id, pass, retain_graph, direct, outbox);
   if (outbox.started > 0) {  // Note [context actor]: the actor answers once they all ended
-    const propagate_answer outcome = await_group(*impl_, a, ctx_id, outbox);
+    const propagate_answer outcome = await_group(*impl_, outbox.actor, ctx_id, outbox);
     if (!err && std::get<0>(outcome) == propagate_failed)
       err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
   }
   if (!err) return;
   traced.fail();
   // A failed backward releases the context on the other workers, keeps it here.
-  release_through(impl_->opts, caf::actor_cast<context_handle>(a),
+  release_through(impl_->opts, caf::actor_cast<context_handle>(impl_->actor_of(ctx_id)),
                   ctx_release{std::string(), /*final=*/false, nullptr,
                               impl_->peers_of(impl_->release_targets(ctx_id, std::string())), {}, {}});
   std::rethrow_exception(err);

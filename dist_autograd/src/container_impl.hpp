@@ -192,8 +192,10 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::shared_ptr<recv_function> record_recv(context_state& ctx, message_id msg, const std::string& from,
                                              std::uint32_t num);
 
-  /// The actor of context `id` (null when unknown here).
-  caf::actor actor_of(context_id id) const;
+  /// The actor of context `id`, spawned the first time something needs it: a propagation or
+  /// release the calling thread did not finish itself (Note [direct requests]); null when the
+  /// context is unknown here.
+  caf::actor actor_of(context_id id);
   /// The service actor of `worker` (Note [dist autograd service]): this worker's own for its
   /// name, else looked up the first time (blocks on one store round trip and a connect) and
   /// kept. Throws troupe::error naming the worker.
@@ -208,8 +210,9 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   /// Handler of a release from `from`: drops the context here and forwards the release to its
   /// own peers; `done` gets the answer once they answered. Never throws.
   void serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done);
-  /// Drops the context here; returns its actor (null when unknown), which runs the release.
-  caf::actor drop(context_id id);
+  /// Drops the context here; returns its record (null when unknown) and, in `actor`, its actor
+  /// (null when it never needed one).
+  std::shared_ptr<context_state> drop(context_id id, caf::actor& actor);
   /// The workers to release context `id` on: those involved but `except` and the dead.
   std::set<std::string> release_targets(context_id id, const std::string& except) const;
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded). The

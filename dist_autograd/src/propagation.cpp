@@ -217,12 +217,10 @@ std::shared_ptr<send_function> send_for(context_state& ctx, message_id msg, cons
 void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads,
                                    bool retain, answer_ptr<propagate_answer> done) {
   auto ctx = find_if(id);
-  caf::actor a = ctx ? actor_of(id) : caf::actor{};
-  if (!ctx || !a)
+  if (!ctx)
     return (*done)(failure(errc::bad_argument,
                            "dist_autograd::propagate: unknown context " + std::to_string(id) + " on " + n.info().name));
   const std::pair<message_id, std::uint64_t> key{msg, pass};
-  auto handle = caf::actor_cast<context_handle>(a);
   {  // a retry or duplicate: the outcome if the record has it, else the actor answers it
     std::unique_lock<std::mutex> lock(ctx->m);
     auto [it, first] = ctx->handled.try_emplace(key);
@@ -234,10 +232,11 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
       }
       it->second.parked = true;
       lock.unlock();
-      return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
+      // Released meanwhile (no actor): `done` is dropped and answers its fallback.
+      return caf::anon_send(caf::actor_cast<context_handle>(actor_of(id)), ctx_duplicate{key, std::move(done)});
     }
   }
-  propagation_outbox outbox{a, new_id(), 0, nullptr, {}};
+  propagation_outbox outbox{caf::actor{}, new_id(), 0, nullptr, {}};  // its actor comes with a first start
   propagate_answer local{propagate_done, 0, {}};
   try {  // the local part runs here; what it started is awaited by the actor, not here
     execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
@@ -256,7 +255,8 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
     (*done)(local);
     if (!parked) return;  // else the actor must answer the duplicates it parked
   }
-  caf::anon_send(handle, ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
+  if (!outbox.actor) outbox.actor = actor_of(id);
+  caf::anon_send(caf::actor_cast<context_handle>(outbox.actor), ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
 }
 
 }  // namespace troupe::dist_autograd
