@@ -117,8 +117,7 @@ context_handle::behavior_type context_actor(context_self self, node* n, containe
 
 }  // namespace
 
-// lazy_init: initialised by its first message, so a spawn wakes no scheduler thread (one per
-// context per worker, on the forward's path).
+// lazy_init: initialised by its first message, so a spawn wakes no scheduler thread.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record) {
   return n.system().spawn<caf::lazy_init>(context_actor, &n, opts, std::move(record));
 }

@@ -13,14 +13,21 @@
 // worker has already started is decided under that mutex too. Everything that sends, waits,
 // retries, polls or parks is the actor's (timers, never a sleep). It monitors every peer service
 // it sent to: a down_msg fails at once what it waits for from that worker (peer_lost naming it)
-// and marks the worker lost. The actor is spawned lazily initialised (no scheduler wake-up per
-// context).
+// and marks the worker lost. First attempts go from the thread that has the data, as the
+// container's companion (Note [direct requests]): the actor is spawned only when a context has
+// work for it (a first attempt that did not end done, a nested run's propagations, a parked
+// duplicate, a release to retry), lazily initialised, so the common path spawns none.
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
-//   S engine run (group g): recv_fn: the peer's service handle (cached), ctx_start{g, p} ──> S actor
-//   S actor: request(R service, propagate_timeout, propagate_request{ctx, msg, pass, grads})
-//            reply done / failed ──> the propagation ended
+//   S root's run (group g): recv_fn: attempt 1 ──propagate_request──> R service (as the companion);
+//            the backward's caller reads the replies (bounded by propagate_timeout): all done ──>
+//            finished, no actor involved; any other answer or none ──ctx_start{g, p, answer}──>
+//            S actor, which goes on from that answer (below), then ctx_await as for a nested run
+//   S nested run (on the service's thread): ctx_start{g, p, in flight} ──> S actor, then attempt 1
+//            as the companion; its reply ──ctx_first──> S actor (or the actor's timer: timeout)
+//   S actor: an attempt's answer done / failed ──> the propagation ended
+//            later attempts: request(R service, propagate_timeout, propagate_request{...})
 //            request timeout ──delayed_send(backoff·2^k)──> attempt k+1   (`attempts` in all)
 //            reply running ──delayed_send(backoff·2^k)──> poll again    (until backward_timeout)
 //            peer_lost (error or down_msg) ──> ended, the worker marked lost (no release goes there)
@@ -35,7 +42,10 @@
 //            there; else ctx_duplicate ──> R actor: the outcome if known, else parked: answered
 //            with it when it comes, or `running` after propagate_timeout / 2 (S polls again)
 //
-// Release: live ──ctx_release{except, final, peers}──> releasing: request(release_request{id, me})
+// Release: the thread that ends a context sends attempt 1 to every worker involved but `except`
+//   and the dead itself, as the companion, and waits (bounded by release_timeout); only the
+//   workers whose attempt timed out go to the actor (ctx_release{..., settled, retry}).
+//   live ──ctx_release{except, final, peers}──> releasing: request(release_request{id, me})
 //   to every worker involved but `except` and the dead, in parallel; an attempt that times out is
 //   retried after a backoff timer (ctx_retry_atom, doubled, `attempts` in all); a peer that is
 //   gone or refuses is given up. ──every worker answered or given up──> the answer (number

@@ -5,8 +5,9 @@
 // Note [dist autograd service]
 // Each container spawns one service actor on its node's actor system and publishes it under
 // "troupe.dist_autograd.service" (troupe/actors/remote_actor.hpp). A peer looks it up once per
-// worker and keeps the handle (container::impl::peer). The context actors exchange typed
-// messages with it; no reserved RPC function is involved, so the fault plan sees them as actor
+// worker and keeps the handle (container::impl::peer). The context actors, and the first attempts
+// sent by the calling threads (Note [direct requests]), exchange typed messages with it; no
+// reserved RPC function is involved, so the fault plan sees them as actor
 // messages (`actor:troupe.dist_autograd.*`).
 //
 //   worker S ctx actor ──request(propagate_request{ctx, msg, pass, grads})──> worker R service
