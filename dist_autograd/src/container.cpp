@@ -70,6 +70,23 @@ void hand_over(container::impl& c, context_id id, std::uint64_t pass, bool retai
   }
 }
 
+/// The graph root of a backward from `roots` (local one-element tensors that require grad).
+std::shared_ptr<graph_root> make_root(const tensor_list& roots) {
+  edge_list edges;
+  tensor_list grads;
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    const tensor& r = roots[i];
+    if (!r.defined() || !r.requires_grad())
+      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " does not require grad");
+    if (r.numel() != 1)
+      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " has " +
+                                            std::to_string(r.numel()) + " elements, expected one");
+    edges.push_back(gradient_edge(r));
+    grads.push_back(ones_like(r));
+  }
+  return std::make_shared<graph_root>(std::move(edges), std::move(grads));
+}
+
 }  // namespace
 
 current_context_slot& current_slot() { return tls_current; }
@@ -275,19 +292,7 @@ context_id container::current_context() const {
 void container::backward(context_id ctx_id, const tensor_list& roots, bool retain_graph) {
   auto ctx = impl_->find(ctx_id, "backward");
   impl_->n.fault_point("backward", impl_->backwards++);  // Note [fault events]
-  edge_list edges;
-  tensor_list grads;
-  for (std::size_t i = 0; i < roots.size(); ++i) {
-    const tensor& r = roots[i];
-    if (!r.defined() || !r.requires_grad())
-      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " does not require grad");
-    if (r.numel() != 1)
-      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " has " +
-                                            std::to_string(r.numel()) + " elements, expected one");
-    edges.push_back(gradient_edge(r));
-    grads.push_back(ones_like(r));
-  }
-  auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
+  auto root = make_root(roots);
   // Note [flight recorder]: the backward is recorded from its start to its last propagation.
   trace_scope traced(&impl_->n.recorder(), trace_kind::backward, "dist_backward", ctx_id,
                      std::to_string(roots.size()) + (roots.size() == 1 ? " root" : " roots"));
