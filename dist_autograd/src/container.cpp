@@ -9,8 +9,10 @@
 
 #include "container_impl.hpp"
 #include "context_actor.hpp"
+#include "direct_requester.hpp"
 #include "fast_engine.hpp"
 #include "service.hpp"
+#include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/remote_actor.hpp"
 #include "troupe/autograd/autograd_meta.hpp"
 #include "troupe/tensors/autograd_hook.hpp"
@@ -38,6 +40,51 @@ propagate_answer await_group(const container::impl& c, const caf::actor& a, cont
                "dist_autograd::backward on " + c.n.info().name + ": context " + std::to_string(id) +
                    " got no answer from its actor within the bound"};
   return outcome;
+}
+
+/// The first attempt's outcome as the actor's on_reply reads it (Note [direct requests]).
+propagate_answer first_answer(const caf::message& reply, const std::string& to) {
+  if (reply.match_elements<propagate_reply>()) return to_answer(reply.get_as<propagate_reply>(0));
+  if (reply.match_elements<caf::error>()) {
+    const error e = from_caf_error(reply.get_as<caf::error>(0), "dist_autograd::propagate to " + to);
+    return {propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()};
+  }
+  return {propagate_attempt_failed, static_cast<std::int32_t>(errc::timeout),
+          "dist_autograd::propagate to " + to + ": no answer within propagate_timeout"};
+}
+
+/// Reads the replies of the first attempts the root's run sent itself (bounded by one attempt's
+/// deadline); hands every one that did not end `done` to the context actor, which goes on from
+/// that answer (retries, polls, failure), and counts it in `outbox.started`.
+void hand_over(container::impl& c, context_id id, std::uint64_t pass, bool retain, reply_batch& direct,
+               propagation_outbox& outbox) {
+  if (outbox.sent.empty()) return;
+  const auto replies = direct.wait_until(*c.requester, std::chrono::steady_clock::now() + c.opts.propagate_timeout);
+  for (auto& d : outbox.sent) {
+    propagate_answer first = first_answer(replies[d.slot], d.to);
+    if (std::get<0>(first) == propagate_done) continue;
+    if (!outbox.actor) outbox.actor = c.actor_of(id);  // the actor comes only when there is work for it
+    caf::anon_send(caf::actor_cast<context_handle>(outbox.actor),
+                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first), false});
+    ++outbox.started;
+  }
+}
+
+/// The graph root of a backward from `roots` (local one-element tensors that require grad).
+std::shared_ptr<graph_root> make_root(const tensor_list& roots) {
+  edge_list edges;
+  tensor_list grads;
+  for (std::size_t i = 0; i < roots.size(); ++i) {
+    const tensor& r = roots[i];
+    if (!r.defined() || !r.requires_grad())
+      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " does not require grad");
+    if (r.numel() != 1)
+      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " has " +
+                                            std::to_string(r.numel()) + " elements, expected one");
+    edges.push_back(gradient_edge(r));
+    grads.push_back(ones_like(r));
+  }
+  return std::make_shared<graph_root>(std::move(edges), std::move(grads));
 }
 
 }  // namespace
@@ -87,10 +134,7 @@ std::shared_ptr<context_state> container::impl::find_or_create(context_id id) {
   std::lock_guard<std::mutex> lock(m);
   if (released.count(id)) return nullptr;
   auto& slot = contexts[id];
-  if (!slot) {
-    slot = std::make_shared<context_state>(id);
-    actors[id] = caf::actor_cast<caf::actor>(spawn_context_actor(n, opts, slot));
-  }
+  if (!slot) slot = std::make_shared<context_state>(id);  // its actor comes when needed (actor_of)
   return slot;
 }
 
@@ -119,9 +163,24 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     // Note [context actor]: the actor sends it at once (the local run goes on meanwhile); the
     // run's caller awaits the run's propagations there.
     caf::actor peer = self->peer(from);
-    caf::anon_send(caf::actor_cast<context_handle>(run->outbox->actor),
-                   ctx_start{run->outbox->group, self->new_id(), from, std::move(peer), msg, run->pass, run->retain, grads});
+    if (auto* direct = run->outbox->direct) {  // Note [direct requests]: attempt 1 goes from here
+      const std::size_t slot = direct->send(
+          *self->requester, peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}));
+      run->outbox->sent.push_back({self->new_id(), from, std::move(peer), msg, grads, slot});
+      return;
+    }
+    // A nested run (on the service's thread): the actor learns of it first, then attempt 1 goes
+    // from here and its reply reaches the actor as a ctx_first.
+    if (!run->outbox->actor) run->outbox->actor = self->actor_of(id);
+    const auto actor = caf::actor_cast<context_handle>(run->outbox->actor);
+    if (!actor) throw error(errc::invalid_state, "dist_autograd: context " + std::to_string(id) + " was released during its backward");
+    const std::uint64_t seq = self->new_id();
+    caf::anon_send(actor, ctx_start{run->outbox->group, seq, from, peer, msg, run->pass, run->retain, grads, {}, true});
     ++run->outbox->started;
+    self->requester->request(peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}),
+                             [actor, seq, from](caf::message&& reply) {
+                               caf::anon_send(actor, ctx_first{seq, first_answer(reply, from)});
+                             });
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -130,10 +189,13 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
   return recv;
 }
 
-caf::actor container::impl::actor_of(context_id id) const {
+caf::actor container::impl::actor_of(context_id id) {
   std::lock_guard<std::mutex> lock(m);
-  auto it = actors.find(id);
-  return it == actors.end() ? caf::actor{} : it->second;
+  auto ctx = contexts.find(id);
+  if (ctx == contexts.end()) return {};
+  auto& a = actors[id];
+  if (!a) a = caf::actor_cast<caf::actor>(spawn_context_actor(n, opts, ctx->second));
+  return a;
 }
 
 caf::actor container::impl::peer(const std::string& worker) {
@@ -177,6 +239,7 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
     stop_actors(n, {impl_->service});
     throw;
   }
+  impl_->requester = std::make_shared<direct_requester>(n.system());
   add_optimizer_state(*impl_);
   impl_->recorder = make_recorder(impl_);
   n.set_interceptor(impl_->recorder);
@@ -189,7 +252,8 @@ container::~container() {
   std::vector<caf::actor> actors;
   {
     std::lock_guard<std::mutex> lock(impl_->m);
-    for (auto& [id, a] : impl_->actors) actors.push_back(a);
+    for (auto& [id, a] : impl_->actors)
+      if (a) actors.push_back(a);
     impl_->actors.clear();
     impl_->contexts.clear();
   }
@@ -201,6 +265,7 @@ container::~container() {
     impl_->n.system().registry().erase(impl_->service.id());  // publish_actor put it there
   } catch (...) {  // the node is gone: its system took the actors with it
   }
+  impl_->requester.reset();  // its companion goes; replies still on their way are dropped
   actors.push_back(std::move(impl_->service));
   stop_actors(impl_->n, actors);  // before the node goes (node::system()'s rule)
 }
@@ -227,40 +292,32 @@ context_id container::current_context() const {
 void container::backward(context_id ctx_id, const tensor_list& roots, bool retain_graph) {
   auto ctx = impl_->find(ctx_id, "backward");
   impl_->n.fault_point("backward", impl_->backwards++);  // Note [fault events]
-  edge_list edges;
-  tensor_list grads;
-  for (std::size_t i = 0; i < roots.size(); ++i) {
-    const tensor& r = roots[i];
-    if (!r.defined() || !r.requires_grad())
-      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " does not require grad");
-    if (r.numel() != 1)
-      throw error(errc::autograd_error, "dist_autograd::backward: root " + std::to_string(i) + " has " +
-                                            std::to_string(r.numel()) + " elements, expected one");
-    edges.push_back(gradient_edge(r));
-    grads.push_back(ones_like(r));
-  }
-  auto root = std::make_shared<graph_root>(std::move(edges), std::move(grads));
+  auto root = make_root(roots);
   // Note [flight recorder]: the backward is recorded from its start to its last propagation.
   trace_scope traced(&impl_->n.recorder(), trace_kind::backward, "dist_backward", ctx_id,
                      std::to_string(roots.size()) + (roots.size() == 1 ? " root" : " roots"));
-  const caf::actor a = impl_->actor_of(ctx_id);
-  propagation_outbox outbox{a, impl_->new_id(), 0};
+  reply_batch direct;
+  propagation_outbox outbox{caf::actor{}, impl_->new_id(), 0, nullptr, {}};
+  outbox.direct = &direct;
+  const std::uint64_t pass = impl_->new_id();
   std::exception_ptr err;
   try {
-    execute_fast(*ctx, impl_->new_id(), retain_graph, root, {}, outbox);
+    execute_fast(*ctx, pass, retain_graph, root, {}, outbox);
   } catch (...) {
     err = std::current_exception();
   }
+  hand_over(*impl_, ctx_id, pass, retain_graph, direct, outbox);
   if (outbox.started > 0) {  // Note [context actor]: the actor answers once they all ended
-    const propagate_answer outcome = await_group(*impl_, a, ctx_id, outbox);
+    const propagate_answer outcome = await_group(*impl_, outbox.actor, ctx_id, outbox);
     if (!err && std::get<0>(outcome) == propagate_failed)
       err = std::make_exception_ptr(error(static_cast<errc>(std::get<1>(outcome)), std::get<2>(outcome)));
   }
   if (!err) return;
   traced.fail();
   // A failed backward releases the context on the other workers, keeps it here.
-  release_through(impl_->opts, caf::actor_cast<context_handle>(a), std::string(), /*final=*/false,
-                  impl_->peers_of(impl_->release_targets(ctx_id, std::string())));
+  release_through(impl_->opts, caf::actor_cast<context_handle>(impl_->actor_of(ctx_id)),
+                  ctx_release{std::string(), /*final=*/false, nullptr,
+                              impl_->peers_of(impl_->release_targets(ctx_id, std::string())), {}, {}});
   std::rethrow_exception(err);
 }
 

@@ -108,6 +108,19 @@ struct propagation_outbox {
   caf::actor actor;
   std::uint64_t group = 0;
   std::size_t started = 0;
+  /// A first attempt sent from the run's own thread (Note [direct requests]); `slot`: its reply's.
+  struct direct_attempt {
+    std::uint64_t seq = 0;
+    std::string to;
+    caf::actor peer;
+    message_id msg = 0;
+    tensor_list grads;
+    std::size_t slot = 0;
+  };
+  /// Set on the root's backward only: its recv functions send first attempts through it and
+  /// list them in `sent`; the caller reads their replies before it involves the actor.
+  class reply_batch* direct = nullptr;
+  std::vector<direct_attempt> sent;
 };
 
 /// An incoming propagation as the record knows it (context_state::handled).
@@ -160,6 +173,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor
   std::shared_ptr<struct owner_state> owned;        ///< parameters and optimizers owned here (optimizer.cpp)
   caf::actor service;  ///< this worker's service actor (Note [dist autograd service])
+  std::shared_ptr<class direct_requester> requester;  ///< first attempts (Note [direct requests])
   std::mutex peers_m;
   std::map<std::string, caf::actor> peers;  ///< the peers' service actors, by worker (guarded by peers_m)
 
@@ -178,8 +192,10 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::shared_ptr<recv_function> record_recv(context_state& ctx, message_id msg, const std::string& from,
                                              std::uint32_t num);
 
-  /// The actor of context `id` (null when unknown here).
-  caf::actor actor_of(context_id id) const;
+  /// The actor of context `id`, spawned the first time something needs it: a propagation or
+  /// release the calling thread did not finish itself (Note [direct requests]); null when the
+  /// context is unknown here.
+  caf::actor actor_of(context_id id);
   /// The service actor of `worker` (Note [dist autograd service]): this worker's own for its
   /// name, else looked up the first time (blocks on one store round trip and a connect) and
   /// kept. Throws troupe::error naming the worker.
@@ -194,8 +210,9 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   /// Handler of a release from `from`: drops the context here and forwards the release to its
   /// own peers; `done` gets the answer once they answered. Never throws.
   void serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done);
-  /// Drops the context here; returns its actor (null when unknown), which runs the release.
-  caf::actor drop(context_id id);
+  /// Drops the context here; returns its record (null when unknown) and, in `actor`, its actor
+  /// (null when it never needed one).
+  std::shared_ptr<context_state> drop(context_id id, caf::actor& actor);
   /// The workers to release context `id` on: those involved but `except` and the dead.
   std::set<std::string> release_targets(context_id id, const std::string& except) const;
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded). The

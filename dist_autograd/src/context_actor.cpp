@@ -49,11 +49,19 @@ void on_release(context_self self, ctx_release& r) {
   {
     std::lock_guard<std::mutex> lock(s.record->m);
     for (const auto& w : s.record->workers)
-      if (w != r.except && !s.record->lost.count(w)) targets.insert(w);
+      if (w != r.except && !s.record->lost.count(w) && !r.settled.count(w)) targets.insert(w);
   }
   if (r.done) s.waiting.push_back(std::move(r.done));
-  for (const auto& w : targets)
-    if (s.pending.insert(w).second) send_attempt(self, w);
+  for (const auto& w : targets) {
+    if (!s.pending.insert(w).second) continue;
+    if (!r.retry.count(w)) {
+      send_attempt(self, w);
+      continue;
+    }
+    s.attempts[w] = 1;  // the sender's first attempt timed out (Note [direct requests])
+    if (s.opts.attempts > 1) self->delayed_send(self, s.opts.backoff, ctx_retry_atom::value, w);
+    else s.pending.erase(w);
+  }
   finish_if_done(self);
 }
 
@@ -103,13 +111,13 @@ context_handle::behavior_type context_actor(context_self self, node* n, containe
       [self](ctx_await& w) { on_await(self, w); },
       [self](ctx_duplicate& d) { on_duplicate(self, d); },
       [self](ctx_running_atom, std::uint64_t park) { on_running_timeout(self, park); },
+      [self](ctx_first& f) { on_first(self, f); },
   };
 }
 
 }  // namespace
 
-// lazy_init: initialised by its first message, so a spawn wakes no scheduler thread (one per
-// context per worker, on the forward's path).
+// lazy_init: initialised by its first message, so a spawn wakes no scheduler thread.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record) {
   return n.system().spawn<caf::lazy_init>(context_actor, &n, opts, std::move(record));
 }
@@ -118,13 +126,13 @@ void watch(context_self self, const caf::actor& peer, const std::string& worker)
   if (self->state.watched.emplace(peer.address(), worker).second) self->monitor(peer);
 }
 
-void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final,
-                     std::map<std::string, caf::actor> peers) {
+void release_through(const container_options& opts, const context_handle& a, ctx_release r) {
   if (!a) return;
   // The actor's own bound: every attempt's deadline plus the backoffs, and a margin.
   const auto bound = (opts.release_timeout + opts.backoff * 64) * opts.attempts + std::chrono::seconds(1);
   answer_waiter<std::int32_t> w;
-  caf::anon_send(a, ctx_release{except, final, w.callback(0), std::move(peers)});  // gone: answers 0
+  r.done = w.callback(0);
+  caf::anon_send(a, std::move(r));  // gone: answers 0
   std::int32_t count = 0;
   w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(bound), count);
 }

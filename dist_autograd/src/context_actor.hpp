@@ -13,14 +13,21 @@
 // worker has already started is decided under that mutex too. Everything that sends, waits,
 // retries, polls or parks is the actor's (timers, never a sleep). It monitors every peer service
 // it sent to: a down_msg fails at once what it waits for from that worker (peer_lost naming it)
-// and marks the worker lost. The actor is spawned lazily initialised (no scheduler wake-up per
-// context).
+// and marks the worker lost. First attempts go from the thread that has the data, as the
+// container's companion (Note [direct requests]): the actor is spawned only when a context has
+// work for it (a first attempt that did not end done, a nested run's propagations, a parked
+// duplicate, a release to retry), lazily initialised, so the common path spawns none.
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
-//   S engine run (group g): recv_fn: the peer's service handle (cached), ctx_start{g, p} ──> S actor
-//   S actor: request(R service, propagate_timeout, propagate_request{ctx, msg, pass, grads})
-//            reply done / failed ──> the propagation ended
+//   S root's run (group g): recv_fn: attempt 1 ──propagate_request──> R service (as the companion);
+//            the backward's caller reads the replies (bounded by propagate_timeout): all done ──>
+//            finished, no actor involved; any other answer or none ──ctx_start{g, p, answer}──>
+//            S actor, which goes on from that answer (below), then ctx_await as for a nested run
+//   S nested run (on the service's thread): ctx_start{g, p, in flight} ──> S actor, then attempt 1
+//            as the companion; its reply ──ctx_first──> S actor (or the actor's timer: timeout)
+//   S actor: an attempt's answer done / failed ──> the propagation ended
+//            later attempts: request(R service, propagate_timeout, propagate_request{...})
 //            request timeout ──delayed_send(backoff·2^k)──> attempt k+1   (`attempts` in all)
 //            reply running ──delayed_send(backoff·2^k)──> poll again    (until backward_timeout)
 //            peer_lost (error or down_msg) ──> ended, the worker marked lost (no release goes there)
@@ -35,7 +42,10 @@
 //            there; else ctx_duplicate ──> R actor: the outcome if known, else parked: answered
 //            with it when it comes, or `running` after propagate_timeout / 2 (S polls again)
 //
-// Release: live ──ctx_release{except, final, peers}──> releasing: request(release_request{id, me})
+// Release: the thread that ends a context sends attempt 1 to every worker involved but `except`
+//   and the dead itself, as the companion, and waits (bounded by release_timeout); only the
+//   workers whose attempt timed out go to the actor (ctx_release{..., settled, retry}).
+//   live ──ctx_release{except, final, peers}──> releasing: request(release_request{id, me})
 //   to every worker involved but `except` and the dead, in parallel; an attempt that times out is
 //   retried after a backoff timer (ctx_retry_atom, doubled, `attempts` in all); a peer that is
 //   gone or refuses is given up. ──every worker answered or given up──> the answer (number
@@ -59,6 +69,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <vector>
@@ -82,6 +93,11 @@ struct ctx_release {
   bool final = true;
   answer_ptr<std::int32_t> done;
   std::map<std::string, caf::actor> peers;
+  /// Workers whose first attempt the sender made itself (Note [direct requests]): `settled`
+  /// answered or gave up (nothing more goes there), `retry` timed out (the actor retries after a
+  /// backoff, counting that attempt).
+  std::set<std::string> settled;
+  std::set<std::string> retry;
 };
 
 /// A PropagateGradients an engine run (group `group`) started: the actor sends it to `peer`
@@ -95,6 +111,19 @@ struct ctx_start {
   std::uint64_t pass = 0;
   bool retain = false;
   tensor_list grads;
+  /// Set when the run's thread made attempt 1 itself (Note [direct requests]): its outcome, which
+  /// the actor takes as that attempt's answer instead of sending one.
+  std::optional<propagate_answer> first;
+  /// Attempt 1 was sent by the run's thread and its answer comes later as a ctx_first (Note
+  /// [direct requests]); the actor sends nothing now.
+  bool in_flight = false;
+};
+
+/// The answer of the first attempt of outgoing propagation `seq`, sent by the run's thread:
+/// the receiver's reply, or (from the actor's own timer) a timeout. The first of them counts.
+struct ctx_first {
+  std::uint64_t seq = 0;
+  propagate_answer answer;
 };
 
 /// Engine run `group` ended after starting `count` propagations (ctx_start, sent before this):
@@ -126,15 +155,14 @@ using ctx_running_atom = caf::atom_constant<caf::atom("dctxrun")>;
 using context_handle =
     caf::typed_actor<caf::reacts_to<ctx_release>, caf::reacts_to<ctx_retry_atom, std::string>, caf::reacts_to<ctx_start>,
                      caf::reacts_to<ctx_await>, caf::reacts_to<ctx_duplicate>, caf::reacts_to<ctx_pretry_atom, std::uint64_t>,
-                     caf::reacts_to<ctx_running_atom, std::uint64_t>>;
+                     caf::reacts_to<ctx_running_atom, std::uint64_t>, caf::reacts_to<ctx_first>>;
 
 /// Spawns the actor owning `record` on `n`'s actor system.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record);
 
-/// Sends `ctx_release{except, final, peers}` to `a` and waits for the answer, bounded by the
-/// release's own bound; never throws (an actor already gone counts as released).
-void release_through(const container_options& opts, const context_handle& a, const std::string& except, bool final,
-                     std::map<std::string, caf::actor> peers);
+/// Sends `r` (its `done` set here) to `a` and waits for the answer, bounded by the release's own
+/// bound; never throws (an actor already gone counts as released).
+void release_through(const container_options& opts, const context_handle& a, ctx_release r);
 
 /// Exits every actor of `actors` and waits (bounded) until they are gone.
 void stop_actors(node& n, const std::vector<caf::actor>& actors);
@@ -145,3 +173,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_release)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_start)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_duplicate)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_first)

@@ -116,9 +116,25 @@ void send_propagation(context_self self, std::uint64_t seq) {
 void on_start(context_self self, ctx_start& p) {
   auto& s = self->state;
   const auto give_up = std::chrono::steady_clock::now() + s.opts.backward_timeout;
-  s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), std::move(p.peer), p.msg, p.pass, p.retain,
-                                            std::move(p.grads), 0, 0, give_up});
-  send_propagation(self, p.seq);
+  auto& out = s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), std::move(p.peer), p.msg, p.pass,
+                                                        p.retain, std::move(p.grads), 0, 0, give_up})
+                  .first->second;
+  if (!p.first && !p.in_flight) return send_propagation(self, p.seq);
+  out.attempt = 1;  // Note [direct requests]: the run's thread made it; its answer decides from here
+  watch(self, out.peer, out.to);
+  if (p.first) return on_reply(self, p.seq, 1, *p.first);
+  out.first_pending = true;  // its ctx_first comes with the reply, or from this timer
+  self->delayed_send(self, s.opts.propagate_timeout,
+                     ctx_first{p.seq, propagate_answer{propagate_attempt_failed, static_cast<std::int32_t>(errc::timeout),
+                                                       "dist_autograd::propagate to " + out.to +
+                                                           ": no answer within propagate_timeout"}});
+}
+
+void on_first(context_self self, ctx_first& f) {
+  auto it = self->state.out.find(f.seq);
+  if (it == self->state.out.end() || !it->second.first_pending) return;  // the other one came first
+  it->second.first_pending = false;
+  on_reply(self, f.seq, 1, f.answer);
 }
 
 void on_peer_down(context_self self, const std::string& worker, errc code, const std::string& why) {
@@ -201,12 +217,10 @@ std::shared_ptr<send_function> send_for(context_state& ctx, message_id msg, cons
 void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads,
                                    bool retain, answer_ptr<propagate_answer> done) {
   auto ctx = find_if(id);
-  caf::actor a = ctx ? actor_of(id) : caf::actor{};
-  if (!ctx || !a)
+  if (!ctx)
     return (*done)(failure(errc::bad_argument,
                            "dist_autograd::propagate: unknown context " + std::to_string(id) + " on " + n.info().name));
   const std::pair<message_id, std::uint64_t> key{msg, pass};
-  auto handle = caf::actor_cast<context_handle>(a);
   {  // a retry or duplicate: the outcome if the record has it, else the actor answers it
     std::unique_lock<std::mutex> lock(ctx->m);
     auto [it, first] = ctx->handled.try_emplace(key);
@@ -218,10 +232,11 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
       }
       it->second.parked = true;
       lock.unlock();
-      return caf::anon_send(handle, ctx_duplicate{key, std::move(done)});
+      // Released meanwhile (no actor): `done` is dropped and answers its fallback.
+      return caf::anon_send(caf::actor_cast<context_handle>(actor_of(id)), ctx_duplicate{key, std::move(done)});
     }
   }
-  propagation_outbox outbox{a, new_id(), 0};
+  propagation_outbox outbox{caf::actor{}, new_id(), 0, nullptr, {}};  // its actor comes with a first start
   propagate_answer local{propagate_done, 0, {}};
   try {  // the local part runs here; what it started is awaited by the actor, not here
     execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
@@ -240,7 +255,8 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
     (*done)(local);
     if (!parked) return;  // else the actor must answer the duplicates it parked
   }
-  caf::anon_send(handle, ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
+  if (!outbox.actor) outbox.actor = actor_of(id);
+  caf::anon_send(caf::actor_cast<context_handle>(outbox.actor), ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
 }
 
 }  // namespace troupe::dist_autograd

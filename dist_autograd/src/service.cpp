@@ -2,7 +2,6 @@
 #include "service.hpp"
 
 #include <bit>
-#include <thread>
 
 #include <caf/all.hpp>
 
@@ -15,26 +14,21 @@ namespace {
 
 struct service_state {
   std::weak_ptr<container::impl> c;
-  std::thread::id home;  // the detached actor's own thread
   static inline const char* name = "troupe.dist_autograd.service";
 };
 using service_self = service_local::stateful_pointer<service_state>;
 
-/// An answer_once that delivers `rp` with the converted answer: at once on the service's own
-/// thread, else as a service_job to it.
-template <class T, class Reply, class Convert>
-answer_ptr<T> deliverer(service_self self, caf::typed_response_promise<Reply> rp, T fallback, Convert convert) {
-  const std::thread::id home = self->state.home;
-  const caf::actor_addr addr = self->address();
+/// An answer_once that answers the request being handled with the converted answer, from the
+/// thread that knows it (the service's own, or a context actor's): the reply goes straight to the
+/// requester, as a response promise's would, with no hop back through the service.
+template <class T, class Convert>
+answer_ptr<T> deliverer(service_self self, T fallback, Convert convert) {
+  caf::strong_actor_ptr to = self->current_sender();
+  const caf::message_id mid = self->current_message_id();
+  caf::strong_actor_ptr me = caf::actor_cast<caf::strong_actor_ptr>(self);
   return std::make_shared<answer_once<T>>(
-      [home, addr, rp, convert](const T& a) {
-        auto p = rp;
-        if (std::this_thread::get_id() == home) {
-          p.deliver(convert(a));
-          return;
-        }
-        if (auto me = caf::actor_cast<service_local>(addr))
-          caf::anon_send(me, service_job{[p, reply = convert(a)]() mutable { p.deliver(std::move(reply)); }});
+      [to, mid, me, convert](const T& a) {
+        if (to && mid.is_request()) to->enqueue(me, mid.response_id(), caf::make_message(convert(a)), nullptr);
       },
       std::move(fallback));
 }
@@ -56,33 +50,20 @@ caf::result<optim_reply> owner_call(service_self self, F work) {
 service_local::behavior_type service(service_self self, std::weak_ptr<container::impl> weak) {
   self->state.c = std::move(weak);
   return {
-      [self](propagate_request& r) {
-        self->state.home = std::this_thread::get_id();
-        auto rp = self->make_response_promise<propagate_reply>();
+      [self](propagate_request& r) -> caf::delegated<propagate_reply> {
         auto c = self->state.c.lock();
-        if (!c) {
-          rp.deliver(propagate_reply{propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
-                                     "dist_autograd: no container on this worker"});
-          return rp;
-        }
+        const std::string where = c ? c->n.info().name : std::string("this worker");
         const propagate_answer fallback{propagate_failed, static_cast<std::int32_t>(errc::invalid_state),
-                                        "dist_autograd::propagate on " + c->n.info().name + ": context " +
-                                            std::to_string(r.ctx) + " ended while the propagation ran"};
-        c->on_propagate(r.ctx, r.msg, r.pass, r.grads, r.retain,
-                        deliverer(self, rp, fallback, [](const propagate_answer& a) { return to_reply(a); }));
-        return rp;
+                                        "dist_autograd::propagate on " + where + ": context " + std::to_string(r.ctx) +
+                                            (c ? " ended while the propagation ran" : ": no container here")};
+        auto done = deliverer(self, fallback, [](const propagate_answer& a) { return to_reply(a); });
+        if (c) c->on_propagate(r.ctx, r.msg, r.pass, r.grads, r.retain, std::move(done));
+        return {};  // answered through `done` (the fallback when it is dropped unanswered)
       },
-      [self](release_request& r) {
-        self->state.home = std::this_thread::get_id();
-        auto rp = self->make_response_promise<release_reply>();
-        auto c = self->state.c.lock();
-        if (!c) {
-          rp.deliver(release_reply{0});
-          return rp;
-        }
-        c->serve_release(r.ctx, r.from,
-                         deliverer(self, rp, std::int32_t{0}, [](const std::int32_t& n) { return release_reply{n}; }));
-        return rp;
+      [self](release_request& r) -> caf::delegated<release_reply> {
+        auto done = deliverer(self, std::int32_t{0}, [](const std::int32_t& n) { return release_reply{n}; });
+        if (auto c = self->state.c.lock()) c->serve_release(r.ctx, r.from, std::move(done));
+        return {};  // answered through `done`
       },
       [self](optim_create& r) -> caf::result<optim_reply> {
         return owner_call(self, [&](container::impl& c) {
@@ -100,10 +81,6 @@ service_local::behavior_type service(service_self self, std::weak_ptr<container:
           drop_optimizer(c, r.id);
           return std::int32_t{0};
         });
-      },
-      [self](service_job& j) {
-        self->state.home = std::this_thread::get_id();
-        if (j.fn) j.fn();
       },
   };
 }

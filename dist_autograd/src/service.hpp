@@ -5,8 +5,9 @@
 // Note [dist autograd service]
 // Each container spawns one service actor on its node's actor system and publishes it under
 // "troupe.dist_autograd.service" (troupe/actors/remote_actor.hpp). A peer looks it up once per
-// worker and keeps the handle (container::impl::peer). The context actors exchange typed
-// messages with it; no reserved RPC function is involved, so the fault plan sees them as actor
+// worker and keeps the handle (container::impl::peer). The context actors, and the first attempts
+// sent by the calling threads (Note [direct requests]), exchange typed messages with it; no
+// reserved RPC function is involved, so the fault plan sees them as actor
 // messages (`actor:troupe.dist_autograd.*`).
 //
 //   worker S ctx actor ──request(propagate_request{ctx, msg, pass, grads})──> worker R service
@@ -19,8 +20,9 @@
 // The service is a detached actor: it runs the local part of a propagation (the engine, user
 // hooks) on its own thread, never on a scheduler thread, and it may block on a first lookup of a
 // peer. The local part never waits for another worker, so one thread serves every context. An
-// answer that is known later (a propagation that started others, a forwarded release) comes
-// from the context actor as a service_job: the service delivers its promise on its own thread.
+// answer that is known later (a propagation that started others, a forwarded release) goes to
+// the requester from the context actor that learnt it (a delegated reply: the request's sender
+// and id travel with the answer), without a hop back through the service.
 // Message types are announced by dist_autograd::add_message_types before the node starts.
 
 #include <cstdint>
@@ -132,11 +134,6 @@ typename Inspector::result_type inspect(Inspector& f, optim_reply& x) {
   return f(caf::meta::type_name("troupe.dist_autograd.optim_reply"), x.value);
 }
 
-/// Run `fn` on the service's thread (it delivers a promise). Local only.
-struct service_job {
-  std::function<void()> fn;
-};
-
 /// The service as its peers see it.
 using service_actor = caf::typed_actor<caf::replies_to<propagate_request>::with<propagate_reply>,
                                        caf::replies_to<release_request>::with<release_reply>,
@@ -144,7 +141,7 @@ using service_actor = caf::typed_actor<caf::replies_to<propagate_request>::with<
                                        caf::replies_to<optim_step>::with<optim_reply>,
                                        caf::replies_to<optim_drop>::with<optim_reply>>;
 /// The service as its own container sees it.
-using service_local = service_actor::extend<caf::reacts_to<service_job>>;
+using service_local = service_actor;
 
 inline propagate_reply to_reply(const propagate_answer& a) { return {std::get<0>(a), std::get<1>(a), std::get<2>(a)}; }
 inline propagate_answer to_answer(const propagate_reply& r) { return {r.state, r.code, r.text}; }
@@ -157,4 +154,3 @@ bool message_types_announced(node& n);
 
 }  // namespace troupe::dist_autograd
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::service_job)

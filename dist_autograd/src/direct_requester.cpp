@@ -1,0 +1,102 @@
+// Direct requests to the peers' services (Note [direct requests] in direct_requester.hpp).
+#include "direct_requester.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_registry.hpp>
+#include <caf/actor_companion.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/make_message.hpp>
+#include <caf/message_id.hpp>
+#include <caf/sec.hpp>
+
+namespace troupe::dist_autograd {
+
+namespace {
+caf::actor_companion* companion_of(const caf::strong_actor_ptr& p) {
+  return static_cast<caf::actor_companion*>(caf::actor_cast<caf::abstract_actor*>(p));
+}
+}  // namespace
+
+direct_requester::direct_requester(caf::actor_system& sys)
+    : sys_(sys), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys.spawn<caf::actor_companion>())) {
+  companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr e) {
+    if (!e || !e->mid.is_response()) return;  // only replies are expected
+    on_reply(e->mid.request_id().integer_value(), e->move_content_to_message());
+  });
+}
+
+direct_requester::~direct_requester() {
+  companion_of(companion_)->on_enqueue(nullptr);  // waits for a handler in progress; none runs after it
+  try {
+    sys_.registry().erase(companion_->id());  // the remote layer put it there for its replies
+  } catch (...) {  // the system is going: it takes the companion with it
+  }
+  companion_.reset();  // its last reference: it terminates, its watchers learn it
+  std::lock_guard<std::mutex> lock(m_);
+  pending_.clear();
+}
+
+std::uint64_t direct_requester::request(const caf::actor& dest, caf::message msg, reply_fn fn) {
+  std::uint64_t key = 0;
+  caf::message_id mid;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    mid = caf::make_message_id(++next_);
+    key = mid.request_id().integer_value();
+    pending_.emplace(key, std::move(fn));
+  }
+  if (!dest) {
+    on_reply(key, caf::make_message(caf::make_error(caf::sec::invalid_argument, "no service handle")));
+    return key;
+  }
+  dest->enqueue(caf::make_mailbox_element(companion_, mid, {}, std::move(msg)), nullptr);
+  return key;
+}
+
+void direct_requester::cancel(std::uint64_t key) {
+  std::lock_guard<std::mutex> lock(m_);
+  pending_.erase(key);
+}
+
+void direct_requester::on_reply(std::uint64_t key, caf::message&& content) {
+  reply_fn fn;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = pending_.find(key);
+    if (it == pending_.end()) return;  // cancelled, or a duplicate of a reply already handed over
+    fn = std::move(it->second);
+    pending_.erase(it);
+  }
+  fn(std::move(content));
+}
+
+reply_batch::reply_batch() : st_(std::make_shared<shared>()) {}
+
+std::size_t reply_batch::send(direct_requester& r, const caf::actor& dest, caf::message msg) {
+  std::size_t slot = 0;
+  {
+    std::lock_guard<std::mutex> lock(st_->m);
+    slot = st_->replies.size();
+    st_->replies.emplace_back();
+  }
+  keys_.push_back(r.request(dest, std::move(msg), [st = st_, slot](caf::message&& reply) {
+    {
+      std::lock_guard<std::mutex> lock(st->m);
+      st->replies[slot] = std::move(reply);
+      ++st->answered;
+    }
+    st->cv.notify_all();
+  }));
+  return slot;
+}
+
+std::vector<caf::message> reply_batch::wait_until(direct_requester& r, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(st_->m);
+  st_->cv.wait_until(lock, deadline, [&] { return st_->answered == st_->replies.size(); });
+  std::vector<caf::message> out = st_->replies;
+  lock.unlock();
+  for (auto key : keys_) r.cancel(key);
+  return out;
+}
+
+}  // namespace troupe::dist_autograd
