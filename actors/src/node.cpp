@@ -531,6 +531,8 @@ std::shared_ptr<flight_recorder> node::shared_recorder() { return impl_->recorde
 void node::fault_point(const std::string& point, std::int64_t step) {
   if (impl_->hook) impl_->hook->on_point(impl_->me.name, point, step);
 }
+transport_decision node::payload_fault(envelope& msg) { return impl_->hook ? impl_->hook->on_send(msg) : transport_decision{}; }
+bool node::has_transport_hook() const noexcept { return impl_->hook != nullptr; }
 const std::shared_ptr<peer_events>& node::peer_losses() const { return impl_->events; }
 
 namespace {
