@@ -14,6 +14,7 @@
 #include <string_view>
 #include <thread>
 
+#include "collective_faults.hpp"
 #include "troupe/actors/node.hpp"
 #include "troupe/tensors/error.hpp"
 
@@ -224,6 +225,7 @@ fault_plan fault_plan::parse(const std::string& text) {
       fault_rule r;
       if (!(words >> r.match)) throw error(errc::bad_argument, "fault plan line " + std::to_string(line) + ": rule without a key");
       for (std::string kv; words >> kv;) parse_field(r, kv, line);
+      if (detail::is_collective_key(r.match)) detail::check_collective_rule(r, line);
       plan.rules.push_back(std::move(r));
     } else if (head == "partition") {
       plan.partitions.push_back(parse_partition(words, line));
@@ -382,11 +384,20 @@ const fault_rule* match_rule(const std::vector<fault_rule>& rules, message_kind 
   const char* kind_key = store || kind == message_kind::store_request || kind == message_kind::store_response ? "troupe.store"
                          : kind == message_kind::rpc_request ? "rpc_request" : kind == message_kind::rpc_response ? "rpc_response" : "actor_message";
   for (const auto& r : rules) {
+    if (detail::is_collective_key(r.match)) continue;  // collective payloads only (match_collective)
     if (r.match == "*" || r.match == kind_key || (!function.empty() && r.match == function)) return &r;
     if (store && r.match.size() > store_prefix.size() + 1 && r.match.compare(0, store_prefix.size(), store_prefix) == 0 &&
         r.match[store_prefix.size()] == ':' && std::string_view(r.match).substr(store_prefix.size() + 1) == store_key)
       return &r;
   }
+  return nullptr;
+}
+
+// The first collective rule that matches a collective payload (collective_faults.hpp); "*"
+// and the other keys never match one.
+const fault_rule* match_collective(const std::vector<fault_rule>& rules, const envelope& msg) {
+  for (const auto& r : rules)
+    if (detail::collective_key_matches(r.match, msg)) return &r;
   return nullptr;
 }
 
@@ -420,24 +431,31 @@ transport_decision fault_injector::on_send(envelope& msg) {
   // Actor messages are faulted as requests (Note [remote actors]: drop, fail_first, duplicate,
   // delay, reorder), keyed by their kind.
   const bool request = msg.kind != message_kind::rpc_response && msg.kind != message_kind::store_response;
-  // A response that names its function is a store answer (Note [store faults]).
-  const std::string function = msg.kind != message_kind::rpc_response || !msg.function.empty() ? msg.function : function_of(msg, true);
-  const bool store = is_store(function);
-  const fault_rule* r = match_rule(plan_.rules, msg.kind, function,
-                                   store ? std::string_view(msg.payload.data(), msg.payload.size()) : std::string_view());
-  if (!r) return {};
-  // Actor messages count per type only under a rule for that type (a kind rule counts them all);
-  // store messages per operation, or per key under a rule for the key.
-  const bool by_function = !function.empty() && (msg.kind != message_kind::actor_message || r->match == function) &&
-                           !(store && r->match.compare(0, store_prefix.size() + 1, "troupe.store:") == 0);
-  const std::string key = (request ? "req:" : "rep:") + (by_function ? function : r->match);
+  const fault_rule* r = nullptr;
+  std::string key;
+  if (msg.kind == message_kind::collective_payload) {  // counted per rule (collective_faults.hpp)
+    if (!(r = match_collective(plan_.rules, msg))) return {};
+    key = "req:" + r->match;
+  } else {
+    // A response that names its function is a store answer (Note [store faults]).
+    const std::string function = msg.kind != message_kind::rpc_response || !msg.function.empty() ? msg.function : function_of(msg, true);
+    const bool store = is_store(function);
+    r = match_rule(plan_.rules, msg.kind, function, store ? std::string_view(msg.payload.data(), msg.payload.size()) : std::string_view());
+    if (!r) return {};
+    // Actor messages count per type only under a rule for that type (a kind rule counts them
+    // all); store messages per operation, or per key under a rule for the key.
+    const bool by_function = !function.empty() && (msg.kind != message_kind::actor_message || r->match == function) &&
+                             !(store && r->match.compare(0, store_prefix.size() + 1, "troupe.store:") == 0);
+    key = (request ? "req:" : "rep:") + (by_function ? function : r->match);
+  }
   const std::uint64_t n = sequence_[key]++;
   transport_decision d;
   if (request && n < static_cast<std::uint64_t>(r->fail_first)) d.copies = 0;
   if (request && r->nth > 0 && n + 1 == static_cast<std::uint64_t>(r->nth)) d.copies = 0;
   const double p_drop = request ? r->drop : r->drop_reply;
   if (p_drop > 0 && fault_random(plan_.seed, key, n, s_drop) < p_drop) d.copies = 0;
-  const std::string what = key + " #" + std::to_string(n) + " " + msg.from + "->" + msg.to;
+  std::string what = key + " #" + std::to_string(n) + " " + msg.from + "->" + msg.to;
+  if (msg.kind == message_kind::collective_payload) what += " " + msg.function + " #" + std::to_string(msg.call_id);
   if (d.copies == 0) {
     ++(request ? counters_.dropped_requests : counters_.dropped_replies);
     log("troupe-fault: drop " + what);

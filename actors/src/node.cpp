@@ -23,6 +23,8 @@
 #include "rpc/bulk.hpp"
 #include "rpc/device_scope.hpp"
 #include "rpc/direct_channel.hpp"
+#include "rpc/blame_board.hpp"
+#include "rpc_watch.hpp"
 #include "shutdown_hooks.hpp"
 #include "silence_watch.hpp"
 #include "store_actor.hpp"
@@ -78,6 +80,10 @@ struct node::impl {
   std::shared_ptr<flight_recorder> recorder;  // Note [flight recorder]; lives as long as the node
   std::atomic<std::uint64_t> calls_made{0};   // numbers the recorded calls
   std::unique_ptr<detail::silence_watch> silence;  // Note [silent peers]; null unless the hook may silence
+  std::shared_ptr<rpc::detail::blame_board> blames;  // Note [rpc blame]; null when blame_after is 0
+  std::unique_ptr<detail::rpc_watch> rpc_blame;
+
+  void start_blame(node& self);
 
   void watch_silence();
 
@@ -430,6 +436,7 @@ void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
 void node::impl::teardown() {
   if (down.exchange(true)) return;
   stop_hooks->run_all();  // Note [shutdown hooks]: the layers stop their actors on the running system
+  rpc_blame.reset();  // Note [rpc blame]: asks nothing from now on
   silence.reset();  // Note [silent peers]: declares nothing from now on
   if (gate) gate->stop();  // admits nobody from now on
   if (events) events->detach();
@@ -458,6 +465,20 @@ void node::impl::teardown() {
   recorder->write_trace();
 }
 
+// Note [rpc blame]: the callee's answer, and the watch of this node's own calls.
+void node::impl::start_blame(node& self) {
+  functions->add(
+      detail::blame_function,
+      [rec = recorder, me = me.name](const std::string& caller, const std::string& function) { return detail::where_is(*rec, me, caller, function); },
+      rpc::function_options{.quick = true});
+  if (opts.blame_after.count() <= 0) return;
+  blames = std::make_shared<rpc::detail::blame_board>();
+  auto ask = [&self, me = me.name](const std::string& callee, const std::string& function, std::chrono::milliseconds timeout) {
+    return self.call(callee, detail::blame_function, [&] { return rpc::encode_args<std::string, std::string>(me, function); }, timeout);
+  };
+  rpc_blame = std::make_unique<detail::rpc_watch>(me.name, recorder, blames, opts.blame_after, ask, opts.on_blame);
+}
+
 node::node(node_options opts, const rpc::registry& functions, std::shared_ptr<transport_hook> hook) : impl_(std::make_unique<impl>()) {
   impl_->opts = std::move(opts);
   impl_->recorder = std::make_shared<flight_recorder>(
@@ -466,6 +487,7 @@ node::node(node_options opts, const rpc::registry& functions, std::shared_ptr<tr
   for (const auto& [peer, map] : impl_->opts.device_maps) rpc::validate_device_map(peer, map);
   try {
     impl_->start(std::move(hook));
+    impl_->start_blame(*this);
     // Peer names are checked against the worker list, which needs every rank to have started.
     for (const auto& [peer, map] : impl_->opts.device_maps) set_device_map(peer, map, impl_->opts.join_timeout);
   } catch (...) {
@@ -512,6 +534,8 @@ std::shared_ptr<flight_recorder> node::shared_recorder() { return impl_->recorde
 void node::fault_point(const std::string& point, std::int64_t step) {
   if (impl_->hook) impl_->hook->on_point(impl_->me.name, point, step);
 }
+transport_decision node::payload_fault(envelope& msg) { return impl_->hook ? impl_->hook->on_send(msg) : transport_decision{}; }
+bool node::has_transport_hook() const noexcept { return impl_->hook != nullptr; }
 const std::shared_ptr<peer_events>& node::peer_losses() const { return impl_->events; }
 shutdown_hook node::at_shutdown(std::function<void()> stop) {
   const std::uint64_t id = impl_->down ? 0 : impl_->stop_hooks->add(std::move(stop));
@@ -531,7 +555,9 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
                                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
   auto& im = *impl_;
   auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster);
-  st->set_trace(im.recorder, im.recorder->begin(trace_kind::rpc_call, function, ++im.calls_made, to));
+  const auto seq = ++im.calls_made;
+  st->set_trace(im.recorder, im.recorder->begin(trace_kind::rpc_call, function, seq, to));
+  if (im.blames) st->set_blame(im.blames, seq);
   if (im.down) {
     st->complete(errc::invalid_state, st->what() + ": the node is shut down", {});
     return st;

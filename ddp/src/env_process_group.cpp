@@ -16,6 +16,7 @@ env_process_group::env_process_group(node_options node, std::string name, proces
   node_ = std::make_unique<troupe::node>(std::move(node));
   if (!opts_.recorder) opts_.recorder = node_->shared_recorder();
   if (!opts_.fault_points) opts_.fault_points = [n = node_.get()](const std::string& p, std::int64_t s) { n->fault_point(p, s); };
+  if (!opts_.payload_faults && node_->has_transport_hook()) opts_.payload_faults = [n = node_.get()](envelope& msg) { return n->payload_fault(msg); };
   group_ = make_cpu_group(node_->store(), rank_, world_size_, std::move(name), opts_);
   if (auto* h = dynamic_cast<hierarchical_group*>(group_.get())) flat_ = &h->flat();
   else flat_ = static_cast<process_group*>(group_.get());
@@ -59,6 +60,7 @@ std::optional<process_group> env_process_group::new_group(std::vector<int> ranks
   if (!opts.tls.enabled()) opts.tls = opts_.tls;
   if (!opts.recorder) opts.recorder = node().shared_recorder();
   if (!opts.fault_points) opts.fault_points = opts_.fault_points;
+  if (!opts.payload_faults) opts.payload_faults = opts_.payload_faults;
   return group().new_group(node().store(), std::move(ranks), std::move(opts));
 }
 

@@ -15,6 +15,7 @@
 #include "collectives.hpp"
 #include "composed_collectives.hpp"
 #include "member_watch.hpp"
+#include "payload_faults.hpp"
 #include "shm_transport.hpp"
 #include "tcp_transport.hpp"
 #include "troupe/actors/store.hpp"
@@ -59,15 +60,18 @@ struct process_group::impl {
   std::mutex issue_mu;      // a sequence number and its queue position go together
   std::uint32_t issued = 0;  // sequence numbers of group collectives
   std::uint32_t subgroups = 0;  // new_group calls so far (names the next subgroup)
+  std::uint32_t sends_made = 0;  // send lane only: numbers the sends for payload faults
   std::string next_note;        // note_next(); taken by the next issue()
   std::function<void(const std::string&, std::int64_t)> fault_points;  // process_group_options::fault_points
   std::unique_ptr<detail::collective_watch> watch;  // Note [hang blame]
+  std::unique_ptr<detail::payload_faults> faults;   // Note [collective payload faults]; null without a hook
   // Note [group peer loss]; declared last, so it ends before anything its listener touches.
   std::optional<detail::member_watch> members;
 
   impl(const detail::rendezvous& store, int rank, int world, std::string n, const process_group_options& opts)
       : rank(rank), world(world), name(std::move(n)) {
     fault_points = opts.fault_points;
+    if (opts.payload_faults) faults = std::make_unique<detail::payload_faults>(opts.payload_faults, name, rank);
     if (detail::choose_transport(store, rank, world, name, opts.transport, opts.timeout) == transport_kind::tcp)
       tcp = std::make_unique<detail::tcp_transport>(store, rank, world, name, opts);
     else
@@ -78,6 +82,7 @@ struct process_group::impl {
       members.emplace(store, "troupe/pg/" + name + "/worker/", rank, world, opts.timeout,
                       [this](int m, const peer_loss& l) {
                         const std::string why = detail::member_watch::describe(m, l);
+                        if (faults) faults->stop();  // a delayed payload goes at once, to fail
                         visit([&](auto& tp) { tp.peer_lost(why); });
                       });
     p2p.sent.assign(static_cast<std::size_t>(world), 0);
@@ -93,6 +98,7 @@ struct process_group::impl {
   }
 
   ~impl() {
+    if (faults) faults->stop();
     for (auto& l : lanes) {
       {
         std::lock_guard<std::mutex> lock(l.mu);
@@ -161,8 +167,13 @@ struct process_group::impl {
     std::string note = std::move(next_note);
     next_note.clear();
     return submit(what + " #" + std::to_string(seq) + (note.empty() ? "" : " (" + note + ")") + detail,
-                  [this, seq, body, what, note, detail] {  // Note [hang blame]
-                    watch->run(what, seq, note, detail, [&] { visit([&](auto& tp) { body(tp, seq); }); });
+                  [this, seq, body, what, note, detail] {
+                    // Note [collective payload faults]: a delayed rank has not entered yet.
+                    const bool dropped = faults && faults->apply(what, seq, note);
+                    watch->run(what, seq, note, detail, [&] {  // Note [hang blame]
+                      if (dropped) throw faults->dropped(what, seq);
+                      visit([&](auto& tp) { body(tp, seq); });
+                    });
                   });
   }
 
@@ -170,6 +181,7 @@ struct process_group::impl {
     std::lock_guard<std::mutex> lock(broken_mu);
     if (!broken) {
       broken = e;
+      if (faults) faults->stop();
       visit([&](auto& tp) { tp.abort(e.message()); });
     }
     return e;
@@ -361,7 +373,12 @@ work process_group::send(tensor t, int dst, int tag) {
   auto* im = impl_.get();
   return impl_->submit("send " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " to " +
                            std::to_string(dst),
-                       [im, t, dst, tag] { im->visit([&](auto& tp) { detail::run_send(tp, im->p2p, t, dst, tag); }); }, impl::sends);
+                       [im, t, dst, tag] {
+                         // Note [collective payload faults]: sends are numbered by their order on this rank.
+                         if (im->faults && im->faults->apply("send", ++im->sends_made, "")) throw im->faults->dropped("send", im->sends_made);
+                         im->visit([&](auto& tp) { detail::run_send(tp, im->p2p, t, dst, tag); });
+                       },
+                       impl::sends);
 }
 
 work process_group::recv(tensor t, int src, int tag) {

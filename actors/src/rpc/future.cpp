@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "blame_board.hpp"
 #include "executor.hpp"
 #include "intercept.hpp"
 
@@ -30,6 +31,7 @@ void call_state::hold_until_complete(std::vector<std::shared_ptr<const void>> he
 bool call_state::complete(errc code, std::string message, std::vector<char> payload, std::vector<char> meta) {
   std::vector<std::function<void()>> conts, inline_conts;
   std::vector<std::shared_ptr<const void>> released;  // the IPC sources go once the call is over
+  if (code == errc::timeout && !done()) message = with_blame(std::move(message));  // Note [rpc blame]
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (done_) return false;
@@ -98,7 +100,7 @@ const std::vector<char>& call_state::value() const {
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_until(lock, deadline_ + deadline_grace, [this] { return done_; }))
-    throw error(errc::timeout, what() + ": no answer by the deadline");
+    throw error(errc::timeout, with_blame(what() + ": no answer by the deadline"));
   if (code_ != errc::ok) throw error(code_, message_);
   return shared_payload_ ? *shared_payload_ : payload_;
 }
@@ -116,6 +118,17 @@ bool call_state::queue_if_pending(std::vector<std::function<void()>>& list, std:
 void call_state::set_trace(std::shared_ptr<flight_recorder> recorder, std::uint64_t token) {
   recorder_ = std::move(recorder);
   trace_token_ = token;
+}
+
+std::string call_state::with_blame(std::string message) const {
+  if (!blame_) return message;
+  if (auto report = blame_->get(blame_seq_); !report.empty()) message += "; " + report;
+  return message;
+}
+
+void call_state::set_blame(std::shared_ptr<const blame_board> board, std::uint64_t seq) {
+  blame_ = std::move(board);
+  blame_seq_ = seq;
 }
 
 void call_state::on_complete(std::function<void()> fn) {

@@ -16,7 +16,9 @@
 /// CAF type names, comma-separated, are TYPES, e.g. "actor:my_msg"), a store operation
 /// ("troupe.store.get", "troupe.store.set", ...), "troupe.store:KEY" (the store messages of that
 /// key), "troupe.store" (all store traffic; Note [store faults] in src/store_client.cpp: a
-/// request is faulted as a request, its answer as a response) or "*" (everything). Remote
+/// request is faulted as a request, its answer as a response), "collective[:...]" (one rank's
+/// collective payloads: Note [collective payload faults] in ddp/src/payload_faults.hpp; only
+/// these match them, "*" does not) or "*" (everything else). Remote
 /// actor messages (requests, responses and one-way sends alike) are faulted as requests. The
 /// first matching rule decides. Per rule:
 ///   fail_first=N   drops the first N requests of the key that leave this injector (PyTorch's

@@ -122,6 +122,13 @@ class node {
   /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
   /// user code (troupe::fault_point) and by the library's own points.
   void fault_point(const std::string& point, std::int64_t step);
+  /// Passes a message this node does not send itself, a collective payload of one of its
+  /// process groups (Note [collective payload faults]), to its transport hook's on_send and
+  /// returns the decision; deliver at once without a hook. Never blocks; thread-safe.
+  transport_decision payload_fault(envelope& msg);
+  /// Whether the node has a transport hook (a fault plan): without one payload_fault always
+  /// delivers, and its callers skip it.
+  bool has_transport_hook() const noexcept;
 
   /// Installs the node's call interceptor (Note [call interceptor]); null uninstalls it.
   /// Thread-safe; calls already encoded keep the scopes they began with.

@@ -85,6 +85,14 @@ struct node_options {
   /// Operations the node's flight recorder keeps (Note [flight recorder]): the last collectives,
   /// RPCs and backward passes of this rank.
   std::size_t recorder_capacity = 1024;
+  /// Hang blame for RPCs (Note [rpc blame]): a call of this node that waits this long gets one
+  /// report naming the caller, the callee, the function, the wait and what the callee's recorder
+  /// says (running it, or not and why), and a call that then times out carries it in its error.
+  /// The same knob as process_group_options::blame_after. 0: off (no watch thread).
+  std::chrono::milliseconds blame_after{5000};
+  /// Receives each RPC hang report (on a watch or I/O thread; it must not block long); null
+  /// prints it on stderr as a line `troupe-blame: ...`.
+  std::function<void(const std::string&)> on_blame;
   /// A directory: the node writes its recorder's Chrome trace there as trace-rank<rank>.json at
   /// shutdown, and process groups write it when a collective fails. Empty: no trace file.
   std::string trace_dir;

@@ -33,7 +33,19 @@ namespace troupe {
 /// frame, which a hook must not rewrite.
 /// store_request and store_response: a node's store calls and their answers (Note [store faults]
 /// in src/store_client.cpp); `function` is the operation (troupe.store.get, ...), `payload` the key.
-enum class message_kind : std::uint8_t { rpc_request = 0, rpc_response = 1, actor_message = 2, store_request = 3, store_response = 4 };
+/// collective_payload: one rank's payload of one collective of a CPU process group (Note
+/// [collective payload faults] in ddp/src/payload_faults.hpp); `function` is the collective
+/// ("allreduce", "send", ...), `call_id` its sequence number, `from` "rank R" of the group,
+/// `to` the group's name, `payload` its note ("bucket 2"). Only on_send sees it; a hook may drop
+/// or delay it, not duplicate it.
+enum class message_kind : std::uint8_t {
+  rpc_request = 0,
+  rpc_response = 1,
+  actor_message = 2,
+  store_request = 3,
+  store_response = 4,
+  collective_payload = 5
+};
 
 /// One intercepted message. `payload` is owned by the envelope while the hook runs.
 struct envelope {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "troupe/actors/tls_options.hpp"
+#include "troupe/actors/transport.hpp"
 #include "troupe/ddp/collective_group.hpp"
 #include "troupe/tensors/error.hpp"
 #include "troupe/tensors/tensor.hpp"
@@ -78,6 +79,11 @@ struct process_group_options {
   /// Receives the library's fault points (collective_group::fault_point); env_process_group
   /// sets it to its node's fault plan (node::fault_point). Null: they are ignored.
   std::function<void(const std::string& point, std::int64_t step)> fault_points;
+  /// Decides the fate of this rank's payload of each collective and send before it leaves
+  /// (Note [collective payload faults] in src/payload_faults.hpp): drop or delay it.
+  /// env_process_group sets it to its node's fault plan (node::payload_fault). Null: no cost
+  /// but one branch per collective.
+  std::function<transport_decision(envelope&)> payload_faults;
   /// A group on a node's store watches its members and fails at their loss (Note [group peer
   /// loss]). false leaves that to the caller (a group composed of process groups watches every
   /// member once and breaks its parts with break_group).

@@ -26,6 +26,8 @@ namespace troupe::rpc {
 
 namespace detail {
 
+class blame_board;  // src/rpc/blame_board.hpp
+
 /// Lets the thread that waits for a call help complete it (Note [direct channel]: a waiting caller
 /// reads its own response). One per connection, told which call (`unattended` by id).
 class call_helper {
@@ -109,8 +111,13 @@ class call_state {
   /// Ends the recorded operation `token` of `recorder` when the call completes (Note [flight
   /// recorder]). Set before the call is shared.
   void set_trace(std::shared_ptr<flight_recorder> recorder, std::uint64_t token);
+  /// A timeout of this call appends the hang report `board` holds for call `seq` (Note [rpc
+  /// blame]). Set before the call is shared.
+  void set_blame(std::shared_ptr<const blame_board> board, std::uint64_t seq);
 
  private:
+  /// `message` of a timeout, with the hang report of this call appended when one was made.
+  std::string with_blame(std::string message) const;
   /// Appends `fn` to `list` (and tells the helper) unless complete; false: complete, `fn` untouched.
   bool queue_if_pending(std::vector<std::function<void()>>& list, std::function<void()>& fn);
 
@@ -137,6 +144,8 @@ class call_state {
   std::function<void(std::vector<char>&&)> recycle_;
   std::shared_ptr<flight_recorder> recorder_;
   std::uint64_t trace_token_ = 0;
+  std::shared_ptr<const blame_board> blame_;
+  std::uint64_t blame_seq_ = 0;
   // Note [call interceptor]: the caller's scope and the response's meta; decoded at most once.
   bool intercepted_ = false;
   std::shared_ptr<call_scope> scope_;
