@@ -1,23 +1,23 @@
-// The direct RPC channel: listening, the I/O thread, connections, tickets and timers
-// (Note [direct channel] in rpc/direct_channel.hpp). The call side is in channel_calls.cpp.
+// The direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): the I/O thread and
+// the executor's leader, connections, frames, calls, serving, and the caller reading its own
+// response.
 #include "rpc/direct_channel.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <random>
+#include <iterator>
+#include <tuple>
+#include <utility>
 
+#include "rpc/byte_pool.hpp"
 #include "rpc/dial.hpp"
+#include "rpc/run_prediction.hpp"
+#include "rpc/serve.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
 #include "tls_relay.hpp"
@@ -26,55 +26,45 @@ namespace troupe::detail {
 
 namespace {
 
-// Tickets nobody redeemed (a caller that never connected) are dropped beyond this many.
-constexpr std::size_t max_tickets = 4096;
+void drain(int eventfd) {
+  std::uint64_t n = 0;
+  [[maybe_unused]] auto r = ::read(eventfd, &n, sizeof n);
+}
 
-std::string random_secret() {
-  std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 8; ++i) {
-    const auto v = rd();
-    for (int k = 0; k < 8; ++k) s += hex[(v >> (4 * k)) & 0xf];
+// One per outgoing connection: the calls on it are helped by reading it (or by the I/O thread).
+class conn_helper final : public rpc::detail::call_helper {
+ public:
+  conn_helper(std::weak_ptr<direct_channel> path, std::weak_ptr<channel_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
+  void wait(const rpc::detail::call_state& st, clock::time_point until) override {
+    auto s = path_.lock();
+    auto c = conn_.lock();
+    if (s && c) s->read_until_done(c, st, until);
   }
-  return s;
-}
+  void unattended(std::uint64_t id) override {
+    auto s = path_.lock();
+    auto c = conn_.lock();
+    if (s && c) s->unattend(c.get(), id);
+  }
 
-// The IPv4 address of `host` (a dotted quad or a name).
-bool resolve_ipv4(const std::string& host, in_addr& out) {
-  if (::inet_pton(AF_INET, host.c_str(), &out) == 1) return true;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
-  out = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  ::freeaddrinfo(res);
-  return true;
-}
-
+ private:
+  std::weak_ptr<direct_channel> path_;
+  std::weak_ptr<channel_conn> conn_;
+};
 
 }  // namespace
 
-direct_channel::direct_channel(direct_channel_config cfg) : cfg_(std::move(cfg)), accept_(cfg_.me.name, "direct rpc") {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  socklen_t len = sizeof addr;
-  if (listen_fd_ < 0 || !resolve_ipv4(cfg_.listen_addr, addr.sin_addr) ||
-      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0 ||
-      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    throw error(errc::io_error, cfg_.me.name + ": cannot listen for direct rpc on " + cfg_.listen_addr + ": " + why);
-  }
-  port_ = ntohs(addr.sin_port);
+thread_local const channel_conn* direct_channel::reading_here_ = nullptr;
+
+direct_channel::direct_channel(direct_channel_config cfg)
+    : cfg_(std::move(cfg)),
+      listener_(cfg_.me.name, cfg_.listen_addr, cfg_.auth_deadline, cfg_.max_unauthenticated, cfg_.tls),
+      sender_(cfg_.bulk, max_body(), [this](std::chrono::milliseconds delay, std::function<void()> fn) { later(delay, std::move(fn)); }) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   lead_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 }
 
 direct_channel::~direct_channel() {
   stop();
-  ::close(listen_fd_);
   ::close(wake_fd_);
   ::close(lead_wake_fd_);
 }
@@ -123,13 +113,7 @@ void direct_channel::lead(led_jobs& jobs) {
     if (fds[i + 1].revents) on_readable(polled[i], &jobs);
 }
 
-std::string direct_channel::issue_ticket(const std::string& peer, const caf::node_id& node) {
-  auto secret = random_secret();
-  std::lock_guard<std::mutex> lock(conns_mutex_);
-  if (tickets_.size() >= max_tickets) tickets_.erase(tickets_.begin());
-  tickets_[secret] = ticket{peer, node};
-  return secret;
-}
+std::string direct_channel::issue_ticket(const std::string& peer, const caf::node_id& node) { return listener_.issue_ticket(peer, node); }
 
 std::shared_ptr<channel_conn> direct_channel::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
                                               std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout) {
@@ -165,22 +149,12 @@ void direct_channel::stop() {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     conns.swap(conns_);
     conns_gen_.fetch_add(1, std::memory_order_release);
-    tickets_.clear();
   }
+  listener_.clear_tickets();
   for (auto& c : conns) c->close();
-  writer_.stop();  // queued large writes fail at once on the closed connections
-  {
-    std::lock_guard<std::mutex> lock(timers_mutex_);
-    timers_.clear();
-  }
-  std::unordered_map<std::uint64_t, pending_call> left;
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    left.swap(pending_);
-    deadlines_.clear();
-  }
-  for (auto& [id, p] : left)
-    p.state->complete(errc::invalid_state, p.state->what() + ": node " + cfg_.me.name + " shut down", {});
+  sender_.stop();  // queued large writes fail at once on the closed connections
+  timers_.clear();
+  for (auto& st : calls_.close()) st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
 }
 
 void direct_channel::peer_down(const std::string& peer, const std::string& reason) {
@@ -211,83 +185,34 @@ void direct_channel::drop(const std::shared_ptr<channel_conn>& c, const std::str
 }
 
 void direct_channel::later(std::chrono::milliseconds delay, std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lock(timers_mutex_);
-    timers_.emplace(clock::now() + delay, std::move(fn));
-  }
+  timers_.add(clock::now() + delay, std::move(fn));
   wake();
-}
-
-void direct_channel::run_timers() {
-  for (;;) {
-    std::function<void()> fn;
-    {
-      std::lock_guard<std::mutex> lock(timers_mutex_);
-      if (timers_.empty() || timers_.begin()->first > clock::now()) return;
-      fn = std::move(timers_.begin()->second);
-      timers_.erase(timers_.begin());
-    }
-    fn();
-  }
 }
 
 int direct_channel::poll_timeout_ms() {
   auto next = clock::now() + std::chrono::milliseconds(max_poll_ms);
-  {
-    std::lock_guard<std::mutex> lock(timers_mutex_);
-    if (!timers_.empty()) next = std::min(next, timers_.begin()->first);
-  }
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    if (!deadlines_.empty()) next = std::min(next, deadlines_.begin()->first);
-  }
-  if (!waiting_.empty()) next = std::min(next, waiting_.front().first);
-  if (!accept_.accepting(clock::now())) next = std::min(next, accept_.resume_at());
+  next = timers_.next(next);
+  next = calls_.next_deadline(next);
+  next = listener_.next(next);
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
 }
 
 // Note [connection hygiene] (rpc/accept_guard.hpp).
 void direct_channel::accept_all() {
-  for (;;) {
-    int fd = accept_.accept_one(listen_fd_);
-    if (fd < 0) return;
-    if (cfg_.tls) {  // Note [tls relay]: the handshake runs on the relay; the auth frame is read from its plain end
-      try {
-        fd = cfg_.tls->accept(fd, cfg_.auth_deadline);
-      } catch (const error& e) {
-        accept_.refused(e.message().c_str());
-        continue;
-      }
-    }
-    auto c = std::make_shared<channel_conn>(fd, false);
-    std::erase_if(waiting_, [](const auto& w) {
-      auto l = w.second.lock();
-      return !l || l->authed || l->closed();
-    });
-    if (waiting_.size() >= std::max<std::size_t>(cfg_.max_unauthenticated, 1)) {
-      if (auto oldest = waiting_.front().second.lock()) drop(oldest, "unauthenticated beyond the cap");
-      waiting_.pop_front();
-      accept_.closed_waiting(false);
-    }
-    waiting_.emplace_back(clock::now() + cfg_.auth_deadline, c);
-    std::lock_guard<std::mutex> lock(conns_mutex_);
-    conns_.push_back(std::move(c));
-    conns_gen_.fetch_add(1, std::memory_order_release);
-  }
+  std::vector<std::shared_ptr<channel_conn>> fresh, evicted;
+  listener_.accept_all(fresh, evicted);
+  for (auto& c : evicted) drop(c, "unauthenticated beyond the cap");
+  if (fresh.empty()) return;
+  std::lock_guard<std::mutex> lock(conns_mutex_);
+  for (auto& c : fresh) conns_.push_back(std::move(c));
+  conns_gen_.fetch_add(1, std::memory_order_release);
 }
 
 void direct_channel::expire_waiting() {
-  const auto now = clock::now();
-  while (!waiting_.empty()) {
-    auto c = waiting_.front().second.lock();
-    const bool done = !c || c->authed || c->closed();
-    if (!done && waiting_.front().first > now) return;
-    waiting_.pop_front();
-    if (done) continue;
-    drop(c, "did not authenticate in time");
-    accept_.closed_waiting(true);
-  }
+  std::vector<std::shared_ptr<channel_conn>> late;
+  listener_.expire(late);
+  for (auto& c : late) drop(c, "did not authenticate in time");
 }
 
 void direct_channel::run() {
@@ -304,7 +229,7 @@ void direct_channel::run() {
     std::copy_if(polled.begin(), polled.end(), std::back_inserter(outgoing), [](const auto& c) { return c->outgoing(); });
     std::erase_if(polled, [&](const auto& c) { return !io_reads(*c); });  // a waiting caller reads it
     // Note [connection hygiene]: the listener is not polled while accepting backs off.
-    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{accept_.accepting(clock::now()) ? listen_fd_ : -1, POLLIN, 0}});
+    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listener_.poll_fd(clock::now()), POLLIN, 0}});
     for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR) break;
     if (fds[0].revents) {
@@ -318,7 +243,7 @@ void direct_channel::run() {
         else on_readable(polled[i], nullptr);
       }
     expire_waiting();
-    run_timers();
+    timers_.run_due();
     sweep_deadlines();
     read_unwaited(outgoing);
     if (cfg_.bulk) cfg_.bulk->sweep_pins();  // Note [tensor over shared memory]: shared tensors mapped by now
@@ -411,17 +336,13 @@ void direct_channel::drop_malformed(const std::shared_ptr<channel_conn>& c) {
 
 bool direct_channel::on_auth(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
   channel_auth a;
-  bool ok = parse_body(body, n, a);
+  channel_listener::ticket t;
+  const bool ok = parse_body(body, n, a) && listener_.redeem(a.secret, a.name, t);
   if (ok) {
     std::lock_guard<std::mutex> lock(conns_mutex_);
-    auto it = tickets_.find(a.secret);
-    ok = it != tickets_.end() && it->second.peer == a.name;
-    if (ok) {
-      c->peer = it->second.peer;
-      c->peer_node = it->second.node;
-      tickets_.erase(it);  // one use
-      if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c->peer_node), a.shm_ok);  // Note [shm reachability]
-    }
+    c->peer = std::move(t.peer);
+    c->peer_node = t.node;
+    if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c->peer_node), a.shm_ok);  // Note [shm reachability]
   }
   if (!ok) {
     std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection: no valid ticket\n", cfg_.me.name.c_str());
@@ -465,10 +386,6 @@ bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::u
   return false;
 }
 
-}  // namespace troupe::detail
-
-namespace troupe::detail {
-
 // Note [fragments] (rpc/fragment.hpp). False: malformed (the caller drops the connection), or
 // the inner frame dropped it.
 bool direct_channel::on_fragment(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n, job_list* jobs) {
@@ -501,6 +418,285 @@ bool direct_channel::on_assembled(const std::shared_ptr<channel_conn>& c, fragme
     on_response(c, std::move(resp));
   }
   return true;
+}
+
+void direct_channel::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
+                     const std::string& function, std::vector<char> payload, std::vector<char> meta) {
+  const std::uint64_t id = stopping_ ? 0 : calls_.add(c, st, function);
+  if (id == 0) {
+    st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
+    return;
+  }
+  if (c->closed()) {  // lost before we could send: fail now rather than at the deadline
+    finish(c.get(), id, errc::peer_lost, "worker " + c->peer + " was lost (connection closed) before call to '" + function + "' from " + cfg_.me.name, {}, {});
+    return;
+  }
+  rpc_request req{id, function, cfg_.me.name, std::move(payload), std::move(meta)};
+  transport_decision d;
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_request, cfg_.me.name, c->peer, id, function, std::move(req.payload), std::move(req.meta)};
+    d = cfg_.hook->on_send(env);
+    req.payload = std::move(env.payload);
+    req.meta = std::move(env.meta);
+  }
+  if (req.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
+    wake_if_first_deadline(st->deadline());
+    const std::size_t bytes = req.payload.size();
+    if (sender_.send_large(c, frame_kind::request, std::move(req), d)) return;
+    finish(c.get(), id, errc::bad_argument,
+           st->what() + ": its arguments (" + std::to_string(bytes) + " bytes encoded) are more than one message carries (" +
+               std::to_string(max_body()) + " bytes)",
+           {}, {});
+    return;
+  }
+  wake_if_first_deadline(st->deadline());
+  if (!sender_.send(c, frame_kind::request, req, d))
+    finish(c.get(), id, errc::bad_argument, st->what() + ": cannot serialize the request", {}, {});
+}
+
+void direct_channel::wake_if_first_deadline(clock::time_point deadline) {
+  // The I/O thread sleeps until the earliest deadline it knew of; an earlier one needs a wake.
+  if (deadline < clock::now() + std::chrono::milliseconds(max_poll_ms)) wake();
+}
+
+void direct_channel::on_request(const std::shared_ptr<channel_conn>& c, rpc_request req, job_list* jobs) {
+  req.caller = c->peer;  // the ticket names the caller, not the request
+  transport_decision d;
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_request, req.caller, cfg_.me.name, req.id, req.function, std::move(req.payload), std::move(req.meta)};
+    d = cfg_.hook->on_receive(env);
+    req.payload = std::move(env.payload);
+    req.meta = std::move(env.meta);
+  }
+  if (d.copies <= 0) return;
+  if (d.delay.count() > 0) {
+    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies]() mutable {
+      self->serve(c, std::move(req), copies, nullptr);
+    });
+    return;
+  }
+  serve(c, std::move(req), d.copies, jobs);
+}
+
+void direct_channel::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_in, int copies, job_list* jobs) {
+  // The jobs (more than one only for a duplicating fault plan) share the request: copying it
+  // copied its payload, a whole extra pass over a large tensor sent as bytes. When they are done,
+  // a large payload's buffer goes back to the node's pool (Note [byte pool]).
+  // Everything the job needs, in one allocation.
+  struct served_request {
+    rpc_request req;
+    std::shared_ptr<const rpc::function_entry> fn;
+    serve_target to;
+    std::shared_ptr<rpc::call_interceptor> ic;
+    served_request(rpc_request r, std::shared_ptr<const rpc::function_entry> f, serve_target t, std::shared_ptr<rpc::call_interceptor> i)
+        : req(std::move(r)), fn(std::move(f)), to(std::move(t)), ic(std::move(i)) {}
+    served_request(const served_request&) = delete;
+    served_request& operator=(const served_request&) = delete;
+    ~served_request() {
+      if (req.payload.capacity() >= byte_pool_min_bytes && to.bulk) to.bulk->buffers().give(std::move(req.payload));
+    }
+  };
+  auto fn = cfg_.functions->find(req_in.function);
+  if (!fn) {
+    respond(c, rpc_response{req_in.id, static_cast<std::uint8_t>(errc::unknown_function),
+                            "worker " + cfg_.me.name + " has no function '" + req_in.function + "'", {}, {}});
+    return;
+  }
+  const bool quick = fn->quick || (jobs && predicted_short(*fn->history, *jobs));  // Note [predicted quick]
+  // Built in place (its destructor leaves it without a move constructor: a temporary would be
+  // copied, payload and all).
+  auto held = std::make_shared<served_request>(std::move(req_in), std::move(fn),
+                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node, cfg_.recorder},
+                                               cfg_.interceptor ? cfg_.interceptor->get() : nullptr);
+  for (int i = 0; i < copies; ++i) {
+    auto job = [self = shared_from_this(), c, held, adopt = copies == 1] {
+      const auto began = clock::now();
+      const auto& fn = *held->fn;
+      // Note [adopted payload]: large inline tensors view the request's payload.
+      serve_adopting(fn, held->req, adopt, self->cfg_.me.name, held->to, held->ic.get(),
+                     [self, c](rpc_response r) { self->respond(c, std::move(r)); });
+      record_run(*fn.history, clock::now() - began);
+    };
+    if (jobs) (quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
+    else if (!cfg_.exec->post(std::move(job)))
+      respond(c, rpc_response{held->req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
+  }
+}
+
+void direct_channel::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
+  transport_decision d;
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_response, cfg_.me.name, c->peer, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
+    d = cfg_.hook->on_send(env);
+    resp.payload = std::move(env.payload);
+    resp.meta = std::move(env.meta);
+  }
+  if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
+    const auto id = resp.id;
+    const std::size_t bytes = resp.payload.size();
+    if (sender_.send_large(c, frame_kind::response, std::move(resp), d)) return;
+    resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception),
+                        "worker " + cfg_.me.name + ": the result (" + std::to_string(bytes) + " bytes encoded) is more than one message carries (" +
+                            std::to_string(max_body()) + " bytes)",
+                        {}, {}};
+  }
+  sender_.send(c, frame_kind::response, resp, d);  // cannot fail: bytes and strings only
+}
+
+void direct_channel::on_response(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
+  if (cfg_.hook) {
+    envelope env{message_kind::rpc_response, c->peer, cfg_.me.name, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
+    const auto d = cfg_.hook->on_receive(env);
+    if (d.copies <= 0) return;
+    resp.payload = std::move(env.payload);
+    resp.meta = std::move(env.meta);
+    if (d.delay.count() > 0) {
+      later(d.delay, [self = shared_from_this(), c, resp = std::move(resp)]() mutable {
+        self->finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
+      });
+      return;
+    }
+  }
+  finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
+}
+
+void direct_channel::finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
+  auto st = calls_.take(c, id);
+  if (!st) return;  // late, duplicated, or not sent on this connection
+  if (payload.capacity() >= byte_pool_min_bytes && cfg_.bulk)  // Note [byte pool]: back when the call's state dies
+    st->set_recycler([bulk = std::weak_ptr<bulk_names>(cfg_.bulk)](std::vector<char>&& v) {
+      if (auto b = bulk.lock()) b->buffers().give(std::move(v));
+    });
+  st->complete(code, std::move(msg), std::move(payload), std::move(meta));
+  if (reading_here_ != c && c->caller_reading.load(std::memory_order_acquire)) {  // it may wait for this very call
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(c->reader_wake, &one, sizeof one);
+  }
+}
+
+void direct_channel::fail_calls_on(const channel_conn* c, const std::string& peer, const std::string& why) {
+  for (auto& [id, fn] : calls_.calls_on(c))
+    finish(c, id, errc::peer_lost, "worker " + peer + " was lost (" + why + ") during call to '" + fn + "' from " + cfg_.me.name, {}, {});
+}
+
+void direct_channel::sweep_deadlines() {
+  const auto now = clock::now();
+  std::vector<call_table::expired_call> expired;
+  calls_.expired(now, expired);
+  if (expired.empty()) return;
+  // A response may sit unread in a socket whose caller has not waited yet: read those first.
+  std::vector<std::shared_ptr<channel_conn>> unread;
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    for (auto& c : conns_)
+      if (c->outgoing() && std::any_of(expired.begin(), expired.end(), [&](const auto& e) { return e.conn == c.get(); }))
+        unread.push_back(c);
+  }
+  for (auto& c : unread) read_for_io(c);
+  calls_.expired(now, expired);
+  for (auto& e : expired) finish(e.conn, e.id, errc::timeout, e.what + ": no answer by the deadline", {}, {});
+}
+
+std::shared_ptr<rpc::detail::call_helper> direct_channel::make_waiter(const std::shared_ptr<channel_conn>& c) {
+  return std::make_shared<conn_helper>(weak_from_this(), c);
+}
+
+void direct_channel::unattend(const channel_conn* c, std::uint64_t id) {
+  if (calls_.unattend(c, id)) wake();  // the I/O thread polls this connection from now on
+}
+
+bool direct_channel::io_reads(const channel_conn& c) {
+  if (!c.outgoing()) return true;
+  if (c.caller_reading.load(std::memory_order_acquire)) return false;
+  if (c.actor_traffic.load(std::memory_order_acquire)) return true;  // Note [remote actors]
+  return calls_.needs_io(c);
+}
+
+bool direct_channel::read_for_io(const std::shared_ptr<channel_conn>& c) {
+  if (c->caller_reading.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> reading(c->read_mutex, std::try_to_lock);
+  if (!reading || c->caller_reading.load(std::memory_order_acquire)) return false;
+  on_readable(c, nullptr);
+  return true;
+}
+
+void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, const rpc::detail::call_state& st, clock::time_point until) {
+  bool idle = false;
+  if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
+  {
+    std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
+    const channel_conn* outer = std::exchange(reading_here_, c.get());
+    bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
+    while (!st.done() && !c->closed() && !stopping_) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
+      if (left <= 0) break;
+      if (block) {
+        const auto before = c->bytes_read.load(std::memory_order_relaxed);
+        on_readable(c, nullptr, true);
+        block = c->bytes_read.load(std::memory_order_relaxed) != before;
+        continue;
+      }
+      pollfd fds[2] = {pollfd{c->fd(), POLLIN, 0}, pollfd{c->reader_wake, POLLIN, 0}};
+      if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, max_poll_ms))) < 0 && errno != EINTR) break;
+      if (fds[1].revents) drain(c->reader_wake);
+      if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
+    }
+    reading_here_ = outer;
+  }
+  release_reading(c);
+}
+
+// Calls still pending on `c` are waited on by threads blocked on their call (or by nobody): the
+// I/O thread reads for them from now on.
+void direct_channel::release_reading(const std::shared_ptr<channel_conn>& c) {
+  c->caller_reading.store(false, std::memory_order_release);
+  const bool left = calls_.hand_over(*c);
+  if (left || c->actor_traffic.load(std::memory_order_acquire)) wake();
+}
+
+// The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet
+// (it is busy, or dropped the future) are read and completed within that bound rather than at
+// their deadline. (is_ready() marks its call unattended at once: call_state::ready().)
+void direct_channel::read_unwaited(const std::vector<std::shared_ptr<channel_conn>>& outgoing) {
+  const auto now = clock::now();
+  if (now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
+  last_unwaited_read_ = now;
+  for (const auto& c : outgoing)
+    if (calls_.has_calls(*c)) read_for_io(c);
+}
+
+void direct_channel::send_actor(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, bool control, std::string type) {
+  if (frame.size() < frame_header_size || frame.size() - frame_header_size > max_body()) return;  // forward() refused it
+  put_frame_header(frame.data(), frame.size() - frame_header_size, control ? frame_kind::actor_control : frame_kind::actor);
+  if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();  // the I/O thread polls it from now on
+  transport_decision d;
+  if (cfg_.hook && !control) {
+    envelope env{message_kind::actor_message, cfg_.me.name, c->peer, 0, std::move(type), std::move(frame), {}};
+    d = cfg_.hook->on_send(env);
+    frame = std::move(env.payload);
+  }
+  sender_.send_copies(c, std::move(frame), d);
+}
+
+void direct_channel::on_actor_frame(const std::shared_ptr<channel_conn>& c, bool control, const char* body, std::size_t n) {
+  auto sink = actor_sink_.lock();
+  if (!sink) return;
+  if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();
+  if (!cfg_.hook || control) return sink->on_actor_frame(c, control, body, n);
+  envelope env{message_kind::actor_message, c->peer, cfg_.me.name, 0, {}, std::vector<char>(body, body + n), {}};
+  const auto d = cfg_.hook->on_receive(env);
+  auto deliver = [weak = std::weak_ptr<actor_frame_sink>(sink), c, bytes = std::move(env.payload), copies = d.copies] {
+    auto s = weak.lock();
+    for (int i = 0; s && i < copies; ++i) s->on_actor_frame(c, false, bytes.data(), bytes.size());
+  };
+  if (d.copies <= 0) return;
+  if (d.delay.count() > 0) later(d.delay, std::move(deliver));
+  else deliver();
+}
+
+void direct_channel::notify_lost(const std::shared_ptr<channel_conn>& c, const std::string& why) {
+  if (stopping_) return;
+  if (auto sink = actor_sink_.lock()) sink->on_conn_lost(c, why);
 }
 
 }  // namespace troupe::detail

@@ -8,7 +8,7 @@
 // Started on first use, so a node that never sends such a frame has no extra thread. Writes run
 // in the order they were queued. stop() runs what is queued (a closed connection makes each write
 // fail at once) and joins; later writes run on the calling thread. A write must not call stop()
-// (direct_channel's writes hold it weakly, and the node stops it before letting it go).
+// (the direct channel stops it before it goes).
 
 #include <condition_variable>
 #include <deque>
