@@ -17,7 +17,7 @@
 // docs/rref.md.
 //
 // Note [predicted quick]
-// An ordinary function whose recent runs were all short (rpc/channel_calls.cpp: the last 16 took
+// An ordinary function whose recent runs were all short (rpc/call_server.cpp: the last 16 took
 // under 50 us each) is run the same way, as a quick job, as long as the quick jobs of one read are
 // expected to take under 50 us together (so requests of tens of microseconds that arrive together
 // still run in parallel on followers): the follower's wake-up before it was most of what a small

@@ -1,8 +1,12 @@
 // The pending-call table of the direct channel (rpc/call_table.hpp).
 #include "rpc/call_table.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 
+#include "rpc/bulk.hpp"
+#include "rpc/byte_pool.hpp"
 #include "rpc/channel_conn.hpp"
 
 namespace troupe::detail {
@@ -19,24 +23,40 @@ std::uint64_t call_table::add(const std::shared_ptr<channel_conn>& c, const std:
   return id;
 }
 
-std::shared_ptr<rpc::detail::call_state> call_table::take(const channel_conn* c, std::uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = calls_.find(id);
-  if (it == calls_.end() || it->second.conn != c) return nullptr;
-  auto st = std::move(it->second.state);
-  deadlines_.erase(it->second.deadline);
-  --c->pending_calls;
-  if (it->second.unattended) --c->unattended;
-  calls_.erase(it);
-  return st;
+thread_local const channel_conn* call_table::read_here = nullptr;
+
+void call_table::finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
+  std::shared_ptr<rpc::detail::call_state> st;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = calls_.find(id);
+    if (it == calls_.end() || it->second.conn != c) return;
+    st = std::move(it->second.state);
+    deadlines_.erase(it->second.deadline);
+    --c->pending_calls;
+    if (it->second.unattended) --c->unattended;
+    calls_.erase(it);
+  }
+  if (payload.capacity() >= byte_pool_min_bytes && bulk_)  // Note [byte pool]: back when the call's state dies
+    st->set_recycler([bulk = std::weak_ptr<bulk_names>(bulk_)](std::vector<char>&& v) {
+      if (auto b = bulk.lock()) b->buffers().give(std::move(v));
+    });
+  st->complete(code, std::move(msg), std::move(payload), std::move(meta));
+  if (read_here != c && c->caller_reading.load(std::memory_order_acquire)) {  // it may wait for this very call
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(c->reader_wake, &one, sizeof one);
+  }
 }
 
-std::vector<std::pair<std::uint64_t, std::string>> call_table::calls_on(const channel_conn* c) {
-  std::vector<std::pair<std::uint64_t, std::string>> on;
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [id, e] : calls_)
-    if (e.conn == c) on.emplace_back(id, e.function);
-  return on;
+void call_table::fail_on(const channel_conn* c, const std::string& peer, const std::string& why, const std::string& me) {
+  std::vector<std::pair<std::uint64_t, std::string>> lost;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, e] : calls_)
+      if (e.conn == c) lost.emplace_back(id, e.function);
+  }
+  for (auto& [id, fn] : lost)
+    finish(c, id, errc::peer_lost, "worker " + peer + " was lost (" + why + ") during call to '" + fn + "' from " + me, {}, {});
 }
 
 void call_table::expired(clock::time_point now, std::vector<expired_call>& out) {

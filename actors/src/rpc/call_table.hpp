@@ -2,10 +2,12 @@
 // The pending calls of one node's direct channel and their deadlines (Note [direct channel] in
 // rpc/direct_channel.hpp).
 //
-// Every call the node sends is entered here before its request is written, and leaves exactly
-// once, through take(): a response, its deadline, the loss of its connection, or stop(). The
-// table also counts, per connection, the calls pending on it and those nobody waits on; those
-// counts decide who reads an outgoing connection (its waiting caller, or the I/O thread).
+// Every call the node sends is entered here before its request is written. It leaves exactly
+// once, through finish() or close(): a response, its deadline, the loss of its connection, or
+// stop(). finish() completes its state and pokes the caller that reads the connection, unless
+// that caller is the finishing thread itself. The table also counts, per connection, the calls
+// pending on it and those nobody waits on. Those counts decide who reads an outgoing connection:
+// its waiting caller, or the I/O thread.
 
 #include <chrono>
 #include <cstdint>
@@ -18,9 +20,11 @@
 #include <vector>
 
 #include "troupe/actors/rpc/future.hpp"
+#include "troupe/tensors/error.hpp"
 
 namespace troupe::detail {
 
+class bulk_names;
 class channel_conn;
 
 /// The pending-call table and its deadline order. Thread-safe: one lock guards the table and the
@@ -37,15 +41,23 @@ class call_table {
   /// A call left when the table closed.
   using left_calls = std::vector<std::shared_ptr<rpc::detail::call_state>>;
 
+  /// `bulk` (may be null) takes back large response payloads (Note [byte pool]).
+  explicit call_table(std::shared_ptr<bulk_names> bulk) : bulk_(std::move(bulk)) {}
+
+  /// The connection this thread reads as a waiting caller, or null. finish() pokes no one for it:
+  /// the reader checks its call after every read.
+  static thread_local const channel_conn* read_here;
+
   /// Enters a call to `function` on `c` with `st`'s deadline, and makes `c`'s waiter its helper
   /// (nobody can wait on it before). Returns its id; 0 once the table is closed.
   std::uint64_t add(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
                     const std::string& function);
-  /// Removes call `id` if it is pending on `c` (a response answers only its own connection's
-  /// calls) and returns its state; null when it is not (late, duplicated, elsewhere).
-  std::shared_ptr<rpc::detail::call_state> take(const channel_conn* c, std::uint64_t id);
-  /// The calls pending on `c`: their ids and functions.
-  std::vector<std::pair<std::uint64_t, std::string>> calls_on(const channel_conn* c);
+  /// Completes call `id` if it is pending on `c` (a response answers only its own connection's
+  /// calls); does nothing when it is not (late, duplicated, elsewhere).
+  void finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
+  /// Fails every call pending on `c` with peer_lost: `peer` was lost for `why`; `me` names this
+  /// node.
+  void fail_on(const channel_conn* c, const std::string& peer, const std::string& why, const std::string& me);
   /// Fills `out` with the calls whose deadline is `now` or earlier, earliest first.
   void expired(clock::time_point now, std::vector<expired_call>& out);
   /// The earliest deadline, or `bound` when that is earlier or nothing is pending.
@@ -74,6 +86,7 @@ class call_table {
     bool unattended = false;  ///< the I/O thread reads its response (nobody waits on it)
   };
 
+  std::shared_ptr<bulk_names> bulk_;
   std::mutex mutex_;
   bool closed_ = false;
   std::uint64_t next_id_ = 1;

@@ -118,7 +118,7 @@ class channel_conn {
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
-  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (channel_wait.cpp)
+  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (direct_channel::read_until_done)
   // Under the channel's pending lock: calls pending on this connection, those nobody waits on,
   // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
   mutable int pending_calls = 0;

@@ -1,6 +1,5 @@
-// The direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): the I/O thread and
-// the executor's leader, connections, frames, calls, serving, and the caller reading its own
-// response.
+// The direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): its connections, who
+// reads each (the I/O thread, the executor's leader, a waiting caller), and the frames read.
 #include "rpc/direct_channel.hpp"
 
 #include <poll.h>
@@ -16,8 +15,6 @@
 
 #include "rpc/byte_pool.hpp"
 #include "rpc/dial.hpp"
-#include "rpc/run_prediction.hpp"
-#include "rpc/serve.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
 #include "tls_relay.hpp"
@@ -53,15 +50,15 @@ class conn_helper final : public rpc::detail::call_helper {
 
 }  // namespace
 
-thread_local const channel_conn* direct_channel::reading_here_ = nullptr;
-
 direct_channel::direct_channel(direct_channel_config cfg)
     : cfg_(std::move(cfg)),
       listener_(cfg_.me.name, cfg_.listen_addr, cfg_.auth_deadline, cfg_.max_unauthenticated, cfg_.tls),
-      sender_(cfg_.bulk, max_body(), [this](std::chrono::milliseconds delay, std::function<void()> fn) { later(delay, std::move(fn)); }) {
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  lead_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-}
+      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      lead_wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      sender_(cfg_.bulk, max_body(), later_fn()),
+      server_(cfg_, sender_, later_fn()),
+      actors_(cfg_.me.name, cfg_.hook, sender_, later_fn(), [this] { wake(); }, max_body()),
+      client_(cfg_, sender_, later_fn(), wake_fd_, std::chrono::milliseconds(max_poll_ms)) {}
 
 direct_channel::~direct_channel() {
   stop();
@@ -70,6 +67,8 @@ direct_channel::~direct_channel() {
 }
 
 void direct_channel::start() {
+  server_.set_owner(weak_from_this());
+  client_.set_owner(weak_from_this());
   io_ = std::thread([this] { run(); });
   cfg_.exec->set_source(this);
 }
@@ -154,7 +153,7 @@ void direct_channel::stop() {
   for (auto& c : conns) c->close();
   sender_.stop();  // queued large writes fail at once on the closed connections
   timers_.clear();
-  for (auto& st : calls_.close()) st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
+  for (auto& st : client_.table().close()) st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
 }
 
 void direct_channel::peer_down(const std::string& peer, const std::string& reason) {
@@ -166,7 +165,7 @@ void direct_channel::peer_down(const std::string& peer, const std::string& reaso
   }
   for (auto& c : gone) {
     c->close();
-    fail_calls_on(c.get(), peer, reason);
+    client_.table().fail_on(c.get(), peer, reason, cfg_.me.name);
     notify_lost(c, reason);
     // Note [tensor over shared memory]: what the peer held is freed when no local tensor views it.
     if (cfg_.bulk && c->peer_node) cfg_.bulk->drop_peer(caf::to_string(c->peer_node));
@@ -180,8 +179,12 @@ void direct_channel::drop(const std::shared_ptr<channel_conn>& c, const std::str
     std::erase(conns_, c);
     conns_gen_.fetch_add(1, std::memory_order_release);
   }
-  if (c->outgoing()) fail_calls_on(c.get(), c->peer, why);
+  if (c->outgoing()) client_.table().fail_on(c.get(), c->peer, why, cfg_.me.name);
   notify_lost(c, why);
+}
+
+frame_sender::later_fn direct_channel::later_fn() {
+  return [this](std::chrono::milliseconds delay, std::function<void()> fn) { later(delay, std::move(fn)); };
 }
 
 void direct_channel::later(std::chrono::milliseconds delay, std::function<void()> fn) {
@@ -192,7 +195,7 @@ void direct_channel::later(std::chrono::milliseconds delay, std::function<void()
 int direct_channel::poll_timeout_ms() {
   auto next = clock::now() + std::chrono::milliseconds(max_poll_ms);
   next = timers_.next(next);
-  next = calls_.next_deadline(next);
+  next = client_.table().next_deadline(next);
   next = listener_.next(next);
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
@@ -361,7 +364,7 @@ bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::u
     return false;
   }
   if (kind == static_cast<std::uint8_t>(frame_kind::actor) || kind == static_cast<std::uint8_t>(frame_kind::actor_control)) {
-    on_actor_frame(c, kind == static_cast<std::uint8_t>(frame_kind::actor_control), body, n);  // Note [remote actors]
+    actors_.on_frame(c, kind == static_cast<std::uint8_t>(frame_kind::actor_control), body, n);  // Note [remote actors]
     return true;
   }
   if (kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
@@ -371,14 +374,14 @@ bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::u
     rpc_request req;
     if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(req.payload, n);  // Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, req) : parse_body(body, n, req)) {
-      on_request(c, std::move(req), jobs);
+      server_.on_request(c, std::move(req), jobs);
       return true;
     }
   } else if (c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::response)) {
     rpc_response resp;
     if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(resp.payload, n);  // Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, resp) : parse_body(body, n, resp)) {
-      on_response(c, std::move(resp));
+      client_.on_response(c, std::move(resp));
       return true;
     }
   }
@@ -411,178 +414,24 @@ bool direct_channel::on_assembled(const std::shared_ptr<channel_conn>& c, fragme
   if (a.inner == static_cast<std::uint8_t>(frame_kind::request)) {
     rpc_request req;
     if (!parse_split_parts(a.head, std::move(a.rest), req)) return false;
-    on_request(c, std::move(req), jobs);
+    server_.on_request(c, std::move(req), jobs);
   } else {
     rpc_response resp;
     if (!parse_split_parts(a.head, std::move(a.rest), resp)) return false;
-    on_response(c, std::move(resp));
+    client_.on_response(c, std::move(resp));
   }
   return true;
 }
 
 void direct_channel::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
-                     const std::string& function, std::vector<char> payload, std::vector<char> meta) {
-  const std::uint64_t id = stopping_ ? 0 : calls_.add(c, st, function);
-  if (id == 0) {
-    st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
-    return;
-  }
-  if (c->closed()) {  // lost before we could send: fail now rather than at the deadline
-    finish(c.get(), id, errc::peer_lost, "worker " + c->peer + " was lost (connection closed) before call to '" + function + "' from " + cfg_.me.name, {}, {});
-    return;
-  }
-  rpc_request req{id, function, cfg_.me.name, std::move(payload), std::move(meta)};
-  transport_decision d;
-  if (cfg_.hook) {
-    envelope env{message_kind::rpc_request, cfg_.me.name, c->peer, id, function, std::move(req.payload), std::move(req.meta)};
-    d = cfg_.hook->on_send(env);
-    req.payload = std::move(env.payload);
-    req.meta = std::move(env.meta);
-  }
-  if (req.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
-    wake_if_first_deadline(st->deadline());
-    const std::size_t bytes = req.payload.size();
-    if (sender_.send_large(c, frame_kind::request, std::move(req), d)) return;
-    finish(c.get(), id, errc::bad_argument,
-           st->what() + ": its arguments (" + std::to_string(bytes) + " bytes encoded) are more than one message carries (" +
-               std::to_string(max_body()) + " bytes)",
-           {}, {});
-    return;
-  }
-  wake_if_first_deadline(st->deadline());
-  if (!sender_.send(c, frame_kind::request, req, d))
-    finish(c.get(), id, errc::bad_argument, st->what() + ": cannot serialize the request", {}, {});
-}
-
-void direct_channel::wake_if_first_deadline(clock::time_point deadline) {
-  // The I/O thread sleeps until the earliest deadline it knew of; an earlier one needs a wake.
-  if (deadline < clock::now() + std::chrono::milliseconds(max_poll_ms)) wake();
-}
-
-void direct_channel::on_request(const std::shared_ptr<channel_conn>& c, rpc_request req, job_list* jobs) {
-  req.caller = c->peer;  // the ticket names the caller, not the request
-  transport_decision d;
-  if (cfg_.hook) {
-    envelope env{message_kind::rpc_request, req.caller, cfg_.me.name, req.id, req.function, std::move(req.payload), std::move(req.meta)};
-    d = cfg_.hook->on_receive(env);
-    req.payload = std::move(env.payload);
-    req.meta = std::move(env.meta);
-  }
-  if (d.copies <= 0) return;
-  if (d.delay.count() > 0) {
-    later(d.delay, [self = shared_from_this(), c, req = std::move(req), copies = d.copies]() mutable {
-      self->serve(c, std::move(req), copies, nullptr);
-    });
-    return;
-  }
-  serve(c, std::move(req), d.copies, jobs);
-}
-
-void direct_channel::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_in, int copies, job_list* jobs) {
-  // The jobs (more than one only for a duplicating fault plan) share the request: copying it
-  // copied its payload, a whole extra pass over a large tensor sent as bytes. When they are done,
-  // a large payload's buffer goes back to the node's pool (Note [byte pool]).
-  // Everything the job needs, in one allocation.
-  struct served_request {
-    rpc_request req;
-    std::shared_ptr<const rpc::function_entry> fn;
-    serve_target to;
-    std::shared_ptr<rpc::call_interceptor> ic;
-    served_request(rpc_request r, std::shared_ptr<const rpc::function_entry> f, serve_target t, std::shared_ptr<rpc::call_interceptor> i)
-        : req(std::move(r)), fn(std::move(f)), to(std::move(t)), ic(std::move(i)) {}
-    served_request(const served_request&) = delete;
-    served_request& operator=(const served_request&) = delete;
-    ~served_request() {
-      if (req.payload.capacity() >= byte_pool_min_bytes && to.bulk) to.bulk->buffers().give(std::move(req.payload));
-    }
-  };
-  auto fn = cfg_.functions->find(req_in.function);
-  if (!fn) {
-    respond(c, rpc_response{req_in.id, static_cast<std::uint8_t>(errc::unknown_function),
-                            "worker " + cfg_.me.name + " has no function '" + req_in.function + "'", {}, {}});
-    return;
-  }
-  const bool quick = fn->quick || (jobs && predicted_short(*fn->history, *jobs));  // Note [predicted quick]
-  // Built in place (its destructor leaves it without a move constructor: a temporary would be
-  // copied, payload and all).
-  auto held = std::make_shared<served_request>(std::move(req_in), std::move(fn),
-                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node, cfg_.recorder},
-                                               cfg_.interceptor ? cfg_.interceptor->get() : nullptr);
-  for (int i = 0; i < copies; ++i) {
-    auto job = [self = shared_from_this(), c, held, adopt = copies == 1] {
-      const auto began = clock::now();
-      const auto& fn = *held->fn;
-      // Note [adopted payload]: large inline tensors view the request's payload.
-      serve_adopting(fn, held->req, adopt, self->cfg_.me.name, held->to, held->ic.get(),
-                     [self, c](rpc_response r) { self->respond(c, std::move(r)); });
-      record_run(*fn.history, clock::now() - began);
-    };
-    if (jobs) (quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
-    else if (!cfg_.exec->post(std::move(job)))
-      respond(c, rpc_response{held->req.id, static_cast<std::uint8_t>(errc::invalid_state), "worker " + cfg_.me.name + " is shutting down", {}, {}});
-  }
-}
-
-void direct_channel::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
-  transport_decision d;
-  if (cfg_.hook) {
-    envelope env{message_kind::rpc_response, cfg_.me.name, c->peer, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
-    d = cfg_.hook->on_send(env);
-    resp.payload = std::move(env.payload);
-    resp.meta = std::move(env.meta);
-  }
-  if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
-    const auto id = resp.id;
-    const std::size_t bytes = resp.payload.size();
-    if (sender_.send_large(c, frame_kind::response, std::move(resp), d)) return;
-    resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception),
-                        "worker " + cfg_.me.name + ": the result (" + std::to_string(bytes) + " bytes encoded) is more than one message carries (" +
-                            std::to_string(max_body()) + " bytes)",
-                        {}, {}};
-  }
-  sender_.send(c, frame_kind::response, resp, d);  // cannot fail: bytes and strings only
-}
-
-void direct_channel::on_response(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
-  if (cfg_.hook) {
-    envelope env{message_kind::rpc_response, c->peer, cfg_.me.name, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
-    const auto d = cfg_.hook->on_receive(env);
-    if (d.copies <= 0) return;
-    resp.payload = std::move(env.payload);
-    resp.meta = std::move(env.meta);
-    if (d.delay.count() > 0) {
-      later(d.delay, [self = shared_from_this(), c, resp = std::move(resp)]() mutable {
-        self->finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
-      });
-      return;
-    }
-  }
-  finish(c.get(), resp.id, static_cast<errc>(resp.code), std::move(resp.message), std::move(resp.payload), std::move(resp.meta));
-}
-
-void direct_channel::finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
-  auto st = calls_.take(c, id);
-  if (!st) return;  // late, duplicated, or not sent on this connection
-  if (payload.capacity() >= byte_pool_min_bytes && cfg_.bulk)  // Note [byte pool]: back when the call's state dies
-    st->set_recycler([bulk = std::weak_ptr<bulk_names>(cfg_.bulk)](std::vector<char>&& v) {
-      if (auto b = bulk.lock()) b->buffers().give(std::move(v));
-    });
-  st->complete(code, std::move(msg), std::move(payload), std::move(meta));
-  if (reading_here_ != c && c->caller_reading.load(std::memory_order_acquire)) {  // it may wait for this very call
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto r = ::write(c->reader_wake, &one, sizeof one);
-  }
-}
-
-void direct_channel::fail_calls_on(const channel_conn* c, const std::string& peer, const std::string& why) {
-  for (auto& [id, fn] : calls_.calls_on(c))
-    finish(c, id, errc::peer_lost, "worker " + peer + " was lost (" + why + ") during call to '" + fn + "' from " + cfg_.me.name, {}, {});
+                          const std::string& function, std::vector<char> payload, std::vector<char> meta) {
+  client_.call(c, st, function, std::move(payload), std::move(meta), stopping_.load());
 }
 
 void direct_channel::sweep_deadlines() {
   const auto now = clock::now();
   std::vector<call_table::expired_call> expired;
-  calls_.expired(now, expired);
+  client_.table().expired(now, expired);
   if (expired.empty()) return;
   // A response may sit unread in a socket whose caller has not waited yet: read those first.
   std::vector<std::shared_ptr<channel_conn>> unread;
@@ -593,8 +442,8 @@ void direct_channel::sweep_deadlines() {
         unread.push_back(c);
   }
   for (auto& c : unread) read_for_io(c);
-  calls_.expired(now, expired);
-  for (auto& e : expired) finish(e.conn, e.id, errc::timeout, e.what + ": no answer by the deadline", {}, {});
+  client_.table().expired(now, expired);
+  for (auto& e : expired) client_.table().finish(e.conn, e.id, errc::timeout, e.what + ": no answer by the deadline", {}, {});
 }
 
 std::shared_ptr<rpc::detail::call_helper> direct_channel::make_waiter(const std::shared_ptr<channel_conn>& c) {
@@ -602,14 +451,14 @@ std::shared_ptr<rpc::detail::call_helper> direct_channel::make_waiter(const std:
 }
 
 void direct_channel::unattend(const channel_conn* c, std::uint64_t id) {
-  if (calls_.unattend(c, id)) wake();  // the I/O thread polls this connection from now on
+  if (client_.table().unattend(c, id)) wake();  // the I/O thread polls this connection from now on
 }
 
 bool direct_channel::io_reads(const channel_conn& c) {
   if (!c.outgoing()) return true;
   if (c.caller_reading.load(std::memory_order_acquire)) return false;
   if (c.actor_traffic.load(std::memory_order_acquire)) return true;  // Note [remote actors]
-  return calls_.needs_io(c);
+  return client_.table().needs_io(c);
 }
 
 bool direct_channel::read_for_io(const std::shared_ptr<channel_conn>& c) {
@@ -625,7 +474,7 @@ void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, con
   if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
   {
     std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
-    const channel_conn* outer = std::exchange(reading_here_, c.get());
+    const channel_conn* outer = std::exchange(call_table::read_here, c.get());
     bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
     while (!st.done() && !c->closed() && !stopping_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
@@ -641,7 +490,7 @@ void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, con
       if (fds[1].revents) drain(c->reader_wake);
       if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
     }
-    reading_here_ = outer;
+    call_table::read_here = outer;
   }
   release_reading(c);
 }
@@ -650,7 +499,7 @@ void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, con
 // I/O thread reads for them from now on.
 void direct_channel::release_reading(const std::shared_ptr<channel_conn>& c) {
   c->caller_reading.store(false, std::memory_order_release);
-  const bool left = calls_.hand_over(*c);
+  const bool left = client_.table().hand_over(*c);
   if (left || c->actor_traffic.load(std::memory_order_acquire)) wake();
 }
 
@@ -662,41 +511,11 @@ void direct_channel::read_unwaited(const std::vector<std::shared_ptr<channel_con
   if (now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
   last_unwaited_read_ = now;
   for (const auto& c : outgoing)
-    if (calls_.has_calls(*c)) read_for_io(c);
-}
-
-void direct_channel::send_actor(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, bool control, std::string type) {
-  if (frame.size() < frame_header_size || frame.size() - frame_header_size > max_body()) return;  // forward() refused it
-  put_frame_header(frame.data(), frame.size() - frame_header_size, control ? frame_kind::actor_control : frame_kind::actor);
-  if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();  // the I/O thread polls it from now on
-  transport_decision d;
-  if (cfg_.hook && !control) {
-    envelope env{message_kind::actor_message, cfg_.me.name, c->peer, 0, std::move(type), std::move(frame), {}};
-    d = cfg_.hook->on_send(env);
-    frame = std::move(env.payload);
-  }
-  sender_.send_copies(c, std::move(frame), d);
-}
-
-void direct_channel::on_actor_frame(const std::shared_ptr<channel_conn>& c, bool control, const char* body, std::size_t n) {
-  auto sink = actor_sink_.lock();
-  if (!sink) return;
-  if (!c->actor_traffic.exchange(true, std::memory_order_acq_rel)) wake();
-  if (!cfg_.hook || control) return sink->on_actor_frame(c, control, body, n);
-  envelope env{message_kind::actor_message, c->peer, cfg_.me.name, 0, {}, std::vector<char>(body, body + n), {}};
-  const auto d = cfg_.hook->on_receive(env);
-  auto deliver = [weak = std::weak_ptr<actor_frame_sink>(sink), c, bytes = std::move(env.payload), copies = d.copies] {
-    auto s = weak.lock();
-    for (int i = 0; s && i < copies; ++i) s->on_actor_frame(c, false, bytes.data(), bytes.size());
-  };
-  if (d.copies <= 0) return;
-  if (d.delay.count() > 0) later(d.delay, std::move(deliver));
-  else deliver();
+    if (client_.table().has_calls(*c)) read_for_io(c);
 }
 
 void direct_channel::notify_lost(const std::shared_ptr<channel_conn>& c, const std::string& why) {
-  if (stopping_) return;
-  if (auto sink = actor_sink_.lock()) sink->on_conn_lost(c, why);
+  if (!stopping_) actors_.lost(c, why);
 }
 
 }  // namespace troupe::detail

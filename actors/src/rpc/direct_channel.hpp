@@ -61,6 +61,13 @@
 //   * user functions run only on executor threads;
 //   * a writer blocks only on a full socket, and a closed connection ends that wait;
 //   * a large same-host tensor still goes through shared memory.
+// Parts: direct_channel owns the connections and reads them: it parses frames and routes each.
+//   channel_listener     the listening socket, connection hygiene, tickets
+//   call_client          sends calls; completes them from responses (its call_table)
+//   call_server          turns requests into executor jobs and answers them
+//   actor_frame_carrier  remote actor frames to and from the actor layer
+//   frame_sender         writes frames under the hook's decision; the reply batch
+//   timer_queue          delayed work on the I/O thread
 // Threads: one I/O thread per node (accept, auth, unattended responses, timers, deadlines). A
 // frame writer starts on the first frame large enough for fragments (Note [fragments] in
 // rpc/fragment.hpp). stop() joins both. A caller reads on its own thread while it would block
@@ -80,9 +87,11 @@
 #include <caf/node_id.hpp>
 
 #include "executor.hpp"
-#include "rpc/actor_frames.hpp"
+#include "rpc/actor_frame_carrier.hpp"
 #include "rpc/bulk.hpp"
-#include "rpc/call_table.hpp"
+#include "rpc/call_client.hpp"
+#include "rpc/call_server.hpp"
+#include "rpc/channel_config.hpp"
 #include "rpc/channel_conn.hpp"
 #include "rpc/channel_listener.hpp"
 #include "rpc/frame_sender.hpp"
@@ -96,29 +105,6 @@
 #include "troupe/actors/worker_info.hpp"
 
 namespace troupe::detail {
-
-class tls_relays;
-
-/// What the direct channel needs from its node.
-struct direct_channel_config {
-  worker_info me;
-  caf::node_id my_node;
-  std::string listen_addr;
-  std::shared_ptr<rpc::registry> functions;
-  std::shared_ptr<executor> exec;
-  std::shared_ptr<bulk_names> bulk;
-  std::shared_ptr<transport_hook> hook;
-  std::shared_ptr<rpc::detail::interceptor_slot> interceptor;
-  /// Note [connection hygiene] (rpc/accept_guard.hpp).
-  std::chrono::milliseconds auth_deadline{2000};
-  std::size_t max_unauthenticated = 64;
-  /// The node's recorder (Note [flight recorder]): served calls are recorded there.
-  flight_recorder* recorder = nullptr;
-  /// node_options::max_message_bytes: the largest frame body or fragmented total a peer may announce.
-  std::uint64_t max_message_bytes = max_frame_body;
-  /// Note [tls relay]: with TLS, every connection goes through a relay; null: plain TCP.
-  std::shared_ptr<tls_relays> tls;
-};
 
 /// One node's direct RPC channel (see the note). Thread-safe.
 class direct_channel : public io_source, public std::enable_shared_from_this<direct_channel> {
@@ -150,18 +136,20 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
 
   /// Where actor frames go (Note [remote actors] in remote/remote_actors.hpp). Set before the
   /// first connection (the node does it right after start()).
-  void set_actor_sink(std::weak_ptr<actor_frame_sink> sink) { actor_sink_ = std::move(sink); }
+  void set_actor_sink(std::weak_ptr<actor_frame_sink> sink) { actors_.set_sink(std::move(sink)); }
   /// Sends one actor frame on `c`: `frame` starts with frame_header_size bytes of room for the
   /// header. A message (not `control`) passes the transport hook as message_kind::actor_message.
   /// Runs on the sending thread; blocks only on a full socket. A closed `c` drops it, and so does
   /// a body larger than max_body() (remote_actors::forward refuses those first).
   /// `type`: the message's type names, the hook's envelope function ("actor:NAME", Note [fault plan]).
-  void send_actor(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, bool control, std::string type = {});
+  void send_actor(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, bool control, std::string type = {}) {
+    actors_.send(c, std::move(frame), control, std::move(type));
+  }
   /// The largest frame body (or fragmented total) sent or accepted: node_options::max_message_bytes
   /// within [min_message_bytes, max_frame_body]. A peer announcing more is dropped before anything
   /// is allocated; a message of more is refused to its sender.
   std::uint32_t max_body() const {
-    return static_cast<std::uint32_t>(std::clamp<std::uint64_t>(cfg_.max_message_bytes, min_message_bytes, max_frame_body));
+    return channel_max_body(cfg_);
   }
   /// Runs `fn` on the I/O thread soon (work that must not run under the caller's locks).
   void post(std::function<void()> fn) { later(std::chrono::milliseconds(0), std::move(fn)); }
@@ -202,29 +190,19 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   bool parse_frames(const std::shared_ptr<channel_conn>& c, job_list* jobs);
   /// Drops `c` for a malformed frame (and says so on stderr).
   void drop_malformed(const std::shared_ptr<channel_conn>& c);
-  void on_request(const std::shared_ptr<channel_conn>& c, rpc_request req, job_list* jobs);
-  void serve(const std::shared_ptr<channel_conn>& c, rpc_request req, int copies, job_list* jobs);
-  void respond(const std::shared_ptr<channel_conn>& c, rpc_response resp);
-  void on_actor_frame(const std::shared_ptr<channel_conn>& c, bool control, const char* body, std::size_t n);
   void notify_lost(const std::shared_ptr<channel_conn>& c, const std::string& why);
-  void on_response(const std::shared_ptr<channel_conn>& c, rpc_response resp);
-  void finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
-  void fail_calls_on(const channel_conn* c, const std::string& peer, const std::string& why);
   void drop(const std::shared_ptr<channel_conn>& c, const std::string& why);
   void later(std::chrono::milliseconds delay, std::function<void()> fn);
+  frame_sender::later_fn later_fn();  // later() for the parts (they live as long as this)
   void sweep_deadlines();
   // The caller side of waiting (Note [direct channel], "the caller reads its own response").
   std::shared_ptr<rpc::detail::call_helper> make_waiter(const std::shared_ptr<channel_conn>& c);  // for channel_conn::waiter
   bool io_reads(const channel_conn& c);  // whether the I/O thread polls `c` now
-  // The connection this thread reads as a waiting caller (finish() then needs no poke: the
-  // reader checks its call after every read).
-  static thread_local const channel_conn* reading_here_;
   bool read_for_io(const std::shared_ptr<channel_conn>& c);
   void release_reading(const std::shared_ptr<channel_conn>& c);
   void read_unwaited(const std::vector<std::shared_ptr<channel_conn>>& outgoing);
   clock::time_point last_unwaited_read_{};  // I/O thread only
   void wake();
-  void wake_if_first_deadline(clock::time_point deadline);
   // The I/O thread never sleeps longer than this (a bound, not a polling period: wakes are events).
   static constexpr int max_poll_ms = 200;
 
@@ -244,11 +222,11 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   std::vector<std::shared_ptr<channel_conn>> led_conns_;
   std::uint64_t led_gen_ = ~std::uint64_t{0};
 
-  call_table calls_;
   timer_queue timers_;
   frame_sender sender_;  // after what its writes use; its writer thread is joined first
-
-  std::weak_ptr<actor_frame_sink> actor_sink_;
+  call_server server_;
+  actor_frame_carrier actors_;
+  call_client client_;
 };
 
 }  // namespace troupe::detail
