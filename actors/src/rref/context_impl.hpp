@@ -183,6 +183,12 @@ class context_impl;
 courier_actor spawn_courier(context_impl& r);
 /// Spawns the node's RRef service (Note [rref service] in service.cpp).
 caf::actor spawn_service(context_impl& c);
+/// Registers the data path's reserved functions, remote_call and fetch (serve.cpp).
+void serve_data_path(context_impl& c);
+/// Starts remote(): calls `function` on `to` and returns the handle of the rref it creates
+/// (remote.cpp).
+std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, const std::string& function,
+                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
 
 class context_impl : public std::enable_shared_from_this<context_impl> {
  public:

@@ -105,12 +105,9 @@ rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
 
 }  // namespace
 
-void context_impl::start() {
-  serve(*this, "troupe.rref.remote_call", &on_remote_call, /*quick=*/false);  // runs the user function
-  serve(*this, "troupe.rref.fetch", &on_fetch);
-  service_ = spawn_service(*this);  // Note [rref service]
-  courier_ = spawn_courier(*this);
-  detail::publish_actor(*n_, caf::actor_cast<caf::strong_actor_ptr>(service_), service_name, {});
+void serve_data_path(context_impl& c) {
+  serve(c, "troupe.rref.remote_call", &on_remote_call, /*quick=*/false);  // runs the user function
+  serve(c, "troupe.rref.fetch", &on_fetch);
 }
 
 }  // namespace troupe::rref_detail
