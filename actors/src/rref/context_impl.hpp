@@ -37,8 +37,7 @@ inline constexpr auto answers_at_once = std::chrono::milliseconds::max();
 
 /// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local of every
 /// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a user
-/// thread that outlives the node would hang the node's teardown (measured with a system of our
-/// own: the destructor waited forever).
+/// thread that outlives the node would hang the node's teardown: the destructor waits forever.
 /// Foreign threads drop it with this guard after they spawned or asked.
 struct logger_release {
   logger_release() = default;

@@ -43,8 +43,8 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&),
 // Note [withheld accept]
 // The creator calls to_here right after remote(), so its thread waits in the fetch, reading its
 // connection. Answered at once, the remote_call's answer would wake it once (it reads that
-// answer, then sleeps again) and the fetch's answer a second time: on an idle vCPU each wake-up
-// is a VM exit and IPI (~35-40 us on the build VM). So the answer is withheld: it goes right
+// answer, then sleeps again) and the fetch's answer a second time. On an idle vCPU each wake-up
+// is a VM exit and an IPI (docs/benchmarks.md). So the answer is withheld: it goes right
 // after the first fetch's answer on the same thread (the creator reads both with one wake-up),
 // or, when no fetch comes (remote() without to_here), when the courier's timer fires, one
 // rref_options::release_window after the first withheld answer (one timer for all of them; 0:
