@@ -113,7 +113,7 @@ void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   led_cv_.notify_all();  // set_source may wait for the lead to be free
   // One follower takes the lead, one more per queued job; nobody when this thread only runs quick
-  // jobs and leads again (an empty read wakes one, as before, so a posted job is not missed).
+  // jobs and leads again (an empty read wakes one, so a posted job is not missed).
   const std::size_t wake = got.jobs.empty() ? (got.quick.empty() ? 1 : 0) : got.jobs.size();
   for (std::size_t i = 0; i < wake; ++i) cv_.notify_one();
   if (wake == 0) {  // long_work_ahead() or the watchdog may still wake one (Note [predicted quick])

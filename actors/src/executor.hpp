@@ -3,27 +3,25 @@
 // never on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
 //
 // Leader/follower (Note [direct channel]): with an io_source attached, an idle thread becomes the
-// leader and waits for input on the source itself (the direct rpc sockets); what it reads it runs
-// at once, the rest it queues, and another idle thread takes over as leader. A request then costs
-// no hand-off from an I/O thread to a worker. At most one thread leads at a time.
+// leader and waits for input on the source itself (the direct rpc sockets). It runs the first
+// job it reads at once and queues the rest; another idle thread takes over as leader. A request
+// thus costs no hand-off from an I/O thread to a worker. At most one thread leads at a time.
 //
 // Quick jobs (rpc::function_options::quick: never block, microseconds) are run by the leader
-// itself, in order, before the first ordinary job: they wake no thread. A read of quick jobs only
-// wakes nobody at all (the leader leads again right after); a read with ordinary jobs wakes one
-// follower to lead plus one per ordinary job after the first, as before. A quick job that turns
-// out long (an RRef fetch answering with a large tensor: the codec copies it) calls
-// long_work_ahead() first, which wakes a follower to take the lead, so the sockets are not left
-// unread meanwhile. Measured with rref_bench (a remote_call and its fetch read together): see
-// docs/rref.md.
+// itself, in order, before the first ordinary job. They wake no thread. A read of quick jobs only
+// wakes nobody: the leader leads again right after. A read with ordinary jobs wakes one follower
+// to lead, plus one per ordinary job after the first. A quick job that turns out long (an RRef
+// fetch answering with a large tensor: the codec copies it) calls long_work_ahead() first. That
+// wakes a follower to take the lead, so the sockets are not left unread meanwhile (rref_bench
+// figures in docs/rref.md).
 //
 // Note [predicted quick]
-// An ordinary function whose recent runs were all short (rpc/channel_calls.cpp: the last 16 took
-// under 50 us each) is run the same way, as a quick job, as long as the quick jobs of one read are
-// expected to take under 50 us together (so requests of tens of microseconds that arrive together
-// still run in parallel on followers): the follower's wake-up before it was most of what a small
-// round trip cost beyond raw TCP on a busy machine (a futex wake of a thread on another vCPU
-// costs the waker a VM exit). A prediction can fail (the function blocks this time), so a quick
-// phase is watched:
+// An ordinary function whose last 16 runs each took under 50 us (rpc/call_server.cpp) runs the
+// same way, as a quick job. The bound: the quick jobs of one read are expected to take under
+// 50 us together, so requests of tens of microseconds that arrive together still run in parallel
+// on followers. Why: a follower's wake-up is most of what a small round trip costs beyond raw
+// TCP on a busy machine. A futex wake of a thread on another vCPU costs the waker a VM exit. A
+// prediction can fail (the function blocks this time), so a quick phase is watched:
 //   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
 //     long_work_ahead() first, so a nested call hands the lead off before it blocks, at once;
 //   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen and

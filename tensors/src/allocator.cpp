@@ -15,11 +15,10 @@ namespace troupe {
 namespace {
 
 // Note [CPU block cache]
-// Large host blocks (>= 1 MiB) come from mmap inside glibc and go back to the kernel on free, so a
-// training loop that allocates the same 128 MiB output every step pays ~30k first-touch page
-// faults per call (measured: out-of-place add at 1/3 of in-place bandwidth). Freed large blocks
-// are therefore kept, keyed by their size rounded to 64 KiB, and handed out again to a request of
-// the same rounded size. The cache is bounded (kCacheLimit bytes; a block that does not fit is
+// Large host blocks (>= 1 MiB) come from mmap inside glibc and go back to the kernel on free. A
+// training loop that allocates the same 128 MiB output every step would pay its first-touch page
+// faults on every call. Freed large blocks are therefore kept, keyed by their size rounded to
+// 64 KiB, and handed out again to a request of the same rounded size. The cache is bounded (kCacheLimit bytes; a block that does not fit is
 // freed at once) and thread-safe; release_cached_cpu_memory() empties it. Small blocks go straight
 // to aligned_alloc/free.
 class cpu_allocator_impl final : public allocator {

@@ -11,7 +11,7 @@
 //     hello, a few KiB), so no peer can make the node allocate more than that per connection.
 // accept() failing for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses accepting
 // with a backoff from 50 ms to 1 s: the listener is not polled meanwhile, so the I/O thread does
-// not spin, and connected peers are served as before. New connections wait in the kernel's
+// not spin, and connected peers are still served. New connections wait in the kernel's
 // backlog. Each such episode is said once on stderr, with the reason, and its end once too.
 // Connections closed by the deadline or the cap are said at most once a second, with a count.
 

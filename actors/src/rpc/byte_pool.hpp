@@ -5,10 +5,10 @@
 // A tensor sent as bytes (between hosts, or with shared memory off) travels inside its message's
 // payload, a std::vector<char> as large as the tensor. glibc serves a buffer of 64 MB or more
 // allocated on any thread but the main one with a fresh mmap (a thread arena's heap is at most
-// 64 MB), and its main arena does the same above its mmap threshold (at most 32 MB), so every such
-// message faulted its buffers in page by page and unmapped them again: measured 34k page faults
-// per 64 MB echo, about a third of its time (rpc_bench --no-shm). The node now keeps the buffers
-// of large payloads it is done with and hands them out again:
+// 64 MB), and its main arena does the same above its mmap threshold (at most 32 MB). Without a
+// pool every such message faults its buffers in page by page and unmaps them again
+// (rpc_bench --no-shm counts the page faults). The node keeps the buffers of large payloads it is
+// done with and hands them out again:
 //
 //   taken: the codec's writer growing a payload by a large block (encode, under the node's bulk
 //          scope), and the direct channel parsing a large request or response frame;

@@ -98,9 +98,9 @@ bool channel_conn::write_parts(const part* parts, std::size_t count, bool own_tu
     std::unique_lock<std::mutex> lock(mutex_);
     if (closed()) return false;
     if (flushing_ && own_turn) {
-      // A fragment waits for the flusher instead of handing it its bytes: otherwise a small
-      // writer that happened to be flushing would end up sending every later fragment of the
-      // large frame (measured: a small call then took the whole 64 MB transfer).
+      // A fragment waits for the flusher instead of handing it its bytes. Otherwise a small
+      // writer that happened to be flushing would send every later fragment of the large
+      // frame, and its own call would wait for the whole transfer.
       ++turn_waiters_;
       while (flushing_ && !closed()) turn_cv_.wait_for(lock, std::chrono::milliseconds(50));
       --turn_waiters_;

@@ -21,8 +21,8 @@
 
 namespace troupe::detail {
 
-/// An allocator whose resize() leaves new chars uninitialised (the read buffer grows by 64 KiB
-/// before each recv; zeroing it cost two 64 KiB memsets per read, cache-cold after a large copy).
+/// An allocator whose resize() leaves new chars uninitialised. The read buffer grows by 64 KiB
+/// before each recv; zeroing it would cost two 64 KiB memsets per read.
 template <class T>
 struct uninit_allocator : std::allocator<T> {
   template <class U>
@@ -43,16 +43,15 @@ struct uninit_allocator : std::allocator<T> {
 };
 
 /// Note [blocking first read]
-/// A thread that is about to wait for one connection only (a caller for its response, the
-/// executor's leader when it leads a single connection) waits in recv() itself instead of poll()
-/// and then recv(): one system call per message instead of two on the round trip's critical path
-/// (measured with raw sockets on the 2-core build VM: a poll before each recv costs ~0.5 us per
-/// side). The socket is therefore blocking, with SO_RCVTIMEO = first_read_slice, and every other
-/// send and recv on it passes MSG_DONTWAIT. Such a wait cannot also watch an eventfd, so whatever
-/// would have woken it (another thread completing the caller's call: a deadline, a delayed
-/// response, stop(); an interrupt of the leader) is seen when the slice ends, after which the
-/// thread falls back to poll() on the socket and its eventfd: at most first_read_slice late. A
-/// closed connection (peer lost, shutdown) ends the recv at once.
+/// A thread about to wait for one connection only waits in recv() itself, not in poll() and then
+/// recv(). Such threads: a caller waiting for its response, the executor's leader when it leads a
+/// single connection. That is one system call per message instead of two on the round trip's
+/// critical path. The socket is therefore blocking, with SO_RCVTIMEO = first_read_slice. Every
+/// other send and recv on it passes MSG_DONTWAIT. Such a wait cannot also watch an eventfd.
+/// Whatever would have woken it is seen when the slice ends: another thread completing the
+/// caller's call (a deadline, a delayed response, stop()), or an interrupt of the leader. The
+/// thread then falls back to poll() on the socket and its eventfd, at most first_read_slice
+/// late. A closed connection (peer lost, shutdown) ends the recv at once.
 inline constexpr std::chrono::microseconds first_read_slice{1000};
 
 /// A socket owned by the connection (closed with it). Move-only through shared_ptr.
@@ -118,7 +117,7 @@ class channel_conn {
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
-  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (channel_wait.cpp)
+  std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (direct_channel::read_until_done)
   // Under the channel's pending lock: calls pending on this connection, those nobody waits on,
   // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
   mutable int pending_calls = 0;

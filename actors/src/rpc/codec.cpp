@@ -17,7 +17,8 @@
 namespace troupe::rpc::detail {
 
 namespace {
-// A tensor this large costs ~20 us or more to copy (executor.hpp: long_work_ahead).
+// A tensor this large takes long enough to copy that the leader hands off first
+// (executor.hpp: long_work_ahead).
 constexpr std::size_t long_copy_bytes = std::size_t{256} << 10;
 }  // namespace
 

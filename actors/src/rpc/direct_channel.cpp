@@ -1,22 +1,19 @@
-// The direct RPC channel: listening, the I/O thread, connections, tickets and timers
-// (Note [direct channel] in rpc/direct_channel.hpp). The call side is in channel_calls.cpp.
+// The direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): its connections, who
+// reads each (the I/O thread, the executor's leader, a waiting caller), and the frames read.
 #include "rpc/direct_channel.hpp"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <random>
+#include <iterator>
+#include <tuple>
+#include <utility>
 
+#include "rpc/byte_pool.hpp"
 #include "rpc/dial.hpp"
 #include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
@@ -26,60 +23,52 @@ namespace troupe::detail {
 
 namespace {
 
-// Tickets nobody redeemed (a caller that never connected) are dropped beyond this many.
-constexpr std::size_t max_tickets = 4096;
+void drain(int eventfd) {
+  std::uint64_t n = 0;
+  [[maybe_unused]] auto r = ::read(eventfd, &n, sizeof n);
+}
 
-std::string random_secret() {
-  std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (int i = 0; i < 8; ++i) {
-    const auto v = rd();
-    for (int k = 0; k < 8; ++k) s += hex[(v >> (4 * k)) & 0xf];
+// One per outgoing connection: the calls on it are helped by reading it (or by the I/O thread).
+class conn_helper final : public rpc::detail::call_helper {
+ public:
+  conn_helper(std::weak_ptr<direct_channel> path, std::weak_ptr<channel_conn> conn) : path_(std::move(path)), conn_(std::move(conn)) {}
+  void wait(const rpc::detail::call_state& st, clock::time_point until) override {
+    auto s = path_.lock();
+    auto c = conn_.lock();
+    if (s && c) s->read_until_done(c, st, until);
   }
-  return s;
-}
+  void unattended(std::uint64_t id) override {
+    auto s = path_.lock();
+    auto c = conn_.lock();
+    if (s && c) s->unattend(c.get(), id);
+  }
 
-// The IPv4 address of `host` (a dotted quad or a name).
-bool resolve_ipv4(const std::string& host, in_addr& out) {
-  if (::inet_pton(AF_INET, host.c_str(), &out) == 1) return true;
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
-  out = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
-  ::freeaddrinfo(res);
-  return true;
-}
-
+ private:
+  std::weak_ptr<direct_channel> path_;
+  std::weak_ptr<channel_conn> conn_;
+};
 
 }  // namespace
 
-direct_channel::direct_channel(direct_channel_config cfg) : cfg_(std::move(cfg)), accept_(cfg_.me.name, "direct rpc") {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  socklen_t len = sizeof addr;
-  if (listen_fd_ < 0 || !resolve_ipv4(cfg_.listen_addr, addr.sin_addr) ||
-      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0 ||
-      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    if (listen_fd_ >= 0) ::close(listen_fd_);
-    throw error(errc::io_error, cfg_.me.name + ": cannot listen for direct rpc on " + cfg_.listen_addr + ": " + why);
-  }
-  port_ = ntohs(addr.sin_port);
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  lead_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-}
+direct_channel::direct_channel(direct_channel_config cfg)
+    : cfg_(std::move(cfg)),
+      listener_(cfg_.me.name, cfg_.listen_addr, cfg_.auth_deadline, cfg_.max_unauthenticated, cfg_.tls),
+      wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      lead_wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      sender_(cfg_.bulk, max_body(), later_fn()),
+      server_(cfg_, sender_, later_fn()),
+      actors_(cfg_.me.name, cfg_.hook, sender_, later_fn(), [this] { wake(); }, max_body()),
+      client_(cfg_, sender_, later_fn(), wake_fd_, std::chrono::milliseconds(max_poll_ms)) {}
 
 direct_channel::~direct_channel() {
   stop();
-  ::close(listen_fd_);
   ::close(wake_fd_);
   ::close(lead_wake_fd_);
 }
 
 void direct_channel::start() {
+  server_.set_owner(weak_from_this());
+  client_.set_owner(weak_from_this());
   io_ = std::thread([this] { run(); });
   cfg_.exec->set_source(this);
 }
@@ -123,13 +112,7 @@ void direct_channel::lead(led_jobs& jobs) {
     if (fds[i + 1].revents) on_readable(polled[i], &jobs);
 }
 
-std::string direct_channel::issue_ticket(const std::string& peer, const caf::node_id& node) {
-  auto secret = random_secret();
-  std::lock_guard<std::mutex> lock(conns_mutex_);
-  if (tickets_.size() >= max_tickets) tickets_.erase(tickets_.begin());
-  tickets_[secret] = ticket{peer, node};
-  return secret;
-}
+std::string direct_channel::issue_ticket(const std::string& peer, const caf::node_id& node) { return listener_.issue_ticket(peer, node); }
 
 std::shared_ptr<channel_conn> direct_channel::connect(const std::string& peer, const caf::node_id& node, const std::string& host,
                                               std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout) {
@@ -165,22 +148,12 @@ void direct_channel::stop() {
     std::lock_guard<std::mutex> lock(conns_mutex_);
     conns.swap(conns_);
     conns_gen_.fetch_add(1, std::memory_order_release);
-    tickets_.clear();
   }
+  listener_.clear_tickets();
   for (auto& c : conns) c->close();
-  writer_.stop();  // queued large writes fail at once on the closed connections
-  {
-    std::lock_guard<std::mutex> lock(timers_mutex_);
-    timers_.clear();
-  }
-  std::unordered_map<std::uint64_t, pending_call> left;
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    left.swap(pending_);
-    deadlines_.clear();
-  }
-  for (auto& [id, p] : left)
-    p.state->complete(errc::invalid_state, p.state->what() + ": node " + cfg_.me.name + " shut down", {});
+  sender_.stop();  // queued large writes fail at once on the closed connections
+  timers_.clear();
+  for (auto& st : client_.table().close()) st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
 }
 
 void direct_channel::peer_down(const std::string& peer, const std::string& reason) {
@@ -192,7 +165,7 @@ void direct_channel::peer_down(const std::string& peer, const std::string& reaso
   }
   for (auto& c : gone) {
     c->close();
-    fail_calls_on(c.get(), peer, reason);
+    client_.table().fail_on(c.get(), peer, reason, cfg_.me.name);
     notify_lost(c, reason);
     // Note [tensor over shared memory]: what the peer held is freed when no local tensor views it.
     if (cfg_.bulk && c->peer_node) cfg_.bulk->drop_peer(caf::to_string(c->peer_node));
@@ -206,88 +179,43 @@ void direct_channel::drop(const std::shared_ptr<channel_conn>& c, const std::str
     std::erase(conns_, c);
     conns_gen_.fetch_add(1, std::memory_order_release);
   }
-  if (c->outgoing()) fail_calls_on(c.get(), c->peer, why);
+  if (c->outgoing()) client_.table().fail_on(c.get(), c->peer, why, cfg_.me.name);
   notify_lost(c, why);
 }
 
-void direct_channel::later(std::chrono::milliseconds delay, std::function<void()> fn) {
-  {
-    std::lock_guard<std::mutex> lock(timers_mutex_);
-    timers_.emplace(clock::now() + delay, std::move(fn));
-  }
-  wake();
+frame_sender::later_fn direct_channel::later_fn() {
+  return [this](std::chrono::milliseconds delay, std::function<void()> fn) { later(delay, std::move(fn)); };
 }
 
-void direct_channel::run_timers() {
-  for (;;) {
-    std::function<void()> fn;
-    {
-      std::lock_guard<std::mutex> lock(timers_mutex_);
-      if (timers_.empty() || timers_.begin()->first > clock::now()) return;
-      fn = std::move(timers_.begin()->second);
-      timers_.erase(timers_.begin());
-    }
-    fn();
-  }
+void direct_channel::later(std::chrono::milliseconds delay, std::function<void()> fn) {
+  timers_.add(clock::now() + delay, std::move(fn));
+  wake();
 }
 
 int direct_channel::poll_timeout_ms() {
   auto next = clock::now() + std::chrono::milliseconds(max_poll_ms);
-  {
-    std::lock_guard<std::mutex> lock(timers_mutex_);
-    if (!timers_.empty()) next = std::min(next, timers_.begin()->first);
-  }
-  {
-    std::lock_guard<std::mutex> lock(pending_mutex_);
-    if (!deadlines_.empty()) next = std::min(next, deadlines_.begin()->first);
-  }
-  if (!waiting_.empty()) next = std::min(next, waiting_.front().first);
-  if (!accept_.accepting(clock::now())) next = std::min(next, accept_.resume_at());
+  next = timers_.next(next);
+  next = client_.table().next_deadline(next);
+  next = listener_.next(next);
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
 }
 
 // Note [connection hygiene] (rpc/accept_guard.hpp).
 void direct_channel::accept_all() {
-  for (;;) {
-    int fd = accept_.accept_one(listen_fd_);
-    if (fd < 0) return;
-    if (cfg_.tls) {  // Note [tls relay]: the handshake runs on the relay; the auth frame is read from its plain end
-      try {
-        fd = cfg_.tls->accept(fd, cfg_.auth_deadline);
-      } catch (const error& e) {
-        accept_.refused(e.message().c_str());
-        continue;
-      }
-    }
-    auto c = std::make_shared<channel_conn>(fd, false);
-    std::erase_if(waiting_, [](const auto& w) {
-      auto l = w.second.lock();
-      return !l || l->authed || l->closed();
-    });
-    if (waiting_.size() >= std::max<std::size_t>(cfg_.max_unauthenticated, 1)) {
-      if (auto oldest = waiting_.front().second.lock()) drop(oldest, "unauthenticated beyond the cap");
-      waiting_.pop_front();
-      accept_.closed_waiting(false);
-    }
-    waiting_.emplace_back(clock::now() + cfg_.auth_deadline, c);
-    std::lock_guard<std::mutex> lock(conns_mutex_);
-    conns_.push_back(std::move(c));
-    conns_gen_.fetch_add(1, std::memory_order_release);
-  }
+  std::vector<std::shared_ptr<channel_conn>> fresh, evicted;
+  listener_.accept_all(fresh, evicted);
+  for (auto& c : evicted) drop(c, "unauthenticated beyond the cap");
+  if (fresh.empty()) return;
+  std::lock_guard<std::mutex> lock(conns_mutex_);
+  for (auto& c : fresh) conns_.push_back(std::move(c));
+  conns_gen_.fetch_add(1, std::memory_order_release);
 }
 
 void direct_channel::expire_waiting() {
-  const auto now = clock::now();
-  while (!waiting_.empty()) {
-    auto c = waiting_.front().second.lock();
-    const bool done = !c || c->authed || c->closed();
-    if (!done && waiting_.front().first > now) return;
-    waiting_.pop_front();
-    if (done) continue;
-    drop(c, "did not authenticate in time");
-    accept_.closed_waiting(true);
-  }
+  std::vector<std::shared_ptr<channel_conn>> late;
+  listener_.expire(late);
+  for (auto& c : late) drop(c, "did not authenticate in time");
 }
 
 void direct_channel::run() {
@@ -304,7 +232,7 @@ void direct_channel::run() {
     std::copy_if(polled.begin(), polled.end(), std::back_inserter(outgoing), [](const auto& c) { return c->outgoing(); });
     std::erase_if(polled, [&](const auto& c) { return !io_reads(*c); });  // a waiting caller reads it
     // Note [connection hygiene]: the listener is not polled while accepting backs off.
-    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{accept_.accepting(clock::now()) ? listen_fd_ : -1, POLLIN, 0}});
+    fds.assign({pollfd{wake_fd_, POLLIN, 0}, pollfd{listener_.poll_fd(clock::now()), POLLIN, 0}});
     for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
     if (::poll(fds.data(), fds.size(), poll_timeout_ms()) < 0 && errno != EINTR) break;
     if (fds[0].revents) {
@@ -318,7 +246,7 @@ void direct_channel::run() {
         else on_readable(polled[i], nullptr);
       }
     expire_waiting();
-    run_timers();
+    timers_.run_due();
     sweep_deadlines();
     read_unwaited(outgoing);
     if (cfg_.bulk) cfg_.bulk->sweep_pins();  // Note [tensor over shared memory]: shared tensors mapped by now
@@ -411,17 +339,13 @@ void direct_channel::drop_malformed(const std::shared_ptr<channel_conn>& c) {
 
 bool direct_channel::on_auth(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
   channel_auth a;
-  bool ok = parse_body(body, n, a);
+  channel_listener::ticket t;
+  const bool ok = parse_body(body, n, a) && listener_.redeem(a.secret, a.name, t);
   if (ok) {
     std::lock_guard<std::mutex> lock(conns_mutex_);
-    auto it = tickets_.find(a.secret);
-    ok = it != tickets_.end() && it->second.peer == a.name;
-    if (ok) {
-      c->peer = it->second.peer;
-      c->peer_node = it->second.node;
-      tickets_.erase(it);  // one use
-      if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c->peer_node), a.shm_ok);  // Note [shm reachability]
-    }
+    c->peer = std::move(t.peer);
+    c->peer_node = t.node;
+    if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c->peer_node), a.shm_ok);  // Note [shm reachability]
   }
   if (!ok) {
     std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection: no valid ticket\n", cfg_.me.name.c_str());
@@ -440,7 +364,7 @@ bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::u
     return false;
   }
   if (kind == static_cast<std::uint8_t>(frame_kind::actor) || kind == static_cast<std::uint8_t>(frame_kind::actor_control)) {
-    on_actor_frame(c, kind == static_cast<std::uint8_t>(frame_kind::actor_control), body, n);  // Note [remote actors]
+    actors_.on_frame(c, kind == static_cast<std::uint8_t>(frame_kind::actor_control), body, n);  // Note [remote actors]
     return true;
   }
   if (kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
@@ -450,24 +374,20 @@ bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::u
     rpc_request req;
     if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(req.payload, n);  // Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, req) : parse_body(body, n, req)) {
-      on_request(c, std::move(req), jobs);
+      server_.on_request(c, std::move(req), jobs);
       return true;
     }
   } else if (c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::response)) {
     rpc_response resp;
     if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(resp.payload, n);  // Note [byte pool]
     if (n >= split_payload_bytes ? parse_split_body(body, n, resp) : parse_body(body, n, resp)) {
-      on_response(c, std::move(resp));
+      client_.on_response(c, std::move(resp));
       return true;
     }
   }
   drop_malformed(c);
   return false;
 }
-
-}  // namespace troupe::detail
-
-namespace troupe::detail {
 
 // Note [fragments] (rpc/fragment.hpp). False: malformed (the caller drops the connection), or
 // the inner frame dropped it.
@@ -494,13 +414,108 @@ bool direct_channel::on_assembled(const std::shared_ptr<channel_conn>& c, fragme
   if (a.inner == static_cast<std::uint8_t>(frame_kind::request)) {
     rpc_request req;
     if (!parse_split_parts(a.head, std::move(a.rest), req)) return false;
-    on_request(c, std::move(req), jobs);
+    server_.on_request(c, std::move(req), jobs);
   } else {
     rpc_response resp;
     if (!parse_split_parts(a.head, std::move(a.rest), resp)) return false;
-    on_response(c, std::move(resp));
+    client_.on_response(c, std::move(resp));
   }
   return true;
+}
+
+void direct_channel::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
+                          const std::string& function, std::vector<char> payload, std::vector<char> meta) {
+  client_.call(c, st, function, std::move(payload), std::move(meta), stopping_.load());
+}
+
+void direct_channel::sweep_deadlines() {
+  const auto now = clock::now();
+  std::vector<call_table::expired_call> expired;
+  client_.table().expired(now, expired);
+  if (expired.empty()) return;
+  // A response may sit unread in a socket whose caller has not waited yet: read those first.
+  std::vector<std::shared_ptr<channel_conn>> unread;
+  {
+    std::lock_guard<std::mutex> lock(conns_mutex_);
+    for (auto& c : conns_)
+      if (c->outgoing() && std::any_of(expired.begin(), expired.end(), [&](const auto& e) { return e.conn == c.get(); }))
+        unread.push_back(c);
+  }
+  for (auto& c : unread) read_for_io(c);
+  client_.table().expired(now, expired);
+  for (auto& e : expired) client_.table().finish(e.conn, e.id, errc::timeout, e.what + ": no answer by the deadline", {}, {});
+}
+
+std::shared_ptr<rpc::detail::call_helper> direct_channel::make_waiter(const std::shared_ptr<channel_conn>& c) {
+  return std::make_shared<conn_helper>(weak_from_this(), c);
+}
+
+void direct_channel::unattend(const channel_conn* c, std::uint64_t id) {
+  if (client_.table().unattend(c, id)) wake();  // the I/O thread polls this connection from now on
+}
+
+bool direct_channel::io_reads(const channel_conn& c) {
+  if (!c.outgoing()) return true;
+  if (c.caller_reading.load(std::memory_order_acquire)) return false;
+  if (c.actor_traffic.load(std::memory_order_acquire)) return true;  // Note [remote actors]
+  return client_.table().needs_io(c);
+}
+
+bool direct_channel::read_for_io(const std::shared_ptr<channel_conn>& c) {
+  if (c->caller_reading.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> reading(c->read_mutex, std::try_to_lock);
+  if (!reading || c->caller_reading.load(std::memory_order_acquire)) return false;
+  on_readable(c, nullptr);
+  return true;
+}
+
+void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, const rpc::detail::call_state& st, clock::time_point until) {
+  bool idle = false;
+  if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
+  {
+    std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
+    const channel_conn* outer = std::exchange(call_table::read_here, c.get());
+    bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
+    while (!st.done() && !c->closed() && !stopping_) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
+      if (left <= 0) break;
+      if (block) {
+        const auto before = c->bytes_read.load(std::memory_order_relaxed);
+        on_readable(c, nullptr, true);
+        block = c->bytes_read.load(std::memory_order_relaxed) != before;
+        continue;
+      }
+      pollfd fds[2] = {pollfd{c->fd(), POLLIN, 0}, pollfd{c->reader_wake, POLLIN, 0}};
+      if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, max_poll_ms))) < 0 && errno != EINTR) break;
+      if (fds[1].revents) drain(c->reader_wake);
+      if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
+    }
+    call_table::read_here = outer;
+  }
+  release_reading(c);
+}
+
+// Calls still pending on `c` are waited on by threads blocked on their call (or by nobody): the
+// I/O thread reads for them from now on.
+void direct_channel::release_reading(const std::shared_ptr<channel_conn>& c) {
+  c->caller_reading.store(false, std::memory_order_release);
+  const bool left = client_.table().hand_over(*c);
+  if (left || c->actor_traffic.load(std::memory_order_acquire)) wake();
+}
+
+// The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet
+// (it is busy, or dropped the future) are read and completed within that bound rather than at
+// their deadline. (is_ready() marks its call unattended at once: call_state::ready().)
+void direct_channel::read_unwaited(const std::vector<std::shared_ptr<channel_conn>>& outgoing) {
+  const auto now = clock::now();
+  if (now - last_unwaited_read_ < std::chrono::milliseconds(max_poll_ms)) return;
+  last_unwaited_read_ = now;
+  for (const auto& c : outgoing)
+    if (client_.table().has_calls(*c)) read_for_io(c);
+}
+
+void direct_channel::notify_lost(const std::shared_ptr<channel_conn>& c, const std::string& why) {
+  if (!stopping_) actors_.lost(c, why);
 }
 
 }  // namespace troupe::detail

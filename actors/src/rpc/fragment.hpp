@@ -2,12 +2,12 @@
 // Large frames of the direct channel sent in fragments, so small frames pass between them.
 //
 // Note [fragments]
-// A connection is one TCP stream: a small call written after a 64 MB request (a tensor sent as
-// bytes: between hosts, or with shared memory off) waited until the whole request had gone out
-// and had been read (measured: 46 ms on loopback for a small call behind a 64 MB echo). A frame
-// whose body is at least `fragment_min_bytes` now goes out as FRAGMENT frames (frame kind 3) of at
-// most `fragment_bytes` of its body each, every one written on its own (channel_conn::write_parts),
-// so a frame another thread writes meanwhile goes out between two fragments:
+// A connection is one TCP stream. A small call written after a 64 MB request would wait until
+// the whole request had gone out and had been read (a tensor sent as bytes: between hosts, or
+// with shared memory off). So a frame whose body is at least `fragment_min_bytes` goes out as
+// FRAGMENT frames (frame kind 3) of at most `fragment_bytes` of its body each. Each is written on
+// its own (channel_conn::write_parts), so a frame another thread writes meanwhile goes out
+// between two fragments:
 //
 //   fragment body: u32 stream, u8 flags (1 first, 2 last), u8 inner kind, u64 total body length,
 //                  then the next bytes of the inner frame's body
@@ -16,7 +16,7 @@
 // streams interleave. The reader appends each fragment to its stream's body (a pooled buffer,
 // Note [byte pool]; the fields before the payload kept apart, so that the buffer becomes the
 // payload without another copy) and handles the complete body as the inner frame: the transport
-// hook, the interceptor and the codec see one whole message, as before. While fragments go out,
+// hook, the interceptor and the codec see one whole message. While fragments go out,
 // the socket's unsent bytes are kept under `unsent_low_water` (TCP_NOTSENT_LOWAT), so a small frame
 // does not queue behind megabytes inside the kernel either (only then: channel_conn::fragmenting).
 //
@@ -86,17 +86,17 @@ inline bool read_fragment_head(const char* body, std::size_t n, fragment_head& h
 class byte_pool;
 
 /// Note [direct fragment data]
-/// A fragment's data used to be read into the connection's read buffer and copied from there into
-/// its stream's buffer: a second user-space pass over every byte of a large message sent as bytes.
-/// Now, once the head of a fragment of a stream already open has been read and its data is not all
-/// there yet, the reader takes what is there and reads the rest of the data straight into the
-/// stream's buffer (recvmsg: the rest of the fragment, then a few KiB into the read buffer for
+/// A fragment's data is read straight into its stream's buffer, not through the connection's read
+/// buffer: no second user-space pass over every byte of a large message sent as bytes. Once the
+/// head of a fragment of a stream already open has been read and its data is not all there yet,
+/// the reader takes what is there and reads the rest of the data straight into the stream's
+/// buffer (recvmsg: the rest of the fragment, then a few KiB into the read buffer for
 /// what follows it, the next fragment's head or a small frame). A stream's buffer has room for its
 /// whole body from its first fragment (a pooled buffer, byte_pool::take) and a count of the bytes
 /// filled; it is grown to cover each fragment before the fragment is written to it, which
 /// zero-fills only what a fresh buffer never held (256 KiB, just before the data lands there) and
 /// nothing in the steady state; an announced total commits no memory before its data comes. A
-/// first fragment (it carries the message's head, which is kept apart) is read whole as before.
+/// first fragment (it carries the message's head, which is kept apart) is read whole.
 /// The same checks as add() apply, when the head is read. A whole request or response frame of
 /// split_payload_bytes or more (too small to be fragmented) is read the same way once its head is
 /// in: its payload (and the fields after it) straight into a pooled buffer (start_frame).

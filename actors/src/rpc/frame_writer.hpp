@@ -3,12 +3,12 @@
 // in rpc/fragment.hpp): rpc_async of a tensor sent as bytes returns once the request is encoded,
 // not once 64 MB went through the socket, and an executor thread answering with one is free
 // again at once. The payload is the message's own encoded copy, so the caller may change its
-// tensor as soon as the call returns, as before.
+// tensor as soon as the call returns.
 //
 // Started on first use, so a node that never sends such a frame has no extra thread. Writes run
 // in the order they were queued. stop() runs what is queued (a closed connection makes each write
 // fail at once) and joins; later writes run on the calling thread. A write must not call stop()
-// (direct_channel's writes hold it weakly, and the node stops it before letting it go).
+// (the direct channel stops it before it goes).
 
 #include <condition_variable>
 #include <deque>

@@ -82,9 +82,8 @@ bool parse_body(const char* data, std::size_t n, T& msg) {
 // rpc_request and rpc_response, the frames of every call, are written and read by the code below
 // rather than through CAF's serializer: the same bytes (u64 in network order, u8, a string or a
 // byte vector as CAF's varbyte length then its bytes; checked against CAF's serializer and
-// deserializer in codec_test), but without a virtual call and a caf::error per field. Measured
-// on the build VM: CAF wrote a small request in ~340 ns and read it in ~250 ns, four times per
-// round trip. The auth frame and the split large-payload paths (rpc/split_frame.hpp) are read by
+// deserializer in codec_test), but without a virtual call and a caf::error per field, four times
+// per round trip (figures in docs/benchmarks.md). The auth frame and the split large-payload paths (rpc/split_frame.hpp) are read by
 // this code too (CAF's loader allocates a sequence's announced length before it reads a byte) and
 // written by CAF, so the two must agree: they are tested to.
 namespace frame_codec {

@@ -37,8 +37,7 @@ inline constexpr auto answers_at_once = std::chrono::milliseconds::max();
 
 /// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local of every
 /// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a user
-/// thread that outlives the node would hang the node's teardown (measured with a system of our
-/// own: the destructor waited forever).
+/// thread that outlives the node would hang the node's teardown: the destructor waits forever.
 /// Foreign threads drop it with this guard after they spawned or asked.
 struct logger_release {
   logger_release() = default;
@@ -183,6 +182,12 @@ class context_impl;
 courier_actor spawn_courier(context_impl& r);
 /// Spawns the node's RRef service (Note [rref service] in service.cpp).
 caf::actor spawn_service(context_impl& c);
+/// Registers the data path's reserved functions, remote_call and fetch (serve.cpp).
+void serve_data_path(context_impl& c);
+/// Starts remote(): calls `function` on `to` and returns the handle of the rref it creates
+/// (remote.cpp).
+std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, const std::string& function,
+                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
 
 class context_impl : public std::enable_shared_from_this<context_impl> {
  public:

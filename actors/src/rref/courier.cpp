@@ -2,11 +2,12 @@
 // sends itself, and batched user_deletes.
 //
 // Note [release batching]
-// A fork that enters DELETING (Note [user_rref actor]) hands its user_delete to the courier and
-// quits once nothing else is pending: it no longer waits for the owner's answer itself. The
-// courier collects the deletes per owner for rref_options::release_window and sends each
-// owner's service one user_delete_batch carrying all of them, retried like every control message
-// until answered; the service delivers each delete to its owner actor (Note [rref service]). A batch also goes at once when it reaches max_delete_batch deletes.
+// A fork that enters DELETING (Note [user_rref actor]) hands its user_delete to the courier. It
+// quits once nothing else is pending; it does not wait for the owner's answer itself. The
+// courier collects the deletes per owner for rref_options::release_window. It then sends each
+// owner's service one user_delete_batch carrying all of them, retried like every control
+// message until answered. The service delivers each delete to its owner actor (Note [rref
+// service]). A batch also goes at once when it reaches max_delete_batch deletes.
 //
 // The hand-over is two lists in the router (context_impl::handover_, under its own mutex), not a
 // message each: a released handle's release (with the creator fork's remote_done when the handle
@@ -26,10 +27,9 @@
 //
 // Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
 // (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
-// to two windows after the handle's release. Gain (measured, docs/rref.md): one message, one
-// owner wake-up and one answer per batch instead of per fork, and a released fork's actor ends at
-// once, so a tight remote + to_here loop does not pay its predecessor's release on its own
-// critical path.
+// to two windows after the handle's release. Gain: one message, one owner wake-up and one
+// answer per batch instead of per fork (figures in docs/rref.md). A released fork's actor ends
+// at once, so a tight remote + to_here loop does not pay its predecessor's release.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"

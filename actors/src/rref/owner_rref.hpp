@@ -21,10 +21,9 @@
 // implied by the running call and handed to the actor with the value. Every OwnerRRef whose value
 // exists has an actor, which holds the value, the forks and the lifecycle. Anything that needs the
 // actor's state earlier (fork_request, user_delete, child_ack, a bind on the owner, a lease or an
-// owner-local fetch) spawns it PENDING, and it then gets the value as value_set. Why: an eagerly
-// spawned PENDING actor (even with lazy_init) must be sent the value, and that first message
-// schedules it — a CAF scheduler wake-up on the owner inside every round trip. Measured A/B,
-// --round-trips-only, idle, 3 runs each: eager 103-108 us, lazy 79-93 us (docs/rref.md).
+// owner-local fetch) spawns it PENDING, and it then gets the value as value_set. Why lazy: an
+// actor spawned PENDING must be sent the value. That first message schedules it, a CAF
+// scheduler wake-up on the owner inside every round trip (figures in docs/rref.md).
 //
 //   PENDING --value_set(creator fork, value | error)--> READY: answers the parked local fetches
 //   PENDING --local_fetch / lease_request--> PENDING (parked until READY)

@@ -1,7 +1,7 @@
-// remote(), to_here(), local_value(), make_rref and method leases (Note [RRef protocol] in
-// rref/context.hpp). Data goes through node::call (remote_call, fetch); waiting happens in the
-// actors (parked fetches as deferred replies, parked leases), never on an executor thread of the
-// owner.
+// The data path of an rref handle: remote()'s start, the fetch behind to_here(), and the local
+// value (Note [RRef protocol] in rref/context.hpp). Data goes through node::call (remote_call,
+// fetch). Waiting happens in the actors (parked fetches as deferred replies), never on an
+// executor thread of the owner.
 #include <atomic>
 #include <future>
 
@@ -153,73 +153,3 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
 }
 
 }  // namespace troupe::rref_detail
-
-namespace troupe {
-
-std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to, const std::string& function,
-                                                          const std::function<std::vector<char>()>& encode,
-                                                          std::chrono::milliseconds timeout) {
-  return rref_detail::start_remote(*impl_, to, function, encode, timeout);
-}
-
-std::shared_ptr<rref_detail::handle> rref_context::make_local(std::shared_ptr<const rpc::held_value> value) {
-  auto& c = *impl_;
-  auto h = std::make_shared<rref_detail::handle>();
-  h->id = rref_id{c.me_, c.next_id()};
-  {
-    std::lock_guard<std::mutex> lock(c.mutex_);
-    if (c.closed_) throw error(errc::invalid_state, "make_rref on " + c.me_ + ": the rref context is closed");
-    auto& e = c.bare_entry(h->id);
-    e.started = true;
-    e.snapshot = std::make_shared<const rref_detail::published_value>(rref_detail::published_value{0, {}, value});
-    e.actor = rref_detail::spawn_owner_rref(c, h->id, rref_detail::owner_start{true, 0, {}, std::move(value), 1, std::nullopt});
-  }
-  h->ctx = impl_;
-  h->owner = c.me_;
-  h->owner_local = h->bound = true;
-  return h;
-}
-
-std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> value) {
-  return make_local(rpc::hold_encoded(std::move(value)));
-}
-
-void rref_context::with_held(const rref_id& id, std::chrono::milliseconds timeout,
-                             const std::function<void(std::shared_ptr<const rpc::held_value>&)>& fn) {
-  auto& c = *impl_;
-  // A method call may overtake the remote_call that creates the value (no order is assumed
-  // between messages): its lease parks in the (PENDING) owner actor until the value exists.
-  auto a = c.owner_for(id, true);
-  if (!a) throw error(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + c.me_);
-  const auto lease = c.next_id();
-  auto r = c.ask<rref_msg::held_answer>(*a, timeout, rref_msg::lease_request{lease});
-  if (!r) {
-    caf::anon_send(*a, rref_msg::lease_return{lease, false, {}});  // give up the lease (granted late or still queued)
-    throw error(errc::timeout, "rref " + id.str() + ": no value on owner " + c.me_ + " within " + std::to_string(timeout.count()) + " ms");
-  }
-  if (r->code != 0) throw error(static_cast<errc>(r->code), r->message);
-  auto value = r->value;
-  try {
-    fn(value);
-  } catch (...) {
-    caf::anon_send(*a, rref_msg::lease_return{lease, false, {}});
-    throw;
-  }
-  const bool changed = value != r->value;
-  caf::anon_send(*a, rref_msg::lease_return{lease, changed, std::move(value)});
-}
-
-void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
-  with_held(id, timeout, [&](std::shared_ptr<const rpc::held_value>& v) {
-    std::vector<char> bytes = [&] {
-      rpc::hide_scope hide;  // the stored value is not part of any message
-      rref_detail::storing_scope storing;
-      return v->encode();
-    }();
-    auto before = bytes;
-    fn(bytes);
-    if (bytes != before) v = rpc::hold_encoded(std::move(bytes));  // unchanged: the live object stays
-  });
-}
-
-}  // namespace troupe

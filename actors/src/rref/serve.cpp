@@ -43,8 +43,8 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&),
 // Note [withheld accept]
 // The creator calls to_here right after remote(), so its thread waits in the fetch, reading its
 // connection. Answered at once, the remote_call's answer would wake it once (it reads that
-// answer, then sleeps again) and the fetch's answer a second time: on an idle vCPU each wake-up
-// is a VM exit and IPI (~35-40 us on the build VM). So the answer is withheld: it goes right
+// answer, then sleeps again) and the fetch's answer a second time. On an idle vCPU each wake-up
+// is a VM exit and an IPI (docs/benchmarks.md). So the answer is withheld: it goes right
 // after the first fetch's answer on the same thread (the creator reads both with one wake-up),
 // or, when no fetch comes (remote() without to_here), when the courier's timer fires, one
 // rref_options::release_window after the first withheld answer (one timer for all of them; 0:
@@ -105,12 +105,9 @@ rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
 
 }  // namespace
 
-void context_impl::start() {
-  serve(*this, "troupe.rref.remote_call", &on_remote_call, /*quick=*/false);  // runs the user function
-  serve(*this, "troupe.rref.fetch", &on_fetch);
-  service_ = spawn_service(*this);  // Note [rref service]
-  courier_ = spawn_courier(*this);
-  detail::publish_actor(*n_, caf::actor_cast<caf::strong_actor_ptr>(service_), service_name, {});
+void serve_data_path(context_impl& c) {
+  serve(c, "troupe.rref.remote_call", &on_remote_call, /*quick=*/false);  // runs the user function
+  serve(c, "troupe.rref.fetch", &on_fetch);
 }
 
 }  // namespace troupe::rref_detail

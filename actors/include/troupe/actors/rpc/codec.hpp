@@ -2,8 +2,8 @@
 /// \file codec.hpp
 /// The RPC argument/result codec: raw native bytes into a std::vector<char> (CAF and the direct
 /// channel copy them raw; no float ever goes through CAF's inspection). User structs go through a
-/// Boost.Serialization binary archive opened only for them (an archive costs ~1-2 us to open: it
-/// builds a std::locale, which was the largest user-space cost of a small call).
+/// Boost.Serialization binary archive opened only for them. Opening an archive builds a
+/// std::locale, a large user-space cost for a small call.
 ///
 /// Note [rpc payload]
 /// An argument list is encoded as: u32 count, then per argument its type tag (a string such as
@@ -274,9 +274,9 @@ class result_devices {
 };
 
 /// Note [adopted payload]
-/// A large tensor sent as inline bytes (between hosts, or without shared memory) used to be copied
-/// out of the received payload into a fresh tensor: one full copy per direction on top of the
-/// kernel's. While a payload_keeper is alive on a thread, an inline tensor of at least
+/// A large tensor sent as inline bytes (between hosts, or without shared memory) is not copied out
+/// of the received payload: that would be one full copy per direction on top of the kernel's.
+/// While a payload_keeper is alive on a thread, an inline tensor of at least
 /// adopt_min_bytes read from the keeper's buffer, at a 16-byte aligned address (the writer pads its
 /// data to a 64-byte offset of the buffer), becomes a tensor VIEWING that buffer, whose storage
 /// keeps the keeper's owner alive. The owner holds the payload's bytes and nothing else (no
@@ -288,7 +288,7 @@ class result_devices {
 ///     same heap block) moves into the holder when the function returns;
 ///   * a call's response of adopt_min_bytes or more, which call_state keeps in a shared holder from
 ///     the start, decoded by future::get without an interceptor (with one, the decoded result is
-///     stored in the call state: copied as before).
+///     stored in the call state: copied).
 /// A tensor keeping a payload keeps the payload's whole buffer, so a tensor is adopted only when it
 /// fills at least half of the buffer's capacity: a received tensor a callee or a caller stores
 /// never pins more than twice its own bytes (a pooled buffer may be up to four times larger than

@@ -1,0 +1,136 @@
+// Writing the direct channel's frames (rpc/frame_sender.hpp) and the reply batch (Note [reply
+// batch] in troupe/actors/rpc/reply_batch.hpp).
+#include "rpc/frame_sender.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "rpc/bulk.hpp"
+#include "rpc/split_frame.hpp"
+#include "troupe/actors/rpc/reply_batch.hpp"
+
+namespace troupe::detail {
+
+namespace {
+
+// Note [reply batch]: the frames held by the reply_batch scopes of this thread (outermost flushes).
+struct held_replies {
+  int depth = 0;
+  std::vector<std::pair<std::shared_ptr<channel_conn>, std::vector<char>>> per_conn;  // in first-use order
+};
+thread_local held_replies tls_replies;
+
+// Whether a frame on `c` is a response that this thread's reply batch holds.
+bool held(const channel_conn& c) { return tls_replies.depth > 0 && !c.outgoing(); }
+
+// This thread's buffer for the small frame it is about to send, emptied.
+std::vector<char>& scratch_frame() {
+  thread_local std::vector<char> frame;
+  frame.clear();
+  return frame;
+}
+
+}  // namespace
+
+}  // namespace troupe::detail
+
+namespace troupe::rpc {
+
+reply_batch::reply_batch() { ++troupe::detail::tls_replies.depth; }
+
+reply_batch::~reply_batch() {
+  auto& h = troupe::detail::tls_replies;
+  if (--h.depth > 0) return;
+  auto held = std::exchange(h.per_conn, {});
+  for (auto& [c, bytes] : held) c->write(bytes.data(), bytes.size());  // closed: the I/O thread fails the calls
+}
+
+}  // namespace troupe::rpc
+
+namespace troupe::detail {
+
+frame_sender::frame_sender(std::shared_ptr<bulk_names> bulk, std::uint32_t max_body, later_fn later)
+    : bulk_(std::move(bulk)), max_body_(max_body), later_(std::move(later)) {}
+
+void frame_sender::send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d) {
+  if (d.copies <= 0) return;
+  if (held(*c) && d.delay.count() <= 0) {  // a response, held (Note [reply batch])
+    auto& per = tls_replies.per_conn;
+    auto it = std::find_if(per.begin(), per.end(), [&](const auto& p) { return p.first == c; });
+    if (it == per.end()) it = per.insert(per.end(), {c, {}});
+    for (int i = 0; i < d.copies; ++i) it->second.insert(it->second.end(), frame.begin(), frame.end());
+    return;
+  }
+  auto send = [c, frame = std::move(frame), copies = d.copies] {
+    for (int i = 0; i < copies; ++i)
+      if (!c->write(frame.data(), frame.size())) return;  // closed: the I/O thread fails the calls
+  };
+  if (d.delay.count() > 0) later_(d.delay, std::move(send));
+  else send();
+}
+
+// Written from the scratch buffer at once in the usual case; copied only when it must be kept
+// (held replies, a delay, copies).
+void frame_sender::send_frame(const std::shared_ptr<channel_conn>& c, const std::vector<char>& frame, const transport_decision& d) {
+  if (d.copies == 1 && d.delay.count() <= 0 && !held(*c)) {
+    c->write(frame.data(), frame.size());  // closed: the I/O thread fails the calls
+    return;
+  }
+  send_copies(c, frame, d);
+}
+
+template <class T>
+bool frame_sender::send_small(const std::shared_ptr<channel_conn>& c, frame_kind kind, T& m, const transport_decision& d) {
+  auto& frame = scratch_frame();
+  if (!append_frame(frame, kind, m)) return false;
+  send_frame(c, frame, d);
+  return true;
+}
+
+bool frame_sender::send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request& m, const transport_decision& d) {
+  return send_small(c, kind, m, d);
+}
+
+bool frame_sender::send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response& m, const transport_decision& d) {
+  return send_small(c, kind, m, d);
+}
+
+void frame_sender::send_split(const std::shared_ptr<channel_conn>& c, const split_frame& f, const transport_decision& d) {
+  if (d.copies <= 0) return;
+  if (held(*c) || d.delay.count() > 0) return send_copies(c, f.flat(), d);  // kept: one buffer
+  const channel_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
+  const bool fragmented = f.size() - frame_header_size >= fragment_min_bytes;  // Note [fragments]
+  for (int i = 0; i < d.copies; ++i)
+    if (!(fragmented ? c->write_fragmented(parts, 3) : c->write_parts(parts, 3))) return;  // closed: the I/O thread fails the calls
+}
+
+template <class T>
+bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d) {
+  struct large {
+    T msg;
+    split_frame f;
+  };
+  auto l = std::make_shared<large>();
+  l->msg = std::move(m);
+  if (!make_split_frame(l->f, kind, l->msg, max_body_)) return false;  // l->f points into l->msg, which stays put
+  const bool background = l->f.size() - frame_header_size >= fragment_min_bytes && d.copies > 0 && d.delay.count() <= 0 &&
+                          !held(*c);  // held replies keep one buffer
+  // The writer thread holds no reference to the channel: stop() joins it before this goes.
+  auto send = [this, c, l, d] {
+    send_split(c, l->f, d);
+    if (bulk_) bulk_->buffers().give(std::move(l->msg.payload));  // written or copied: Note [byte pool]
+  };
+  if (background) writer_.post(std::move(send));
+  else send();
+  return true;
+}
+
+bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d) {
+  return send_split_msg(c, kind, std::move(m), d);
+}
+
+bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d) {
+  return send_split_msg(c, kind, std::move(m), d);
+}
+
+}  // namespace troupe::detail
