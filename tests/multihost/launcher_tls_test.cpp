@@ -18,7 +18,7 @@ using troupe::test::netns_bed;
 namespace {
 
 std::vector<std::string> tls_flags(const troupe::tls_options& t) {
-  return {"--tls-cert", t.cert_file, "--tls-key", t.key_file, "--tls-ca", t.ca_file, "--join-timeout-s", "20"};
+  return {"--tls-cert", t.cert_file, "--tls-key", t.key_file, "--tls-ca", t.ca_file, "--join-timeout-s", "40"};
 }
 
 // A TCP listener on 127.0.0.1 that plays the master launcher and records what a node sends.
@@ -101,8 +101,8 @@ TEST_CASE("launchers with TLS form a job and refuse a launcher without TLS or wi
   auto foreign_ca = bed.start(1, troupe::test::launcher_argv(bed, 1, 1, prog, 30, tls_flags(certs.options("intruder", "other_ca"))), token);
   const int foreign_ca_code = foreign_ca.wait(30s);
   auto node = bed.start(1, troupe::test::launcher_argv(bed, 1, 1, prog, 60, tls_flags(certs.options())), token);
-  CHECK(node.wait(40s) == 0);
-  CHECK(master.wait(40s) == 0);
+  CHECK(node.wait(60s) == 0);
+  CHECK(master.wait(60s) == 0);
   INFO("--- master ---\n" << master.output() << "--- no TLS ---\n" << plain.output() << "--- foreign certificate ---\n"
                           << foreign_cert.output() << "--- foreign CA ---\n" << foreign_ca.output() << "--- node ---\n" << node.output());
   CHECK(plain_code == 1);
