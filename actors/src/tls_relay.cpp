@@ -179,6 +179,13 @@ void tls_relays::stop() {
   all.clear();  // joins
 }
 
+bool tls_relays::drain(std::chrono::milliseconds bound) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return ended_.wait_for(lock, bound, [this] {
+    return std::all_of(relays_.begin(), relays_.end(), [](const std::unique_ptr<relay>& r) { return r->done.load(); });
+  });
+}
+
 void tls_relays::reap() {
   std::erase_if(relays_, [](const std::unique_ptr<relay>& r) { return r->done.load(std::memory_order_acquire); });
 }
@@ -249,7 +256,11 @@ int tls_relays::start(int tcp_fd, std::unique_ptr<tls_session> s, std::string pe
         }
         ::shutdown(raw->plain, SHUT_RDWR);  // the user reads EOF
         ::shutdown(raw->tcp, SHUT_RDWR);    // the peer reads EOF
-        raw->done.store(true, std::memory_order_release);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          raw->done.store(true, std::memory_order_release);
+        }
+        ended_.notify_all();
       });
     } catch (const std::system_error& e) {
       ::close(sv[0]);

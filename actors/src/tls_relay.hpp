@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -58,6 +59,10 @@ class tls_relays {
   /// Why the relay behind the plain end `plain_fd` ended with a TLS failure, or "" (none, or
   /// not ended yet). Tells a refused certificate from a lost connection.
   std::string refusal(int plain_fd);
+  /// Waits up to `bound` until every relay ended by itself: its user closed the plain end and
+  /// the bytes written before went out, or the peer closed. True when all did. Lets a process
+  /// deliver its last words before stop() cuts the connections.
+  bool drain(std::chrono::milliseconds bound);
   /// Shuts every connection down and joins every relay thread. Idempotent.
   void stop();
 
@@ -72,6 +77,7 @@ class tls_relays {
   std::string who_;
   std::shared_ptr<const tls_context> ctx_;
   std::mutex mutex_;
+  std::condition_variable ended_;  // a relay thread ended (under mutex_)
   std::vector<std::unique_ptr<relay>> relays_;
   std::map<int, std::string> refusals_;  // a plain end's number -> why TLS refused its connection
   bool stopping_ = false;

@@ -180,6 +180,31 @@ inline void require_bed(const netns_bed& bed) {
   std::_Exit(77);
 }
 
+/// Starts `argv` in this process's namespaces with `env` (NAME=value) added; output goes to a
+/// file. For programs that make their own bed or play a host on loopback.
+inline host_process start_here(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
+  static int seq = 0;
+  const std::string out = "/tmp/troupe-mh-" + std::to_string(::getpid()) + "-here" + std::to_string(seq++) + ".txt";
+  std::vector<std::string> args{"/usr/bin/env"};
+  args.insert(args.end(), env.begin(), env.end());
+  args.insert(args.end(), argv.begin(), argv.end());
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw error(errc::io_error, "fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> a;
+    for (auto& s : args) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execv(a[0], a.data());
+    ::_exit(127);
+  }
+  return host_process(pid, out);
+}
+
 /// The path of this test binary (ranks run it with a hidden tag).
 inline std::string self_exe() {
   char buf[4096];

@@ -1,6 +1,7 @@
 #include "launcher/channel.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -13,7 +14,9 @@
 #include <sstream>
 #include <thread>
 
+#include "tls_relay.hpp"
 #include "troupe/actors/host_address.hpp"
+#include "troupe/actors/tls_context.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::launcher {
@@ -44,15 +47,36 @@ struct channel::peer {
 
 namespace {
 
+// Sends one line; a full socket (the non-blocking end of a TLS relay) is waited on for at most 1 s.
 void send_line(int fd, std::string line) {
   std::replace(line.begin(), line.end(), '\n', ' ');
   line += '\n';
   for (std::size_t off = 0; off < line.size();) {
     const auto n = ::send(fd, line.data() + off, line.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, 1000) == 1) continue;
+    }
     if (n <= 0) return;  // the peer is gone: its loss is seen by the reader
     off += static_cast<std::size_t>(n);
   }
 }
+
+std::string address_of(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "an unknown address";
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
+  return std::string(text) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+// The first byte of a TLS record: a handshake (0x16) or an alert (0x15).
+bool looks_like_tls(const std::string& received) {
+  return !received.empty() && (received[0] == '\x16' || received[0] == '\x15');
+}
+
+constexpr const char* tls_hint = "give every launcher of the job --tls-cert, --tls-key and --tls-ca (or TROUPE_TLS_*), or none";
 
 // Reads what is there (never blocks). False once the connection is closed.
 bool read_some(std::string& buf, int fd) {
@@ -122,11 +146,40 @@ channel& channel::operator=(channel&& o) noexcept {
   std::swap(ended_, o.ended_);
   std::swap(attempt_, o.attempt_);
   std::swap(peers_, o.peers_);
+  std::swap(tls_, o.tls_);
   return *this;
 }
 channel::~channel() {
   for (auto& p : peers_) p.close();
+  if (tls_) tls_->drain(std::chrono::seconds(2));  // the last lines (end, stop) still go out
+  tls_.reset();
   if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+void channel::start_tls(const launch_options& o, const std::string& who) {
+  const tls_options t{o.tls_cert, o.tls_key, o.tls_ca};
+  if (t.enabled()) tls_ = std::make_unique<detail::tls_relays>(who, make_tls_context(t));
+}
+
+// Master: accepts one connection; under TLS the plain end of its relay (the handshake runs on
+// the relay thread; a refused peer is logged there and reads as closed). -1 when none.
+int channel::accept_one(clock::time_point deadline) {
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | (tls_ ? SOCK_NONBLOCK : 0));  // a relay's is non-blocking
+  if (fd < 0 || !tls_) return fd;
+  try {
+    return tls_->accept(fd, milliseconds(std::max(ms_left(deadline, 10000), 1)));
+  } catch (const error& e) {
+    std::fprintf(stderr, "troupe-run: %s\n", e.what());
+    return -1;
+  }
+}
+
+// Node: why the master closed the connection before the job started.
+std::string channel::why_closed(int fd, const std::string& received) const {
+  if (tls_)
+    if (const std::string why = tls_->refusal(fd); !why.empty()) return "refused this launcher's TLS certificate: " + why;
+  if (!tls_ && looks_like_tls(received)) return std::string("answered in TLS, and this launcher has none: ") + tls_hint;
+  return std::string("closed the connection before the job started") + (tls_ ? "" : std::string(" (if it uses TLS: ") + tls_hint + ")");
 }
 
 namespace {
@@ -157,6 +210,7 @@ std::string missing_nodes(int nnodes, const std::vector<int>& joined) {
 channel channel::serve(const launch_options& o, const std::string& bind_addr, const std::string& /*host*/) {
   channel ch;
   ch.master_ = true;
+  ch.start_tls(o, "troupe-run node 0");
   ch.listen_fd_ = listen_on(bind_addr, o.master_port);
   const auto deadline = clock::now() + std::chrono::seconds(o.join_timeout_s);
   std::vector<peer> pending;
@@ -170,14 +224,20 @@ channel channel::serve(const launch_options& o, const std::string& bind_addr, co
     for (auto& p : pending) fds.push_back(pollfd{p.fd, POLLIN, 0});
     ::poll(fds.data(), fds.size(), ms_left(deadline, 200));
     if (fds[0].revents & POLLIN)
-      if (const int fd = ::accept4(ch.listen_fd_, nullptr, nullptr, SOCK_CLOEXEC); fd >= 0) {
+      if (const int fd = ch.accept_one(deadline); fd >= 0) {
         pending.emplace_back();
         pending.back().fd = fd;
+        pending.back().host = address_of(fd);
       }
     for (std::size_t i = 0; i < pending.size(); ++i) {
       auto& p = pending[i];
       if (!(fds.size() > i + 1 && fds[i + 1].revents)) continue;
       if (!read_some(p.buf, p.fd)) {
+        p.close();
+        continue;
+      }
+      if (!ch.tls_ && looks_like_tls(p.buf)) {
+        std::fprintf(stderr, "troupe-run: refused a launcher from %s: it speaks TLS and this launcher has none (%s)\n", p.host.c_str(), tls_hint);
         p.close();
         continue;
       }
@@ -207,6 +267,7 @@ channel channel::serve(const launch_options& o, const std::string& bind_addr, co
 
 channel channel::join(const launch_options& o, const std::string& host) {
   channel ch;
+  ch.start_tls(o, "troupe-run node " + std::to_string(o.node_rank));
   const auto deadline = clock::now() + std::chrono::seconds(o.join_timeout_s);
   const sockaddr_in master = ipv4(o.master_addr, o.master_port);
   const std::string where = o.master_addr + ":" + std::to_string(o.master_port);
@@ -218,6 +279,19 @@ channel channel::join(const launch_options& o, const std::string& host) {
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, milliseconds(500));
   }
+  if (ch.tls_) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    try {
+      fd = ch.tls_->connect(fd, where, deadline);  // closes fd on failure
+    } catch (const error& e) {
+      std::string why = e.message();
+      const std::string prefix = "troupe-run node " + std::to_string(o.node_rank) + ": TLS with " + where + ": ";
+      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+      throw error(e.code() == errc::timeout ? errc::timeout : errc::unauthorized,
+                  "no TLS connection with the master launcher at " + where + ": " + why +
+                      (e.code() == errc::peer_lost ? std::string(" (the master may have no TLS: ") + tls_hint + ")" : ""));
+    }
+  }
   ch.peers_.emplace_back();
   ch.peers_.back().fd = fd;
   ch.peers_.back().host = o.master_addr;
@@ -225,8 +299,10 @@ channel channel::join(const launch_options& o, const std::string& host) {
   send_line(fd, "join " + o.token + " " + std::to_string(o.node_rank) + " " + std::to_string(o.nproc) + " " + host);
   for (;;) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, ms_left(deadline, 200)) == 1 && !read_some(m.buf, fd))
-      throw error(errc::peer_lost, "the master launcher at " + where + " closed the connection before the job started");
+    if (::poll(&p, 1, ms_left(deadline, 200)) == 1 && !read_some(m.buf, fd)) {
+      const std::string why = ch.why_closed(fd, m.buf);
+      throw error(why.rfind("closed", 0) == 0 ? errc::peer_lost : errc::unauthorized, "the master launcher at " + where + " " + why);
+    }
     if (const auto line = take_line(m.buf)) {
       if (line->rfind("start ", 0) == 0) {
         ch.store_port_ = std::stoi(line->substr(6));

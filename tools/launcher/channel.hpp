@@ -17,6 +17,14 @@
 //   done <attempt>                  ->   every rank of node k exited with 0
 //                                 <- end                  once every node is done
 //
+// With TLS configured (--tls-* or TROUPE_TLS_*, the files the ranks use), every connection of
+// the channel is mutual TLS through the nodes' relays (Note [tls relay] in actors/src/tls_relay.hpp):
+// the join line, and so the token, goes out only after both certificates verified. The master
+// refuses a launcher that speaks no TLS or whose certificate its CA did not sign: it logs the
+// peer's address and OpenSSL's reason, closes that connection and keeps waiting for the job's
+// nodes. A launcher refused so fails with a message that says why (the master's certificate,
+// its own, or TLS on one side only). A master without TLS refuses a launcher that speaks TLS.
+//
 // A launcher whose connection breaks before `end` is a failure too: the master stops the others
 // naming the lost node and its host; a node that loses the master stops its ranks. So a failure
 // anywhere stops the job on every host, and every launcher prints who failed, where and why.
@@ -31,11 +39,16 @@
 // lost launcher is never restarted: its host is gone, so the job stops.
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/launch_options.hpp"
+
+namespace troupe::detail {
+class tls_relays;
+}
 
 namespace troupe::launcher {
 
@@ -92,6 +105,11 @@ class channel {
   void end_if_all_done();
   void broadcast(const std::string& line, const peer* except);
 
+  void start_tls(const launch_options& o, const std::string& who);
+  int accept_one(std::chrono::steady_clock::time_point deadline);
+  std::string why_closed(int fd, const std::string& received) const;
+
+  std::unique_ptr<detail::tls_relays> tls_;  // null without TLS; its connections end after peers_
   bool master_ = false;
   int listen_fd_ = -1;
   int store_port_ = 0;

@@ -30,8 +30,9 @@ constexpr const char* usage_text =
     "                       required on several)\n"
     "  --listen-addr A      address the ranks bind (default: TROUPE_LISTEN_ADDR, else the local\n"
     "                       address that routes to the master; 0.0.0.0 binds every interface)\n"
-    "  --tls-cert F, --tls-key F, --tls-ca F  PEM files of mutual TLS on the process groups'\n"
-    "                       TCP ring (docs/tls.md); set TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA\n"
+    "  --tls-cert F, --tls-key F, --tls-ca F  PEM files of mutual TLS (docs/tls.md) on the launchers'\n"
+    "                       channel and, through TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA, on\n"
+    "                       the ranks' connections (default: those variables)\n"
     "  --max-restarts R     start every rank of the job again after a failure, up to R times for\n"
     "                       the whole job (the master's value counts on several nodes)\n"
     "  --restart job|rank   what a restart starts again: every rank (job, the default), or only the\n"
@@ -47,6 +48,12 @@ constexpr const char* usage_text =
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr, "troupe-run: %s\n%s", why.c_str(), usage_text);
   std::exit(2);
+}
+
+// An empty `field` takes the value of the environment variable `name`, when set.
+void from_env(std::string& field, const char* name) {
+  if (field.empty())
+    if (const char* env = std::getenv(name); env && *env) field = env;
 }
 
 int parse_int(const std::string& flag, const std::string& text, int min) {
@@ -173,6 +180,9 @@ launch_options parse_options(int argc, char** argv) {
   }
   if (o.listen_addr.empty())
     if (const char* env = std::getenv("TROUPE_LISTEN_ADDR"); env && *env) o.listen_addr = env;
+  from_env(o.tls_cert, "TROUPE_TLS_CERT");
+  from_env(o.tls_key, "TROUPE_TLS_KEY");
+  from_env(o.tls_ca, "TROUPE_TLS_CA");
   validate(o, standalone);
   return o;
 }

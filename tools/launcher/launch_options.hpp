@@ -10,7 +10,8 @@
 //   --standalone (one node on loopback, a free port)   --max-restarts R
 // --restart job|rank: what a restart starts again (Note [rank restart] in troupe_run.cpp).
 // troupe-run's own: --job-token T (or TROUPE_JOB_TOKEN), --listen-addr A (or TROUPE_LISTEN_ADDR;
-// default: the local address that routes to the master), --timeout-s S, --join-timeout-s S.
+// default: the local address that routes to the master), --tls-cert F --tls-key F --tls-ca F (or
+// TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA), --timeout-s S, --join-timeout-s S.
 // Bad usage exits with code 2, as torchrun's argument parser does.
 
 #include <string>
@@ -27,8 +28,8 @@ struct launch_options {
   std::string token;
   bool token_given = false;  ///< by flag or environment (a multi-node job needs one)
   std::string listen_addr;   ///< empty: the address that routes to the master
-  /// --tls-cert/--tls-key/--tls-ca: passed to the ranks as TROUPE_TLS_CERT/KEY/CA (empty: the
-  /// launcher's own environment passes through unchanged).
+  /// --tls-cert/--tls-key/--tls-ca, else TROUPE_TLS_CERT/KEY/CA: mutual TLS on the launchers'
+  /// channel (Note [launcher channel]), and passed to the ranks in the same variables.
   std::string tls_cert, tls_key, tls_ca;
   int max_restarts = 0;
   bool restart_rank = false;  ///< --restart rank: restart only the rank that died (one host)
@@ -39,7 +40,7 @@ struct launch_options {
   bool multi_node() const { return nnodes > 1; }
 };
 
-/// Parses argv and the environment (TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR). Prints the reason
+/// Parses argv and the environment (TROUPE_JOB_TOKEN, TROUPE_LISTEN_ADDR, TROUPE_TLS_*). Prints the reason
 /// and the usage and exits with code 2 on bad usage.
 launch_options parse_options(int argc, char** argv);
 

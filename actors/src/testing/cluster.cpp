@@ -2,7 +2,9 @@
 #include "troupe/actors/testing/cluster.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -41,12 +44,35 @@ std::uint16_t read_port(int fd, std::chrono::milliseconds timeout) {
   return port;
 }
 
+// Moves this freshly forked rank onto its namespace host: the host's network namespace, and a
+// UTS namespace of its own with the host's name (Note [cluster fixture]).
+void enter_host(const cluster_host& h) {
+  const std::string path = "/run/netns/" + h.netns;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw error(errc::io_error, "run_cluster: cannot open the network namespace " + path + ": " + std::strerror(errno));
+  const int rc = ::setns(fd, CLONE_NEWNET);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) throw error(errc::io_error, "run_cluster: cannot enter the network namespace " + h.netns + ": " + std::strerror(saved));
+  if (::unshare(CLONE_NEWUTS) != 0 || ::sethostname(h.netns.c_str(), h.netns.size()) != 0)
+    throw error(errc::io_error, "run_cluster: cannot name the host " + h.netns + ": " + std::strerror(errno));
+}
+
+const cluster_host& host_of(const cluster_options& o, int rank) {
+  return o.hosts[static_cast<std::size_t>(rank) * o.hosts.size() / static_cast<std::size_t>(o.world)];
+}
+
 // The body of one forked rank; never returns.
 [[noreturn]] void run_rank(const cluster_options& o, int rank, int fds[2], const std::function<int(node&)>& job) {
   int code = 2;
   try {
     if (!o.plan_file.empty()) ::setenv("TROUPE_FAULTS", o.plan_file.c_str(), 1);
     node_options no;
+    if (!o.hosts.empty()) {
+      enter_host(host_of(o, rank));
+      no.listen_addr = host_of(o, rank).address;
+      no.master_addr = host_of(o, 0).address;
+    }
     no.rank = rank;
     no.world_size = o.world;
     no.job_token = o.job_token;
@@ -126,6 +152,9 @@ std::string cluster_result::describe() const {
 
 cluster_result run_cluster(const cluster_options& o, const std::function<int(node&)>& job) {
   if (o.world < 1) throw error(errc::bad_argument, "run_cluster: world must be at least 1, got " + std::to_string(o.world));
+  for (const auto& h : o.hosts)
+    if (h.netns.empty() || h.address.empty())
+      throw error(errc::bad_argument, "run_cluster: a host needs a network namespace and an address, got '" + h.netns + "' at '" + h.address + "'");
   const auto shm_before = shm_segments();
   int fds[2];
   if (::pipe(fds) != 0) throw error(errc::io_error, "run_cluster: pipe() failed");

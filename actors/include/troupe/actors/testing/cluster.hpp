@@ -11,15 +11,22 @@
 ///   CHECK(r.leaks.empty());
 ///
 /// Note [cluster fixture]
-/// Each rank is a forked process in its own process group. It starts a node on loopback (rank 0
-/// first; it hands its port to the others through a pipe), runs the job and exits with the
+/// Each rank is a forked process in its own process group. It starts a node on loopback, or on
+/// its namespace host (below), rank 0 first (it hands its port to the others through a pipe),
+/// runs the job and exits with the
 /// job's code. A troupe::error escaping the job prints its message and exits with 2. Under a
 /// sanitizer build a rank whose job returned 0 but leaked exits with 23 (LeakSanitizer's code).
 /// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
 /// result says so. Then it checks what was left: a process still in a rank's group (a helper),
 /// or a new /dev/shm/troupe* segment whose name carries a rank's pid (segments of other
 /// processes on the machine are not counted). Every child is reaped before run_cluster returns.
-/// Ranks run on the local host only.
+///
+/// Namespace hosts (cluster_options::hosts, e.g. the hosts of tools/netns_bed.sh; needs root):
+/// the ranks go on the hosts in blocks, rank r on hosts[r * hosts.size() / world]. Right after
+/// the fork a rank enters the host's network namespace and a UTS namespace of its own named after
+/// the host (so host identity, as the process groups see it, differs between hosts), then its
+/// node listens on the host's address; the master is rank 0's host. A rank that cannot enter its
+/// host exits with 2 naming the namespace. Faults between hosts (cuts, freezes) are the bed's.
 
 #include <chrono>
 #include <cstdint>
@@ -31,6 +38,12 @@
 
 namespace troupe::testing {
 
+/// One host of a cluster on network namespaces.
+struct cluster_host {
+  std::string netns;    ///< a network namespace under /run/netns (`ip netns`); also the host's name
+  std::string address;  ///< the host's IPv4 address in it (its ranks listen there)
+};
+
 /// How to run a cluster.
 struct cluster_options {
   int world = 2;                                  ///< number of ranks
@@ -39,6 +52,7 @@ struct cluster_options {
   std::string job_token = "troupe-cluster";       ///< the job token
   std::chrono::milliseconds call_timeout{10000};  ///< node_options::default_timeout
   std::chrono::milliseconds peer_timeout{1000};   ///< node_options::connection_timeout (a frozen peer is lost after it)
+  std::vector<cluster_host> hosts;                ///< namespace hosts of the ranks; empty: loopback here
 };
 
 /// How one rank ended.
@@ -65,8 +79,8 @@ struct cluster_result {
 };
 
 /// Runs `job` on every rank (Note [cluster fixture]). Blocks up to options.bound plus a few
-/// seconds of teardown. Throws troupe::error(bad_argument) for a world below 1, io_error when
-/// it cannot fork or make a pipe.
+/// seconds of teardown. Throws troupe::error(bad_argument) for a world below 1 or a host with an
+/// empty field, io_error when it cannot fork or make a pipe.
 cluster_result run_cluster(const cluster_options& options, const std::function<int(node&)>& job);
 
 }  // namespace troupe::testing
