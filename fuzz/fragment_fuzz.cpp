@@ -19,6 +19,14 @@ using namespace troupe::detail;
 using troupe::rpc_request;
 using troupe::rpc_response;
 
+// The node's node_options::max_message_bytes (direct_channel::max_body()): a frame or fragmented
+// total beyond it is dropped. Far below the default (1 GiB), so that a few bytes announcing a
+// large frame, whose buffer the reader sizes and zero-fills at once, cost the fuzzer milliseconds
+// rather than seconds under ASan; the checks are the same for every limit, and a frame of up to
+// 4 MiB still takes several reads of max_read_bytes.
+constexpr std::uint32_t max_body = std::uint32_t{4} << 20;
+static_assert(max_body >= min_message_bytes && max_body > max_read_bytes);
+
 // One connection's reader state (channel_conn's, less the socket). `dropped`: a real reader would
 // have dropped the connection here.
 struct connection {
@@ -62,7 +70,7 @@ struct connection {
     }
     if (kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
       fragment_streams::assembled a;
-      switch (streams.add(body, n, want(), pool, a)) {
+      switch (streams.add(body, n, want(), pool, a, max_body)) {
         case fragment_streams::result::partial: return true;
         case fragment_streams::result::complete: return assembled(std::move(a));
         default: return false;
@@ -77,7 +85,7 @@ struct connection {
     while (in.size() - at >= frame_header_size) {
       const std::uint32_t len = frame_length(in.data() + at);
       const bool unauthenticated = !outgoing && !authed;
-      if (len > (unauthenticated ? max_auth_body : max_frame_body) ||
+      if (len > (unauthenticated ? max_auth_body : max_body) ||
           (unauthenticated && in[at + 4] != static_cast<char>(frame_kind::auth)))
         return false;
       const auto kind = static_cast<std::uint8_t>(in[at + 4]);
@@ -87,7 +95,7 @@ struct connection {
         const bool large = kind == want() && len >= split_payload_bytes;
         if ((fragment || large) && streams.direct_left() == 0) {
           const char* body = in.data() + at + frame_header_size;
-          const auto r = fragment ? streams.start_direct(body, have, len, want()) : streams.start_frame(body, have, len, want(), pool);
+          const auto r = fragment ? streams.start_direct(body, have, len, want(), max_body) : streams.start_frame(body, have, len, want(), pool);
           if (r == fragment_streams::result::malformed) return false;
           if (r == fragment_streams::result::partial) {
             at = in.size();
