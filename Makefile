@@ -10,6 +10,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_HARNESSES ?=
 # How many harnesses fuzz at the same time, one core each.
 FUZZ_JOBS ?= 1
+# A file of "harness runs" lines (fuzz/ci_runs.txt): listed harnesses stop after that many runs.
+FUZZ_RUNS ?=
 # What `make fuzz` builds with clang: everything (libraries, tools, examples, harnesses) by default.
 FUZZ_TARGETS ?= all
 # The optimisation of the fuzz build: -O1 fuzzes faster, -O0 compiles in half the CPU time.
@@ -73,7 +75,7 @@ clang: deps deps-clang
 # on any finding, whose input is then in $(FUZZ_BUILD)/fuzz/artifacts/<harness>/.
 fuzz: fuzz-build
 	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
-	FUZZ_JOBS=$(FUZZ_JOBS) ./tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
+	FUZZ_JOBS=$(FUZZ_JOBS) FUZZ_RUNS=$(FUZZ_RUNS) ./tools/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_HARNESSES)
 
 # The clang build of `make fuzz` alone (FUZZ_TARGETS), in $(FUZZ_BUILD).
 fuzz-build: deps deps-clang
@@ -83,10 +85,10 @@ fuzz-build: deps deps-clang
 
 # CI's clang phase (.ci/run): clang compiles the libraries the harnesses link (tensors, autograd,
 # actors, with ASan, UBSan and fuzzer coverage, at -O0: half the CPU time of -O1 to build) and the
-# harnesses, replays every regression and seed, then fuzzes each harness for 20 s from a fixed
-# seed, two at a time; any finding fails. `make fuzz-ci-build` is its build alone (.ci/run times
+# harnesses, replays every regression and seed, then fuzzes each harness from a fixed seed for
+# the run count of fuzz/ci_runs.txt (about 20 s each), two at a time; any finding fails. `make fuzz-ci-build` is its build alone (.ci/run times
 # the two apart).
-FUZZ_CI := FUZZ_SECONDS=20 FUZZ_JOBS=2 FUZZ_TARGETS=troupe_fuzz FUZZ_HARNESSES= FUZZ_OPT=-O0
+FUZZ_CI := FUZZ_SECONDS=20 FUZZ_RUNS=$(CURDIR)/fuzz/ci_runs.txt FUZZ_JOBS=2 FUZZ_TARGETS=troupe_fuzz FUZZ_HARNESSES= FUZZ_OPT=-O0
 fuzz-ci:
 	$(MAKE) fuzz $(FUZZ_CI)
 fuzz-ci-build:

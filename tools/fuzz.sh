@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer harnesses of a TROUPE_FUZZ build (fuzz/README.md) for SECONDS each.
-# Usage: [FUZZ_JOBS=N] tools/fuzz.sh BUILD_DIR SECONDS [HARNESS...] (default: every harness);
-# FUZZ_JOBS harnesses run at the same time (default 1), each on one core.
+# Usage: [FUZZ_JOBS=N] [FUZZ_RUNS=FILE] tools/fuzz.sh BUILD_DIR SECONDS [HARNESS...] (default:
+# every harness); FUZZ_JOBS harnesses run at the same time (default 1), each on one core.
+# FUZZ_RUNS names a file of "harness runs" lines: a harness listed there stops after that many
+# runs (a fixed seed then gives the same inputs on every machine), or after 3 x SECONDS.
 # Each harness starts from its regressions, its committed seeds, freshly written seeds and what
 # earlier runs in BUILD_DIR found. Exits 1 when any harness finds a crash, a leak, undefined
 # behaviour, a timeout or an out-of-memory; the input is kept in BUILD_DIR/fuzz/artifacts/<harness>/.
@@ -24,10 +26,17 @@ seeds=$build/fuzz/seeds
 rm -rf "$seeds"
 "$build/fuzz/troupe_fuzz_seeds" "$seeds"
 
+[ -z "${FUZZ_RUNS:-}" ] || [ -r "$FUZZ_RUNS" ] || { echo "fuzz: FUZZ_RUNS names no readable file: '$FUZZ_RUNS'" >&2; exit 2; }
 jobs=${FUZZ_JOBS:-1}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: FUZZ_JOBS must be a positive number, not '$jobs'" >&2; exit 2; }
 
-# Fuzzes harness $1 for $seconds; its log is $build/fuzz/$1.log; fails on a finding.
+# The run count FUZZ_RUNS gives harness $1, or nothing.
+runs_of() {
+  [ -n "${FUZZ_RUNS:-}" ] || return 0
+  awk -v h="$1" '$1 == h { print $2 }' "$FUZZ_RUNS"
+}
+
+# Fuzzes harness $1 for $seconds (or its run count); its log is $build/fuzz/$1.log; fails on a finding.
 fuzz_one() {
   local h=$1
   local bin=$build/fuzz/troupe_fuzz_$h
@@ -38,7 +47,10 @@ fuzz_one() {
   for d in "$root/fuzz/regressions/$h" "$root/fuzz/corpus/$h" "$seeds/$h"; do
     [ -d "$d" ] && dirs+=("$d")
   done
-  "$bin" -seed=1 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  local bound=(-max_total_time="$seconds") runs
+  runs=$(runs_of "$h")
+  [ -n "$runs" ] && bound=(-runs="$runs" -max_total_time=$((3 * seconds)))
+  "$bin" -seed=1 "${bound[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "${dirs[@]}" > "$build/fuzz/$h.log" 2>&1
 }
 
@@ -48,7 +60,9 @@ report() {
   if [ "$2" = 0 ]; then
     local runs
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    echo "fuzz: $h: no finding in ${seconds} s (${runs:-?} runs)"
+    local took
+    took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log")
+    echo "fuzz: $h: no finding in ${took:-$seconds} s (${runs:-?} runs)"
   else
     failed+=("$h")
     echo "fuzz: $h: FINDING (the end of $log follows; the input is in $build/fuzz/artifacts/$h/)"
