@@ -453,4 +453,8 @@ bool process_group::is_shared(const tensor& t) const {
   return impl_->shm->arena()->offset_of(t.data_ptr(), t.nbytes()) != 0;
 }
 
+troupe::device process_group::device() const noexcept { return cpu_device; }
+
+tensor process_group::make_buffer(shape_t shape, troupe::dtype dt) { return empty_shared(std::move(shape), dt); }
+
 }  // namespace troupe::ddp

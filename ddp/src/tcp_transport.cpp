@@ -388,4 +388,87 @@ void tcp_transport::mark_broken(const std::string& reason) noexcept {
   aborted_.store(true, std::memory_order_release);
 }
 
+std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f) {
+  std::vector<fingerprint> all(static_cast<std::size_t>(world_));
+  all[rank_] = f;
+  last_fp_ = f;
+  if (world_ == 1) return all;
+  sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&f), sizeof(f), true);
+  for (int s = 0; s < world_ - 1; ++s) {
+    const int k = ((rank_ - s - 1) % world_ + world_) % world_;  // rank k's entry arrives at step s
+    check_sender();
+    frame_header h;
+    try {
+      h = read_header(ring_in_, prev(), deadline_);
+    } catch (const error& e) {
+      // Ranks k+1 .. r-1 entered and forward what they get, so rank k has not entered.
+      if (e.code() != errc::timeout) throw;
+      throw error(errc::timeout, label() + ": " + what_ + ": rank " + std::to_string(k) +
+                                     " did not arrive before the deadline (ranks further up the ring are unknown)");
+    }
+    if (static_cast<frame_type>(h.type) != frame_type::fingerprint || h.length != sizeof(fingerprint))
+      throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected a fingerprint from rank " +
+                                           std::to_string(prev()));
+    read_exact(ring_in_, prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint), deadline_);
+    if (s < world_ - 2) sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&all[k]), sizeof(f), true);
+  }
+  return all;
+}
+
+void tcp_transport::enter(const fingerprint& f) {
+  const std::vector<fingerprint> all = gather_fingerprints(f);
+  for (int r = 1; r < world_; ++r) {
+    const auto& a = all[0];
+    const auto& b = all[r];
+    if (a.seq == b.seq && a.kind == b.kind && a.op == b.op && a.dtype == b.dtype && a.numel == b.numel && a.root == b.root)
+      continue;
+    throw error(errc::collective_mismatch, label() + ": collective #" + std::to_string(f.seq) +
+                                               " differs across ranks: rank 0 called " + describe(a) + ", rank " +
+                                               std::to_string(r) + " called " + describe(b));
+  }
+}
+
+void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseconds timeout) {
+  deadline_ = std::chrono::steady_clock::now() + timeout;
+  try {
+    gather_fingerprints(f);
+  } catch (const error& e) {
+    if (e.code() != errc::timeout) throw;
+    const error late(errc::timeout, e.message() + " (monitored barrier, " + std::to_string(timeout.count()) + " ms)");
+    // Late entries would put the ring out of step: the group is broken here. The peers are not
+    // told, so each one names the late rank from its own wait.
+    mark_broken(late.message());
+    throw late;
+  }
+}
+
+void tcp_transport::p2p_send(int dst, const fingerprint& meta, const std::byte* p, std::size_t n) {
+  if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
+  tcp_socket& fd = p2p_out_[dst];
+  frame_header h{static_cast<std::uint32_t>(frame_type::p2p_meta), 0, sizeof(meta)};
+  write_exact(fd, dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
+  write_exact(fd, dst, reinterpret_cast<const std::byte*>(&meta), sizeof(meta), deadline_);
+  write_exact(fd, dst, p, n, deadline_);
+}
+
+fingerprint tcp_transport::p2p_recv_meta(int src) {
+  if (!p2p_in_[src]) p2p_in_[src] = take_incoming(2, src);
+  const frame_header h = read_header(p2p_in_[src], src, deadline_);
+  fingerprint meta;
+  if (static_cast<frame_type>(h.type) != frame_type::p2p_meta || h.length != sizeof(meta))
+    throw error(errc::invalid_state, label() + ": protocol error receiving from rank " + std::to_string(src));
+  read_exact(p2p_in_[src], src, reinterpret_cast<std::byte*>(&meta), sizeof(meta), deadline_);
+  return meta;
+}
+
+void tcp_transport::p2p_recv_data(int src, std::byte* p, std::size_t n) {
+  if (p != nullptr) return read_exact(p2p_in_[src], src, p, n, deadline_);
+  std::vector<std::byte> sink(std::min<std::size_t>(n, std::size_t{1} << 20));
+  for (std::size_t left = n; left > 0;) {
+    const std::size_t m = std::min(left, sink.size());
+    read_exact(p2p_in_[src], src, sink.data(), m, deadline_);
+    left -= m;
+  }
+}
+
 }  // namespace troupe::ddp::detail
