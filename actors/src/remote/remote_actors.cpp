@@ -142,7 +142,11 @@ void remote_actors::on_actor_frame(const std::shared_ptr<channel_conn>& c, bool 
 bool read_message_head(bounded_deserializer& src, actor_message_head& head) { return !src(head.from, head.dest, head.mid); }
 
 std::string read_message_content(caf::actor_system& sys, bounded_deserializer& src, caf::message& content) {
-  if (auto err = src(content)) return sys.render(err);
+  try {
+    if (auto err = src(content)) return sys.render(err);
+  } catch (const std::exception& e) {  // CAF's variant loader throws on an unknown type index (config_value)
+    return std::string("undecodable content: ") + e.what();
+  }
   return src.remaining() == 0 ? std::string() : std::string("trailing bytes");
 }
 

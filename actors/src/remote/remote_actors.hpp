@@ -90,6 +90,7 @@ struct actor_control_frame {
 /// Reads the head of a message frame's body; false when it is malformed.
 bool read_message_head(bounded_deserializer& src, actor_message_head& head);
 /// Reads the content after the head; empty when it decoded and no byte is left, else why not.
+/// Never throws (a CAF loader that throws on a bad variant index gives its reason).
 /// Actor handles inside make proxies through the reader's execution unit.
 std::string read_message_content(caf::actor_system& sys, bounded_deserializer& src, caf::message& content);
 /// Reads a control frame's body; false when it is malformed or has bytes left.
