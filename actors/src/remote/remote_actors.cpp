@@ -139,7 +139,13 @@ void remote_actors::on_actor_frame(const std::shared_ptr<channel_conn>& c, bool 
   else on_message(c, body, n);
 }
 
-bool read_message_head(bounded_deserializer& src, actor_message_head& head) { return !src(head.from, head.dest, head.mid); }
+bool read_message_head(bounded_deserializer& src, actor_message_head& head) {
+  try {
+    return !src(head.from, head.dest, head.mid);
+  } catch (const std::exception&) {  // CAF's loaders may throw on bad input
+    return false;
+  }
+}
 
 std::string read_message_content(caf::actor_system& sys, bounded_deserializer& src, caf::message& content) {
   try {
@@ -151,7 +157,11 @@ std::string read_message_content(caf::actor_system& sys, bounded_deserializer& s
 }
 
 bool read_control_frame(bounded_deserializer& src, actor_control_frame& frame) {
-  return !src(frame.op, frame.id, frame.reason) && src.remaining() == 0;
+  try {
+    return !src(frame.op, frame.id, frame.reason) && src.remaining() == 0;
+  } catch (const std::exception&) {  // a reason's context can hold a config_value whose loader throws
+    return false;
+  }
 }
 
 void remote_actors::on_message(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
