@@ -1,8 +1,10 @@
-// actor_training: training composed of user actors across processes (Note [remote actors]).
+// actor_training: training composed of typed user actors across processes (Note [remote actors]).
 // worker0 hosts a parameter-server actor ("ps") and an evaluator actor; worker1..N each host a
-// trainer actor. Trainers find the server by name, push gradients and pull weights as tensor
-// messages (linear regression, asynchronous SGD). The evaluator monitors the server and every
-// trainer, pulls the weights and reports the held-out loss, which must fall.
+// trainer actor. Each is a caf::typed_actor whose interface (ps_actor, trainer_actor,
+// evaluator_actor) lists its messages, tensors inside them. Trainers look the server up by name
+// as a ps_actor, push gradients and pull weights as tensor messages (linear regression,
+// asynchronous SGD); worker0 looks each trainer up as a trainer_actor. The evaluator monitors
+// the server and every trainer, pulls the weights and reports the held-out loss, which must fall.
 //
 //   actor_training [--trainers N] [--steps S] [--kill-trainer-at STEP]
 //
@@ -38,7 +40,6 @@ using namespace std::chrono_literals;
 namespace {
 
 using join_atom = caf::atom_constant<caf::atom("join")>;
-using push_atom = caf::atom_constant<caf::atom("push")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using step_atom = caf::atom_constant<caf::atom("step")>;
 using watch_atom = caf::atom_constant<caf::atom("watch")>;
@@ -54,6 +55,18 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, grad_push& x) {
   return f(caf::meta::type_name("grad_push"), x.step, x.worker, x.grad);
 }
+
+/// The parameter server: a trainer joins (its worker name) and gets the weights; a push applies
+/// a gradient and answers the new weights; a pull answers the weights.
+using ps_actor = caf::typed_actor<caf::replies_to<join_atom, std::string>::with<tensor>,
+                                  caf::replies_to<grad_push>::with<tensor>,
+                                  caf::replies_to<pull_atom>::with<tensor>>;
+/// A trainer: each step message runs one step (push, then the next step), until --steps.
+using trainer_actor = caf::typed_actor<caf::reacts_to<step_atom>>;
+/// The evaluator, local to worker0: watch monitors a trainer; eval answers the first and the
+/// latest held-out loss.
+using evaluator_actor = caf::typed_actor<caf::reacts_to<watch_atom, trainer_actor, std::string>,
+                                         caf::replies_to<eval_atom>::with<double, double>>;
 
 constexpr std::int64_t features = 10;
 constexpr double lr = 0.02;
@@ -143,7 +156,7 @@ struct ps_state {
   std::map<caf::actor_addr, std::string> trainers;
 };
 
-caf::behavior parameter_server(caf::stateful_actor<ps_state>* self, down_count downs) {
+ps_actor::behavior_type parameter_server(ps_actor::stateful_pointer<ps_state> self, down_count downs) {
   generator g(1);
   self->state.w = randn({features, 1}, g, {}, 0.0, 0.1);
   self->set_down_handler([self, downs](const caf::down_msg& d) {
@@ -157,7 +170,7 @@ caf::behavior parameter_server(caf::stateful_actor<ps_state>* self, down_count d
         self->monitor(caf::actor_cast<caf::actor>(self->current_sender()));
         return self->state.w.clone();
       },
-      [self](push_atom, const grad_push& g) {
+      [self](const grad_push& g) {
         self->state.w = self->state.w - g.grad * lr;
         return self->state.w.clone();
       },
@@ -171,7 +184,7 @@ struct eval_state {
   std::map<caf::actor_addr, std::string> watched;
 };
 
-caf::behavior evaluator(caf::stateful_actor<eval_state>* self, caf::actor ps, down_count downs) {
+evaluator_actor::behavior_type evaluator(evaluator_actor::stateful_pointer<eval_state> self, ps_actor ps, down_count downs) {
   generator data(7), truth(42);
   const tensor w_true = randn({features, 1}, truth);
   self->state.x = randn({256, features}, data);
@@ -184,7 +197,7 @@ caf::behavior evaluator(caf::stateful_actor<eval_state>* self, caf::actor ps, do
     if (d.reason) ++*downs;  // a failure, not a trainer that finished
   });
   return {
-      [self](watch_atom, const caf::actor& trainer, const std::string& worker) {
+      [self](watch_atom, const trainer_actor& trainer, const std::string& worker) {
         self->monitor(trainer);
         self->state.watched[trainer.address()] = "the trainer on " + worker;
       },
@@ -214,7 +227,8 @@ struct trainer_state {
   std::int64_t step = 0;
 };
 
-caf::behavior trainer(caf::stateful_actor<trainer_state>* self, caf::actor ps, std::string worker, options o, bool victim) {
+trainer_actor::behavior_type trainer(trainer_actor::stateful_pointer<trainer_state> self, ps_actor ps, std::string worker, options o,
+                                     bool victim) {
   auto data = std::make_shared<generator>(static_cast<std::uint64_t>(100 + worker.size() + worker.back()));
   auto w_true = std::make_shared<tensor>();
   generator truth(42);
@@ -238,7 +252,7 @@ caf::behavior trainer(caf::stateful_actor<trainer_state>* self, caf::actor ps, s
         const tensor x = randn({32, features}, *data);
         const tensor r = matmul(x, s.w) - matmul(x, *w_true);
         const tensor grad = matmul(x.t(), r) * (2.0 / 32);
-        self->request(ps, 10s, push_atom::value, grad_push{s.step, worker, grad})
+        self->request(ps, 10s, grad_push{s.step, worker, grad})
             .then([self](const tensor& w) {
               self->state.w = w;
               self->send(self, step_atom::value);
@@ -250,7 +264,7 @@ caf::behavior trainer(caf::stateful_actor<trainer_state>* self, caf::actor ps, s
 void run_trainer(int rank, const options& o, port_pipe& pipe) {
   node n(node_opts(rank, o, pipe.receive()));
   {
-    auto ps = lookup_actor(n, "worker0", "ps", 20s);
+    auto ps = lookup_actor<ps_actor>(n, "worker0", "ps", 20s);
     const bool victim = o.kill_at > 0 && rank == o.trainers;
     auto t = n.system().spawn(trainer, ps, n.info().name, o, victim);
     publish_actor(n, t, "trainer");
@@ -278,7 +292,7 @@ void run_server(const options& o, port_pipe& pipe) {
     auto ev = n.system().spawn(evaluator, ps, downs);
     for (int r = 1; r <= o.trainers; ++r) {
       const auto worker = "worker" + std::to_string(r);
-      caf::anon_send(ev, watch_atom::value, lookup_actor(n, worker, "trainer", 20s), worker);
+      caf::anon_send(ev, watch_atom::value, lookup_actor<trainer_actor>(n, worker, "trainer", 20s), worker);
     }
     caf::scoped_actor self{n.system()};
     for (int r = 1; r <= o.trainers; ++r)

@@ -17,6 +17,10 @@
 // The ranks are forked here (troupe::spawn) unless the program runs under troupe-run, which sets
 // RANK and WORLD_SIZE:  troupe-run --nproc-per-node 2 -- ddp_train
 //
+// Under a fault plan (TROUPE_FAULTS=plan.txt, docs/faults.md) its kill, pause and delay events at
+// the DDP points (forward, backward, allreduce, ...) and its collective payload rules act on the
+// training's process group.
+//
 // Exit codes: 0 when the held-out accuracy reaches --target-accuracy, 1 when it does not or a
 // rank fails, 2 on bad arguments.
 #include <poll.h>
@@ -36,6 +40,7 @@
 #include "troupe/actors.hpp"
 #include "troupe/autograd.hpp"
 #include "troupe/ddp.hpp"
+#include "node_faults.hpp"
 
 using namespace troupe;
 
@@ -236,7 +241,9 @@ double train(node& n, const options& o) {
   generator data_gen(o.seed);  // the same data on every rank; each trains on its own shard
   const dataset train_set = spirals(6000, data_gen), held_out = spirals(3000, data_gen);
   generator init(o.seed + 100 + static_cast<std::uint64_t>(rank));  // DDP broadcasts rank 0's weights
-  ddp::process_group group(n.store(), rank, world, "ddp_train");
+  ddp::process_group_options po;
+  examples::use_node_faults(n, po);  // a TROUPE_FAULTS plan acts on DDP's points and payloads
+  ddp::process_group group(n.store(), rank, world, "ddp_train", po);
   ddp::ddp_options ddp_opts;
   ddp_opts.node = &n;  // the bucket actors run on the node's actor system
   ddp::distributed_data_parallel model(build_model(init), group, ddp_opts);

@@ -48,6 +48,7 @@
 #include "troupe/ddp.hpp"
 #include "fault_job.hpp"
 #include "namespace_hosts.hpp"
+#include "node_faults.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -72,7 +73,10 @@ constexpr const char* usage =
     "  --bed PATH          tools/netns_bed.sh: run on two namespace hosts (root), one troupe-run\n"
     "                      per host, and cut host 1 off at step 90 in the attempt after the kills\n"
     "  --help              this text\n"
-    "Without --bed (or where namespaces cannot be made) the cut at step 90 is skipped.\n";
+    "Without --bed (or where namespaces cannot be made) the cut at step 90 is skipped.\n"
+    "TROUPE_FAULTS=PLAN (docs/faults.md) applies the plan to every attempt of the faulty job (its\n"
+    "DDP points, collective payloads, RPC and store traffic); the reference runs without it. The\n"
+    "DDP points' step is the loop's step minus 1, also after a resume.\n";
 
 constexpr int cut_step = 90;
 
@@ -212,6 +216,7 @@ void run_rank(const options& o) {
                                               std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(o.hidden, 4, init));
   ddp::process_group_options po;
   po.tcp_address = advertised_address(nopts.listen_addr, nopts.master_addr);  // this host's address
+  use_node_faults(n, po);  // a TROUPE_FAULTS plan acts on DDP's points and payloads
   ddp::process_group group(n.store(), rank, world, "supervised_faults", po);
   ddp::ddp_options ddp_opts;
   ddp_opts.node = &n;  // the bucket actors run on the node's actor system
@@ -233,6 +238,7 @@ void run_rank(const options& o) {
   ckpt.track("data_epoch", data.epoch);
   ckpt.track("data_index", data.index);
   const std::int64_t start = ckpt.restore();
+  model->set_step(start);  // the DDP fault points count steps as in an undisturbed run (forward k is step k-1)
   if (rank == 0)
     timeline(o.out, "attempt " + std::to_string(attempt) + ": training resumed at step " + std::to_string(start + 1) +
                         (start > 0 ? " from the checkpoint of step " + std::to_string(start) : " from scratch"));
@@ -312,10 +318,12 @@ int run_on_hosts(const options& o, const std::string& self, const std::string& d
   const std::size_t budget = (faults ? o.kills.size() + 1 : 0) + 1;
   std::vector<pid_t> launchers;
   for (int h = 0; h < 2; ++h) {
-    std::vector<std::string> cmd{"env", "TROUPE_JOB_TOKEN=supervised-faults-" + std::to_string(::getpid()), o.launcher,
+    std::vector<std::string> cmd{"env"};
+    if (!faults) cmd.insert(cmd.end(), {"-u", "TROUPE_FAULTS"});  // the reference runs without the plan
+    cmd.insert(cmd.end(), {"TROUPE_JOB_TOKEN=supervised-faults-" + std::to_string(::getpid()), o.launcher,
                                  "--nnodes", "2", "--node-rank", std::to_string(h), "--nproc-per-node", "1", "--master-addr",
                                  namespace_hosts::addr(0), "--master-port", "29400", "--max-restarts", std::to_string(budget),
-                                 "--timeout-s", "300", "--join-timeout-s", "60", "--"};
+                                 "--timeout-s", "300", "--join-timeout-s", "60", "--"});
     cmd.insert(cmd.end(), ranks.begin(), ranks.end());
     launchers.push_back(hosts.start(h, cmd));
   }
@@ -339,7 +347,7 @@ int run_job(const options& o, const std::string& self, const std::string& dir, b
   // One restart beyond the schedule absorbs a failure outside it (a port taken by another
   // program between troupe-run picking it and rank 0 binding it); the timeline shows any such
   // extra attempt, and the result must still match bit for bit.
-  std::string cmd = quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +
+  std::string cmd = std::string(faults ? "" : "env -u TROUPE_FAULTS ") + quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +
                     std::to_string((faults ? o.kills.size() : 0) + 1) + " --";
   for (const auto& a : rank_command(o, self, dir, faults)) cmd += " " + quote(a);
   const int status = std::system(cmd.c_str());

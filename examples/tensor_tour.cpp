@@ -1,5 +1,5 @@
 // A short tour of the tensor library: factories, views, broadcasting ops, reductions,
-// matmul and seeded random draws. Run: build/examples/tensor_tour (or `make demo`).
+// matmul and seeded random draws. Run: build/examples/tensor_tour (`make build` builds it).
 #include <cstdio>
 #include <cstring>
 
