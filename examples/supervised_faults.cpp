@@ -23,6 +23,9 @@
 // master's --max-restarts is the job's budget) and it resumes from the last checkpoint. Without
 // --bed, or where namespaces cannot be made, the cut is reported as skipped.
 //
+// TROUPE_FAULTS=PLAN (docs/faults.md) reaches the faulty job's ranks, their process group
+// included (examples/node_faults.hpp); the reference job runs without it.
+//
 // Under troupe-run (RANK set) the program is one rank of a job; the supervisor starts it so.
 // Exit codes: 0 when the parameters match, 1 when they differ or a job fails, 2 on bad usage.
 #include <fcntl.h>
