@@ -57,7 +57,9 @@ constexpr const char* usage =
     "  --target-accuracy A   held-out accuracy to reach, in [0, 1] (default 0.95)\n"
     "  --out DIR             where the outputs go (default ddp_train_out)\n"
     "  --seed S              seed of the data and the weights (default 1)\n"
-    "  --help                this text\n";
+    "  --help                this text\n"
+    "TROUPE_FAULTS=PLAN runs every rank under a fault plan (docs/faults.md): its events at the DDP\n"
+    "points (forward, backward, allreduce, ...) and its collective payload rules act on the training.\n";
 
 struct options {
   int world_size = 2;

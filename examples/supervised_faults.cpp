@@ -350,8 +350,9 @@ int run_job(const options& o, const std::string& self, const std::string& dir, b
   // One restart beyond the schedule absorbs a failure outside it (a port taken by another
   // program between troupe-run picking it and rank 0 binding it); the timeline shows any such
   // extra attempt, and the result must still match bit for bit.
-  std::string cmd = std::string(faults ? "" : "env -u TROUPE_FAULTS ") + quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +
-                    std::to_string((faults ? o.kills.size() : 0) + 1) + " --";
+  std::string cmd = faults ? "" : "env -u TROUPE_FAULTS ";  // the reference runs without the plan
+  cmd += quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +
+         std::to_string((faults ? o.kills.size() : 0) + 1) + " --";
   for (const auto& a : rank_command(o, self, dir, faults)) cmd += " " + quote(a);
   const int status = std::system(cmd.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
