@@ -185,6 +185,15 @@ class tcp_transport {
   /// Receives `n` data bytes from `src` into `p` (`p` null: drops them).
   void p2p_recv_data(int src, std::byte* p, std::size_t n);
 
+  /// Note [collective payload faults], repeat: queues the fingerprint of the collective this
+  /// rank entered last to next() again; next() drops it by its sequence number. Worker thread.
+  void repeat_entry();
+  /// Sends the last message to `dst` again (meta with the same sequence number, then the `n`
+  /// bytes at `p`); `dst` drops it in its next p2p_recv_meta. Send thread.
+  void repeat_send(int dst, const std::byte* p, std::size_t n);
+  /// Repeats dropped on arrival (fingerprints and p2p messages) since the last call.
+  std::uint64_t take_repeats() noexcept { return repeats_.exchange(0); }
+
   /// "process_group '<name>'" for messages.
   std::string label() const;
 
@@ -224,6 +233,9 @@ class tcp_transport {
   std::map<std::pair<std::uint32_t, int>, tcp_socket> pending_;
   std::vector<tcp_socket> p2p_out_;  // send thread only
   std::vector<tcp_socket> p2p_in_;   // receive thread only
+  std::vector<fingerprint> p2p_last_out_;  // send thread: the last meta sent to each rank (seq numbers them)
+  std::vector<std::uint32_t> p2p_seq_in_;  // receive thread: the last sequence number taken from each rank
+  std::atomic<std::uint64_t> repeats_{0};  // repeats dropped on arrival (take_repeats)
   std::atomic<bool> aborted_{false};
   std::mutex abort_mu_;
   std::string abort_reason_;
