@@ -395,7 +395,11 @@ work process_group::send(tensor t, int dst, int tag) {
                          // Note [collective payload faults]: sends are numbered by their order on this rank.
                          using fate = detail::payload_faults::fate;
                          const fate f = im->faults ? im->faults->apply("send", ++im->sends_made, "") : fate::deliver;
-                         if (f == fate::drop) throw im->faults->dropped("send", im->sends_made);
+                         if (f == fate::drop) {  // the matching recv fails at once, naming the drop
+                           const troupe::error e = im->faults->dropped("send", im->sends_made);
+                           im->visit([&](auto& tp) { tp.p2p_abort(dst, e.message()); });
+                           throw e;
+                         }
                          im->visit([&](auto& tp) { detail::run_send(tp, im->p2p, t, dst, tag); });
                          if (im->faults)
                            im->after_payload(f == fate::repeat, "send", im->sends_made,

@@ -194,6 +194,8 @@ class shm_transport {
     auto& c = ctl(rank_).p2p_sent[dst].v;
     publish(c, c.load(std::memory_order_relaxed));
   }
+  /// Nothing to do: abort() marks this rank aborted, which ends the receiver's wait.
+  void p2p_abort(int /*dst*/, const std::string& /*reason*/) noexcept {}
   /// Repeats dropped on arrival since the last call: always 0 (counters need no dropping).
   std::uint64_t take_repeats() noexcept { return 0; }
   /// The next chunk number; the caller advances it by the chunks it used.

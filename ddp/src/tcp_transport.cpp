@@ -479,6 +479,17 @@ fingerprint tcp_transport::p2p_recv_meta(int src) {
   }
 }
 
+void tcp_transport::p2p_abort(int dst, const std::string& reason) noexcept {
+  try {
+    if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
+    const frame_header h{static_cast<std::uint32_t>(frame_type::abort), 0, reason.size()};
+    write_exact(p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
+    write_exact(p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(reason.data()), reason.size(), deadline_);
+  } catch (const std::exception&) {
+    // The receiver fails at its own deadline instead.
+  }
+}
+
 void tcp_transport::repeat_entry() {
   if (world_ > 1) sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&last_fp_), sizeof(last_fp_), true);
 }

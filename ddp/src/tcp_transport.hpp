@@ -191,6 +191,10 @@ class tcp_transport {
   /// Sends the last message to `dst` again (meta with the same sequence number, then the `n`
   /// bytes at `p`); `dst` drops it in its next p2p_recv_meta. Send thread.
   void repeat_send(int dst, const std::byte* p, std::size_t n);
+  /// Tells `dst` that this rank's send to it failed with `reason`: an abort frame on the p2p
+  /// connection (made if needed), so the matching recv fails at once with peer_lost. Send
+  /// thread; bounded by the send's deadline; never throws.
+  void p2p_abort(int dst, const std::string& reason) noexcept;
   /// Repeats dropped on arrival (fingerprints and p2p messages) since the last call.
   std::uint64_t take_repeats() noexcept { return repeats_.exchange(0); }
 

@@ -222,7 +222,9 @@ TEST_CASE("a duplicated payload is dropped by its sequence number and changes no
 }
 
 TEST_CASE("a dropped send fails the send and the matching recv at once", "[ddp][fault]") {
-  const auto opts = faulted("rule collective:send:rank=0 fail_first=1\n", ddp::transport_kind::shared_memory);
+  const auto kind = GENERATE(ddp::transport_kind::shared_memory, ddp::transport_kind::tcp);
+  INFO(name_of(kind));
+  const auto opts = faulted("rule collective:send:rank=0 fail_first=1\n", kind);
   REQUIRE(test::run_group(
       2,
       [](int rank, const ddp::file_store&, ddp::process_group& pg) {
