@@ -17,6 +17,7 @@
 #include "troupe/actors/fault_plan.hpp"
 #include "troupe/actors/flight_recorder.hpp"
 #include "troupe/ddp/env_process_group.hpp"
+#include "troupe/ddp/hierarchical_group.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -240,6 +241,47 @@ TEST_CASE("a dropped send fails the send and the matching recv at once", "[ddp][
         test::expect(std::chrono::steady_clock::now() - start < 10s, "failed long before the 30 s timeout");
       },
       opts, 90s));
+}
+
+TEST_CASE("payload faults reach the parts of a hierarchical group: a drop fails every rank at once, a delay changes no bit", "[ddp][fault]") {
+  const std::uint16_t port = troupe::test::free_port();
+  auto ctx = spawn(3, [port](int rank) {
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", "3", 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    ::setenv("TROUPE_JOB_TOKEN", "hierarchical-fault-token", 1);
+    ddp::env_process_group dist("hierfault", {});
+    const std::string who = "rank " + std::to_string(rank);
+    // One host: an allreduce is a reduce to local rank 0 (#1, #3, #5) and a broadcast (#2, #4),
+    // both on the shared-memory part "hf-l0". Rank 1 enters reduce #3 late and loses #5.
+    ddp::process_group_options po = faulted("rule collective:reduce:seq=3:rank=1 delay=300\nrule collective:reduce:seq=5:rank=1 drop=1\n",
+                                            ddp::transport_kind::automatic);
+    {
+      ddp::hierarchical_group hg(dist.node().store(), rank, 3, "hf", po);
+      tensor plain = input_of(rank);
+      hg.allreduce(plain).wait(20s);
+      tensor t = input_of(rank);
+      const auto start = std::chrono::steady_clock::now();
+      hg.allreduce(t).wait(20s);
+      test::expect(std::chrono::steady_clock::now() - start >= 250ms, who + " waited for the late rank 1");
+      test::expect(same_bits(plain, t), who + ": the delayed allreduce gives the same bits");
+      std::string err;
+      errc code = errc::ok;
+      const auto lost_at = std::chrono::steady_clock::now();
+      try {
+        hg.allreduce(t).wait(40s);
+      } catch (const error& e) {
+        err = e.message();
+        code = e.code();
+      }
+      test::expect(has(err, "the fault plan dropped rank 1's payload of reduce #5 in process_group 'hf-l0'"), who + ": '" + err + "'");
+      test::expect(code == (rank == 1 ? errc::io_error : errc::peer_lost), who + " code: " + err);
+      test::expect(std::chrono::steady_clock::now() - lost_at < 10s, who + " failed long before the 30 s timeout");
+    }
+    dist.shutdown(20s);
+  });
+  REQUIRE(ctx.join(90s));
 }
 
 TEST_CASE("the fault plan of TROUPE_FAULTS reaches the payloads of an env_process_group", "[ddp][fault]") {
