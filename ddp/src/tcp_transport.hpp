@@ -29,7 +29,8 @@
 // 1), and a receiver drops a number it has taken (Note [collective payload faults]). A sender
 // whose payload the plan drops sends an abort frame there instead, so the recv fails at once.
 // Reduction order: shard k is folded along the ring starting at the rank that holds it first;
-// with 2 ranks the operands are put in rank order, so the bits equal the shared-memory path's; with more ranks float results may differ in the last bits.
+// with 2 ranks the operands are put in rank order, so the bits equal the shared-memory path's;
+// with more ranks float results may differ in the last bits.
 // TLS (Note [tls] in troupe/actors/tls_context.hpp, opts.tls set): every connection is mutual
 // TLS and the hello travels inside it. The listener runs the server handshake (2 s at most) in
 // accept_one; a peer whose certificate does not verify is closed and logged like a wrong hello.
