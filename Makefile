@@ -101,12 +101,13 @@ fuzz-seeds:
 	rm -rf fuzz/corpus
 	$(FUZZ_BUILD)/fuzz/troupe_fuzz_seeds fuzz/corpus
 
-# The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds (random fork trees under random
+# The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds from CHAOS_FIRST (random fork trees under random
 # fault plans), then every fault-plan test of the fault and dist_autograd suites CHAOS_REPEAT times.
 CHAOS_SEEDS ?= 10000
+CHAOS_FIRST ?= 1000
 CHAOS_REPEAT ?= 20
 chaos: build
-	TROUPE_CHAOS_SEEDS=$(CHAOS_SEEDS) $(BUILD)/tests/troupe_fault_tests "[chaos][slow]" --durations yes
+	TROUPE_CHAOS_SEEDS=$(CHAOS_SEEDS) TROUPE_CHAOS_FIRST=$(CHAOS_FIRST) $(BUILD)/tests/troupe_fault_tests "[chaos][slow]" --durations yes
 	@set -e; for i in $$(seq $(CHAOS_REPEAT)); do \
 	  $(BUILD)/tests/troupe_fault_tests "[fault]~[slow]" >/dev/null || { echo "chaos: fault suite failed in repeat $$i"; exit 1; }; \
 	  $(BUILD)/tests/troupe_dist_autograd_tests "[fault]" >/dev/null || { echo "chaos: dist_autograd fault tests failed in repeat $$i"; exit 1; }; \

@@ -57,8 +57,8 @@ void check_collective_rule(const fault_rule& r, int line) {
                                         "' is neither a collective (allreduce, broadcast, allgather, reduce_scatter, reduce, gather, "
                                         "scatter, all_to_all, barrier, send) nor seq=N, rank=R or bucket=B");
   });
-  if (r.duplicate > 0) throw error(errc::bad_argument, at + "duplicate does not apply to collective payloads");
-  if (r.drop_reply > 0) throw error(errc::bad_argument, at + "drop_reply does not apply to collective payloads (use drop)");
+  if (r.drop_reply > 0)
+    throw error(errc::bad_argument, at + "drop_reply has no meaning for a collective payload: a collective has no reply to lose (use drop)");
 }
 
 bool collective_key_matches(std::string_view match, const envelope& msg) {

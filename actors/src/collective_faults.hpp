@@ -15,8 +15,8 @@ namespace troupe::detail {
 
 /// Whether `match` is a collective key ("collective" or "collective:...").
 bool is_collective_key(std::string_view match) noexcept;
-/// Throws bad_argument naming `line` when the key of `r` is malformed, or when `r` asks for what
-/// a collective payload cannot take (duplicate, drop_reply).
+/// Throws bad_argument naming `line` when the key of `r` is malformed, or when `r` asks for
+/// drop_reply (a collective has no reply).
 void check_collective_rule(const fault_rule& r, int line);
 /// Whether the collective key `match` matches `msg` (message_kind::collective_payload).
 bool collective_key_matches(std::string_view match, const envelope& msg);

@@ -3,6 +3,7 @@
 #include "troupe/ddp/nccl_process_group.hpp"
 
 #include "member_watch.hpp"
+#include "payload_faults.hpp"
 #include "shm_transport.hpp"  // detail::rendezvous
 #include "store_checks.hpp"
 #include "work_state.hpp"
@@ -117,6 +118,8 @@ struct nccl_process_group::impl {
   std::unique_ptr<detail::periodic_thread> watchdog;  // Note [NCCL watchdog]
   std::mutex lost_mu;
   std::optional<std::string> lost;  // a lost member, for the watchdog to abort on (Note [group peer loss])
+  std::unique_ptr<detail::payload_faults> faults;  // Note [collective payload faults]; null without a hook
+  std::uint32_t collectives_made = 0, sends_made = 0;  // number the payloads for the hook (under launch_mu)
   std::optional<detail::member_watch> members;  // declared last: ends before what its listener touches
 
   impl(const detail::rendezvous& rv, detail::check_store cs, int r, int w, std::string n, troupe::device d,
@@ -126,6 +129,7 @@ struct nccl_process_group::impl {
     comm->device = dev.index;
     comm->label = label_of(name, rank, dev);
     init_comm(exchange_id(rv));
+    if (opts.payload_faults) faults = std::make_unique<detail::payload_faults>(opts.payload_faults, name, rank);
     barrier_buf = empty({1}, {dtype::uint8, dev});  // its value is never read
     const auto tick = std::clamp(opts.timeout / 20, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
     watchdog = std::make_unique<detail::periodic_thread>(tick, [this] { watch(); });
@@ -137,6 +141,7 @@ struct nccl_process_group::impl {
   }
 
   ~impl() {
+    if (faults) faults->stop();
     members.reset();   // no more losses reported
     watchdog.reset();  // before the teardown: the watchdog reads the in-flight list
     shutdown();
@@ -235,7 +240,7 @@ struct nccl_process_group::impl {
       comm->ensure_alive_locked(what);
     }
     auto e = checks.compare(++fingerprinted, what, opts.timeout);
-    if (e && e->code() == errc::timeout) {
+    if (e && (e->code() == errc::timeout || e->code() == errc::peer_lost)) {  // peer_lost: a peer's payload was dropped
       std::lock_guard<std::mutex> lock(comm->mu);
       comm->abort_locked(*e);
     }
@@ -246,8 +251,12 @@ struct nccl_process_group::impl {
   work launch(const std::string& what, std::vector<tensor> keep, const char* call, const launch_fn& body, bool collective = true) {
     prune();  // outside comm->mu: poll() locks a work state, then comm->mu
     std::lock_guard<std::mutex> order(launch_mu);
+    using fate = detail::payload_faults::fate;
+    const fate f = faults ? payload_fate(what, collective) : fate::deliver;  // Note [collective payload faults]
+    if (f == fate::drop) return drop_payload(what, collective);
     if (collective && opts.check_fingerprints && world > 1)
       if (auto e = check_fingerprint(what)) return detail::failed_work(label() + ": " + what, std::move(*e));
+    if (f == fate::repeat && collective && opts.check_fingerprints) checks.repeat_last();
     std::shared_ptr<nccl_work::state> s;
     {
       std::lock_guard<std::mutex> lock(comm->mu);
@@ -270,6 +279,35 @@ struct nccl_process_group::impl {
     std::lock_guard<std::mutex> lock(inflight_mu);
     inflight.push_back(s);
     return nccl_detail::as_work(nccl_work(s));
+  }
+
+  /// Note [collective payload faults] on NCCL: asks the hook about this rank's payload (a
+  /// collective, or a batch with a send); waits out a delay, so the rank enters late. Under launch_mu.
+  detail::payload_faults::fate payload_fate(const std::string& what, bool collective) {
+    if (!collective && what.find(" send ") == std::string::npos) return detail::payload_faults::fate::deliver;  // receives only
+    const std::string op = collective ? what.substr(0, what.find_first_of(" (")) : "send";
+    return faults->apply(op, collective ? ++collectives_made : ++sends_made, next_note);
+  }
+
+  /// A dropped payload: this rank fails with io_error and its communicator is aborted; with
+  /// fingerprints on, the peers read the loss in its place and fail with peer_lost naming it.
+  /// A dropped send's receiver fails at its watchdog timeout. Under launch_mu.
+  work drop_payload(const std::string& what, bool collective) {
+    const std::string op = collective ? what.substr(0, what.find_first_of(" (")) : "send";
+    const troupe::error e = faults->dropped(op, collective ? collectives_made : sends_made);
+    if (collective) next_note.clear();  // the note named this collective
+    if (collective && opts.check_fingerprints) {
+      try {
+        checks.publish_lost(++fingerprinted, e.message());
+      } catch (const troupe::error&) {
+        // the peers fail at their fingerprint deadline instead
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(comm->mu);
+      comm->abort_locked(e);
+    }
+    return detail::failed_work(label() + ": " + what, e);
   }
 
   void check_tensor(const char* op, const tensor& t) const {

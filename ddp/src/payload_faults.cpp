@@ -7,7 +7,7 @@ namespace troupe::ddp::detail {
 
 payload_faults::payload_faults(hook_fn hook, std::string group, int rank) : hook_(std::move(hook)), group_(std::move(group)), rank_(rank) {}
 
-bool payload_faults::apply(const std::string& op, std::uint32_t seq, const std::string& note) {
+payload_faults::fate payload_faults::apply(const std::string& op, std::uint32_t seq, const std::string& note) {
   envelope msg;
   msg.kind = message_kind::collective_payload;
   msg.from = "rank " + std::to_string(rank_);
@@ -16,12 +16,12 @@ bool payload_faults::apply(const std::string& op, std::uint32_t seq, const std::
   msg.function = op;
   msg.payload.assign(note.begin(), note.end());
   const transport_decision d = hook_(msg);
-  if (d.copies == 0) return true;
+  if (d.copies == 0) return fate::drop;
   if (d.delay.count() > 0) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, d.delay, [this] { return stopped_; });
   }
-  return false;
+  return d.copies > 1 ? fate::repeat : fate::deliver;
 }
 
 troupe::error payload_faults::dropped(const std::string& op, std::uint32_t seq) const {

@@ -16,11 +16,22 @@
 //          below the timeout changes no bit of any result. A reorder window is a random delay:
 //          one rank's payloads keep their order (the worker runs them in issue order), they
 //          only fall out of step with the other ranks'.
-// A duplicate is refused when the plan is parsed: each transport carries one payload per rank
-// and collective, so there is no copy to deliver.
+//   repeat this rank's entry is delivered a second time, late: after its collective completed,
+//          the rank sends the entry again (a send: the whole message), carrying the same
+//          sequence number. The receivers discard it by that number, so no result changes.
+//          Shared memory: the entry is the rank's counter (fp_seq, or p2p_sent of a send),
+//          published again with the same value; a wait for a higher value ignores it. TCP:
+//          the fingerprint frame goes around again; the next rank reads it where it waits for
+//          the next collective's entries, sees an older sequence number and drops it (a send:
+//          the receiver's next recv drops a message whose number it has received). A copy
+//          larger than the socket buffers completes its send when the receiver's next recv
+//          runs. The rank records "<op> repeat" in the flight recorder; a TCP receiver that
+//          drops one records "repeat discarded" on the collective it dropped it in.
+// drop_reply is refused when the plan is parsed: a collective has no reply to lose.
 //
 //   worker: issue #s --ask(envelope)--> drop: throw io_error --> abort --> peers: peer_lost
 //                                        delay d: wait d (stop() ends it) --> run #s
+//                                        repeat: run #s --> send the entry of #s again
 //
 // Costs: without a hook one branch per collective; with one, an envelope and a call per
 // collective (the plan's mutex and counters).
@@ -48,9 +59,11 @@ class payload_faults {
 
   /// Whether a hook is set (false: apply is never needed).
   explicit operator bool() const noexcept { return static_cast<bool>(hook_); }
+  /// What becomes of one payload.
+  enum class fate { deliver, drop, repeat };
   /// Asks the hook about this rank's payload of `op` #`seq` (`note` may be empty). Waits out a
-  /// delay (stop() ends the wait); returns whether the payload is dropped.
-  bool apply(const std::string& op, std::uint32_t seq, const std::string& note);
+  /// delay (stop() ends the wait); returns whether the payload is dropped, repeated or not.
+  fate apply(const std::string& op, std::uint32_t seq, const std::string& note);
   /// The error of a dropped payload of `op` #`seq`.
   troupe::error dropped(const std::string& op, std::uint32_t seq) const;
   /// Ends a delay in progress and every later one at once. Never blocks long; never throws.

@@ -65,6 +65,7 @@ struct process_group::impl {
   std::function<void(const std::string&, std::int64_t)> fault_points;  // process_group_options::fault_points
   std::unique_ptr<detail::collective_watch> watch;  // Note [hang blame]
   std::unique_ptr<detail::payload_faults> faults;   // Note [collective payload faults]; null without a hook
+  std::shared_ptr<flight_recorder> recorder;        // process_group_options::recorder (repeats are recorded)
   // Note [group peer loss]; declared last, so it ends before anything its listener touches.
   std::optional<detail::member_watch> members;
 
@@ -72,6 +73,7 @@ struct process_group::impl {
       : rank(rank), world(world), name(std::move(n)) {
     fault_points = opts.fault_points;
     if (opts.payload_faults) faults = std::make_unique<detail::payload_faults>(opts.payload_faults, name, rank);
+    recorder = opts.recorder;
     if (detail::choose_transport(store, rank, world, name, opts.transport, opts.timeout) == transport_kind::tcp)
       tcp = std::make_unique<detail::tcp_transport>(store, rank, world, name, opts);
     else
@@ -169,12 +171,28 @@ struct process_group::impl {
     return submit(what + " #" + std::to_string(seq) + (note.empty() ? "" : " (" + note + ")") + detail,
                   [this, seq, body, what, note, detail] {
                     // Note [collective payload faults]: a delayed rank has not entered yet.
-                    const bool dropped = faults && faults->apply(what, seq, note);
+                    using fate = detail::payload_faults::fate;
+                    const fate f = faults ? faults->apply(what, seq, note) : fate::deliver;
                     watch->run(what, seq, note, detail, [&] {  // Note [hang blame]
-                      if (dropped) throw faults->dropped(what, seq);
+                      if (f == fate::drop) throw faults->dropped(what, seq);
                       visit([&](auto& tp) { body(tp, seq); });
                     });
+                    if (faults) after_payload(f == fate::repeat, what, seq, [&](auto& tp) { tp.repeat_entry(); });
                   });
+  }
+
+  /// Note [collective payload faults]: sends a repeated payload again (`repeat(transport)`) and
+  /// records it, and records the repeats this rank dropped on arrival. Only with a hook.
+  template <class Repeat>
+  void after_payload(bool repeated, const std::string& what, std::uint32_t seq, Repeat repeat) {
+    if (repeated) {
+      visit(repeat);
+      if (recorder) recorder->end(recorder->begin(trace_kind::collective, what + " repeat", seq, "fault plan: sent twice"));
+    }
+    std::uint64_t dropped = 0;
+    visit([&](auto& tp) { dropped = tp.take_repeats(); });
+    if (dropped > 0 && recorder)
+      recorder->end(recorder->begin(trace_kind::collective, "repeat discarded", seq, std::to_string(dropped) + " on arrival"));
   }
 
   troupe::error fail(const troupe::error& e) {
@@ -375,8 +393,17 @@ work process_group::send(tensor t, int dst, int tag) {
                            std::to_string(dst),
                        [im, t, dst, tag] {
                          // Note [collective payload faults]: sends are numbered by their order on this rank.
-                         if (im->faults && im->faults->apply("send", ++im->sends_made, "")) throw im->faults->dropped("send", im->sends_made);
+                         using fate = detail::payload_faults::fate;
+                         const fate f = im->faults ? im->faults->apply("send", ++im->sends_made, "") : fate::deliver;
+                         if (f == fate::drop) {  // the matching recv fails at once, naming the drop
+                           const troupe::error e = im->faults->dropped("send", im->sends_made);
+                           im->visit([&](auto& tp) { tp.p2p_abort(dst, e.message()); });
+                           throw e;
+                         }
                          im->visit([&](auto& tp) { detail::run_send(tp, im->p2p, t, dst, tag); });
+                         if (im->faults)
+                           im->after_payload(f == fate::repeat, "send", im->sends_made,
+                                             [&](auto& tp) { tp.repeat_send(dst, static_cast<const std::byte*>(t.data_ptr()), t.nbytes()); });
                        },
                        impl::sends);
 }
@@ -388,7 +415,11 @@ work process_group::recv(tensor t, int src, int tag) {
   auto* im = impl_.get();
   return impl_->submit("recv " + std::string(troupe::to_string(t.dtype())) + shape_to_string(t.shape()) + " from " +
                            std::to_string(src),
-                       [im, t, src, tag] { im->visit([&](auto& tp) { detail::run_recv(tp, im->p2p, t, src, tag); }); }, impl::recvs);
+                       [im, t, src, tag] {
+                         im->visit([&](auto& tp) { detail::run_recv(tp, im->p2p, t, src, tag); });
+                         if (im->faults) im->after_payload(false, "recv", 0, [](auto&) {});
+                       },
+                       impl::recvs);
 }
 
 tensor process_group::empty_shared(shape_t shape, troupe::dtype dt) {

@@ -186,6 +186,18 @@ class shm_transport {
   /// The node declared a member lost (Note [group peer loss]): every wait of this rank fails
   /// with peer_lost and `reason` within one check period (5 ms). Never blocks.
   void peer_lost(const std::string& reason) noexcept;
+  /// Note [collective payload faults], repeat: publishes this rank's entry counter (fp_seq) again
+  /// with the value it holds; peers wait for higher values, so they ignore it.
+  void repeat_entry() { publish(fp_seq, ctl(rank_).counters[fp_seq].v.load(std::memory_order_relaxed)); }
+  /// The same for the last send to `dst` (its p2p_sent counter); `p`, `n` are unused here.
+  void repeat_send(int dst, const std::byte* /*p*/, std::size_t /*n*/) {
+    auto& c = ctl(rank_).p2p_sent[dst].v;
+    publish(c, c.load(std::memory_order_relaxed));
+  }
+  /// Nothing to do: abort() marks this rank aborted, which ends the receiver's wait.
+  void p2p_abort(int /*dst*/, const std::string& /*reason*/) noexcept {}
+  /// Repeats dropped on arrival since the last call: always 0 (counters need no dropping).
+  std::uint64_t take_repeats() noexcept { return 0; }
   /// The next chunk number; the caller advances it by the chunks it used.
   std::uint32_t& chunk_counter() noexcept { return chunk_; }
   std::uint32_t next_seq() noexcept { return ++seq_; }

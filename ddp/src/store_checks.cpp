@@ -7,6 +7,7 @@ namespace troupe::ddp::detail {
 
 namespace {
 using clock = std::chrono::steady_clock;
+constexpr const char* lost_mark = " !lost ";  // "<seq> !lost <reason>": a dropped payload
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
@@ -54,9 +55,13 @@ std::optional<troupe::error> store_checks::compare(std::uint64_t seq, const std:
   mine += ' ';
   mine += fingerprint;
   const auto all = exchange(base, mine, timeout);
+  const std::string lost = std::to_string(seq) + lost_mark;
   std::vector<int> missing;
-  for (int r = 0; r < world_; ++r)
-    if (!all[static_cast<std::size_t>(r)]) missing.push_back(r);
+  for (int r = 0; r < world_; ++r) {
+    const auto& v = all[static_cast<std::size_t>(r)];
+    if (v && v->rfind(lost, 0) == 0) return troupe::error(errc::peer_lost, label_ + ": collective #" + mine + ": " + v->substr(lost.size()));
+    if (!v) missing.push_back(r);
+  }
   if (!missing.empty())
     return troupe::error(errc::timeout, label_ + ": collective #" + mine + ": rank(s) " + rank_list(missing) +
                                             " did not issue it within " + std::to_string(timeout.count()) +
@@ -64,12 +69,22 @@ std::optional<troupe::error> store_checks::compare(std::uint64_t seq, const std:
   // Every rank published `seq`, so every rank read this rank's previous key.
   if (last_fp_base_) erase_own(*last_fp_base_);
   last_fp_base_ = base;
+  last_mine_ = mine;
   for (int r = 0; r < world_; ++r)
     if (*all[static_cast<std::size_t>(r)] != mine)
       return troupe::error(errc::collective_mismatch, label_ + ": ranks disagree on a collective: rank " +
                                                           std::to_string(rank_) + " issued #" + mine + ", rank " +
                                                           std::to_string(r) + " issued #" + *all[static_cast<std::size_t>(r)]);
   return std::nullopt;
+}
+
+void store_checks::publish_lost(std::uint64_t seq, const std::string& reason) {
+  if (world_ == 1) return;
+  store_.set(prefix_ + "/fp/" + std::to_string(seq) + "/" + std::to_string(rank_), std::to_string(seq) + lost_mark + reason);
+}
+
+void store_checks::repeat_last() {
+  if (last_fp_base_) store_.set(*last_fp_base_ + "/" + std::to_string(rank_), last_mine_);
 }
 
 void store_checks::monitored_barrier(std::chrono::milliseconds timeout) {

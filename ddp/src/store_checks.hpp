@@ -18,6 +18,9 @@
 //   collective (dead or hung). The caller aborts the communicator.
 // Keys stay bounded: once every rank published sequence n, all of them read this rank's key of
 // n - 1, so it is erased (stores without erase keep them in their directory).
+// - A rank whose payload the fault plan dropped (Note [collective payload faults]) publishes
+//   "<seq> !lost <reason>" instead: every rank that reads it fails with peer_lost and the reason.
+//   A repeated payload sets the same key again; each rank reads a key once, so nothing changes.
 // The monitored barrier uses the same exchange under "<prefix>/mb/<k>/<rank>".
 // Assumes: every rank issues its collectives in the same order. Costs one write and
 // world_size - 1 reads per collective, on the calling thread.
@@ -51,6 +54,12 @@ class store_checks {
   /// rank's. Blocks up to `timeout`. Returns nullopt when all agree, collective_mismatch
   /// naming the first rank that differs, or timeout naming the ranks that did not publish.
   std::optional<troupe::error> compare(std::uint64_t seq, const std::string& fingerprint, std::chrono::milliseconds timeout);
+  /// Publishes that this rank's payload of collective `seq` was lost with `reason` (see the
+  /// note). Never waits for the others. Throws what the store throws.
+  void publish_lost(std::uint64_t seq, const std::string& reason);
+  /// Sets this rank's last published fingerprint key again (a repeated payload). Throws what
+  /// the store throws.
+  void repeat_last();
   /// Blocks until every rank arrived at this barrier; throws timeout naming the ranks that did
   /// not arrive within `timeout`.
   void monitored_barrier(std::chrono::milliseconds timeout);
@@ -68,6 +77,7 @@ class store_checks {
   std::string label_;
   std::uint64_t barriers_ = 0;
   std::optional<std::string> last_fp_base_;
+  std::string last_mine_;  // the value set under last_fp_base_
 };
 
 }  // namespace troupe::ddp::detail

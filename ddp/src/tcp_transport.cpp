@@ -127,6 +127,8 @@ tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const
   }
   p2p_out_.resize(static_cast<std::size_t>(world));
   p2p_in_.resize(static_cast<std::size_t>(world));
+  p2p_last_out_.resize(static_cast<std::size_t>(world));
+  p2p_seq_in_.assign(static_cast<std::size_t>(world), 0);
   if (world == 1) return;
   begin("rendezvous");
   if (tls_) {  // Note [tcp ring]: the sender runs the client handshake while this rank accepts
@@ -410,6 +412,11 @@ std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f
       throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected a fingerprint from rank " +
                                            std::to_string(prev()));
     read_exact(ring_in_, prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint), deadline_);
+    if (static_cast<std::int32_t>(all[k].seq - f.seq) < 0) {  // a late repeat (Note [collective payload faults])
+      ++repeats_;
+      --s;
+      continue;
+    }
     if (s < world_ - 2) sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&all[k]), sizeof(f), true);
   }
   return all;
@@ -442,9 +449,12 @@ void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseco
   }
 }
 
-void tcp_transport::p2p_send(int dst, const fingerprint& meta, const std::byte* p, std::size_t n) {
+void tcp_transport::p2p_send(int dst, const fingerprint& unnumbered, const std::byte* p, std::size_t n) {
   if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
   tcp_socket& fd = p2p_out_[dst];
+  fingerprint meta = unnumbered;
+  meta.seq = p2p_last_out_[dst].seq + 1;  // the receiver drops repeats by it (Note [collective payload faults])
+  p2p_last_out_[dst] = meta;
   frame_header h{static_cast<std::uint32_t>(frame_type::p2p_meta), 0, sizeof(meta)};
   write_exact(fd, dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
   write_exact(fd, dst, reinterpret_cast<const std::byte*>(&meta), sizeof(meta), deadline_);
@@ -453,12 +463,42 @@ void tcp_transport::p2p_send(int dst, const fingerprint& meta, const std::byte* 
 
 fingerprint tcp_transport::p2p_recv_meta(int src) {
   if (!p2p_in_[src]) p2p_in_[src] = take_incoming(2, src);
-  const frame_header h = read_header(p2p_in_[src], src, deadline_);
-  fingerprint meta;
-  if (static_cast<frame_type>(h.type) != frame_type::p2p_meta || h.length != sizeof(meta))
-    throw error(errc::invalid_state, label() + ": protocol error receiving from rank " + std::to_string(src));
-  read_exact(p2p_in_[src], src, reinterpret_cast<std::byte*>(&meta), sizeof(meta), deadline_);
-  return meta;
+  for (;;) {
+    const frame_header h = read_header(p2p_in_[src], src, deadline_);
+    fingerprint meta;
+    if (static_cast<frame_type>(h.type) != frame_type::p2p_meta || h.length != sizeof(meta))
+      throw error(errc::invalid_state, label() + ": protocol error receiving from rank " + std::to_string(src));
+    read_exact(p2p_in_[src], src, reinterpret_cast<std::byte*>(&meta), sizeof(meta), deadline_);
+    if (static_cast<std::int32_t>(meta.seq - p2p_seq_in_[src]) > 0) {
+      p2p_seq_in_[src] = meta.seq;
+      return meta;
+    }
+    // A number taken already: a repeat (Note [collective payload faults]); drop it with its data.
+    p2p_recv_data(src, nullptr, static_cast<std::size_t>(meta.numel) * troupe::element_size(static_cast<troupe::dtype>(meta.dtype)));
+    ++repeats_;
+  }
+}
+
+void tcp_transport::p2p_abort(int dst, const std::string& reason) noexcept {
+  try {
+    if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
+    const frame_header h{static_cast<std::uint32_t>(frame_type::abort), 0, reason.size()};
+    write_exact(p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
+    write_exact(p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(reason.data()), reason.size(), deadline_);
+  } catch (const std::exception&) {
+    // The receiver fails at its own deadline instead.
+  }
+}
+
+void tcp_transport::repeat_entry() {
+  if (world_ > 1) sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&last_fp_), sizeof(last_fp_), true);
+}
+
+void tcp_transport::repeat_send(int dst, const std::byte* p, std::size_t n) {
+  // p2p_send numbers a message one past the last one to `dst`: step back to send that number again.
+  const fingerprint last = p2p_last_out_[dst];
+  --p2p_last_out_[dst].seq;
+  p2p_send(dst, last, p, n);
 }
 
 void tcp_transport::p2p_recv_data(int src, std::byte* p, std::size_t n) {

@@ -25,9 +25,12 @@
 // data fails with collective_mismatch (the ranks issued different numbers of collectives) and
 // passes it on in an abort frame marked as a mismatch, so every rank fails alike, not at the
 // deadline. Send/recv use a separate connection per ordered pair, made lazily by
-// the sender (hello kind p2p). Reduction order: shard k is folded along the ring starting at the
-// rank that holds it first; with 2 ranks the operands are put in rank order, so the bits equal
-// the shared-memory path's; with more ranks float results may differ in the last bits.
+// the sender (hello kind p2p); each message's meta carries its number on that connection (from
+// 1), and a receiver drops a number it has taken (Note [collective payload faults]). A sender
+// whose payload the plan drops sends an abort frame there instead, so the recv fails at once.
+// Reduction order: shard k is folded along the ring starting at the rank that holds it first;
+// with 2 ranks the operands are put in rank order, so the bits equal the shared-memory path's;
+// with more ranks float results may differ in the last bits.
 // TLS (Note [tls] in troupe/actors/tls_context.hpp, opts.tls set): every connection is mutual
 // TLS and the hello travels inside it. The listener runs the server handshake (2 s at most) in
 // accept_one; a peer whose certificate does not verify is closed and logged like a wrong hello.
@@ -185,6 +188,19 @@ class tcp_transport {
   /// Receives `n` data bytes from `src` into `p` (`p` null: drops them).
   void p2p_recv_data(int src, std::byte* p, std::size_t n);
 
+  /// Note [collective payload faults], repeat: queues the fingerprint of the collective this
+  /// rank entered last to next() again; next() drops it by its sequence number. Worker thread.
+  void repeat_entry();
+  /// Sends the last message to `dst` again (meta with the same sequence number, then the `n`
+  /// bytes at `p`); `dst` drops it in its next p2p_recv_meta. Send thread.
+  void repeat_send(int dst, const std::byte* p, std::size_t n);
+  /// Tells `dst` that this rank's send to it failed with `reason`: an abort frame on the p2p
+  /// connection (made if needed), so the matching recv fails at once with peer_lost. Send
+  /// thread; bounded by the send's deadline; never throws.
+  void p2p_abort(int dst, const std::string& reason) noexcept;
+  /// Repeats dropped on arrival (fingerprints and p2p messages) since the last call.
+  std::uint64_t take_repeats() noexcept { return repeats_.exchange(0); }
+
   /// "process_group '<name>'" for messages.
   std::string label() const;
 
@@ -224,6 +240,9 @@ class tcp_transport {
   std::map<std::pair<std::uint32_t, int>, tcp_socket> pending_;
   std::vector<tcp_socket> p2p_out_;  // send thread only
   std::vector<tcp_socket> p2p_in_;   // receive thread only
+  std::vector<fingerprint> p2p_last_out_;  // send thread: the last meta sent to each rank (seq numbers them)
+  std::vector<std::uint32_t> p2p_seq_in_;  // receive thread: the last sequence number taken from each rank
+  std::atomic<std::uint64_t> repeats_{0};  // repeats dropped on arrival (take_repeats)
   std::atomic<bool> aborted_{false};
   std::mutex abort_mu_;
   std::string abort_reason_;

@@ -15,7 +15,9 @@
 
 #include "ddp/ddp_harness.hpp"
 #include "troupe/actors/fault_plan.hpp"
+#include "troupe/actors/flight_recorder.hpp"
 #include "troupe/ddp/env_process_group.hpp"
+#include "troupe/ddp/hierarchical_group.hpp"
 
 using namespace troupe;
 using namespace std::chrono_literals;
@@ -89,12 +91,15 @@ TEST_CASE("rules for other traffic never touch a collective payload, and collect
   CHECK(copies(only_collective, payload_of("barrier", 1, 2)) == 0);
 }
 
-TEST_CASE("a malformed collective key, or a duplicate of a collective payload, is refused naming the line", "[ddp][fault]") {
+TEST_CASE("a malformed collective key, or a lost reply of a collective payload, is refused naming the line", "[ddp][fault]") {
   CHECK_THROWS_WITH(fault_plan::parse("seed 1\nrule collective:allreduc drop=1\n"),
                     Catch::Contains("line 2") && Catch::Contains("'allreduc'"));
   CHECK_THROWS_WITH(fault_plan::parse("rule collective:seq=x drop=1\n"), Catch::Contains("line 1") && Catch::Contains("'seq=x'"));
-  CHECK_THROWS_WITH(fault_plan::parse("rule collective:bucket=1 duplicate=0.5\n"), Catch::Contains("duplicate does not apply"));
-  CHECK_THROWS_WITH(fault_plan::parse("rule collective drop_reply=1\n"), Catch::Contains("drop_reply does not apply"));
+  CHECK_THROWS_WITH(fault_plan::parse("seed 2\nrule collective drop_reply=1\n"),
+                    Catch::Contains("line 2") && Catch::Contains("a collective has no reply"));
+  fault_injector twice(fault_plan::parse("rule collective:bucket=1 duplicate=1\n"));
+  CHECK(copies(twice, payload_of("allreduce", 1, 0, "bucket 1")) == 2);
+  CHECK(twice.counters().duplicated == 1);
   const auto plan = fault_plan::parse("rule collective:allreduce:seq=2:rank=1 drop=1 delay=5..9\n");
   CHECK(fault_plan::parse(plan.to_string()).to_string() == plan.to_string());
 }
@@ -171,8 +176,56 @@ TEST_CASE("a payload delayed below the timeout changes no bit and the peers name
       opts, 120s));
 }
 
+TEST_CASE("a duplicated payload is dropped by its sequence number and changes no bit", "[ddp][fault]") {
+  const auto kind = GENERATE(ddp::transport_kind::shared_memory, ddp::transport_kind::tcp);
+  INFO(name_of(kind));
+  ddp::process_group_options opts;
+  opts.transport = kind;
+  opts.timeout = 30s;
+  auto inj = std::make_shared<fault_injector>(
+      fault_plan::parse("rule collective:allreduce:rank=1 duplicate=1\nrule collective:send:rank=0 duplicate=1\n"));
+  opts.payload_faults = [inj](envelope& m) { return inj->on_send(m); };
+  opts.recorder = std::make_shared<flight_recorder>(64);
+  REQUIRE(test::run_group(
+      3,
+      [inj, rec = opts.recorder, tcp = kind == ddp::transport_kind::tcp](int rank, const ddp::file_store&, ddp::process_group& pg) {
+        const std::string who = "rank " + std::to_string(rank);
+        for (int n = 0; n < 3; ++n) {
+          // Multiples of 1/8 below 2^20: every sum is exact, so the bits are known.
+          tensor t = zeros({4099});
+          auto* p = t.data<float>();
+          for (int i = 0; i < 4099; ++i) p[i] = 0.125f * static_cast<float>((rank + 1) * (i % 97) + n);
+          pg.allreduce(t).wait(20s);
+          bool exact = true;
+          for (int i = 0; i < 4099; ++i) exact = exact && p[i] == 0.125f * static_cast<float>(6 * (i % 97) + 3 * n);
+          test::expect(exact, who + ": allreduce " + std::to_string(n) + " gives the exact sum once");
+        }
+        if (rank < 2) {  // two sends 0 -> 1: a repeat of the first must not pass for the second
+          for (int n = 1; n <= 2; ++n) {
+            tensor m = full({64}, static_cast<float>(rank == 0 ? n : -1));
+            (rank == 0 ? pg.send(m, 1) : pg.recv(m, 0)).wait(20s);
+            test::expect(m.data<float>()[63] == static_cast<float>(n), who + ": message " + std::to_string(n) + " arrives once");
+          }
+        }
+        pg.barrier().wait(20s);  // TCP: rank 2 reads rank 1's late repeat of allreduce #3 here
+        int repeats = 0, discarded = 0;
+        for (const auto& e : rec->last()) {
+          repeats += e.name == "allreduce repeat" || e.name == "send repeat";
+          discarded += e.name == "repeat discarded";
+        }
+        const auto sent_twice = static_cast<int>(inj->counters().duplicated);
+        test::expect(sent_twice == (rank == 0 ? 2 : rank == 1 ? 3 : 0), who + " sent " + std::to_string(sent_twice) + " payloads twice");
+        test::expect(repeats == sent_twice, who + " recorded " + std::to_string(repeats) + " repeats");
+        if (tcp && rank == 2) test::expect(discarded == 3, who + " recorded " + std::to_string(discarded) + " discarded repeats");
+        if (!tcp) test::expect(discarded == 0, who + ": shared memory drops nothing on arrival");
+      },
+      opts, 120s));
+}
+
 TEST_CASE("a dropped send fails the send and the matching recv at once", "[ddp][fault]") {
-  const auto opts = faulted("rule collective:send:rank=0 fail_first=1\n", ddp::transport_kind::shared_memory);
+  const auto kind = GENERATE(ddp::transport_kind::shared_memory, ddp::transport_kind::tcp);
+  INFO(name_of(kind));
+  const auto opts = faulted("rule collective:send:rank=0 fail_first=1\n", kind);
   REQUIRE(test::run_group(
       2,
       [](int rank, const ddp::file_store&, ddp::process_group& pg) {
@@ -188,6 +241,47 @@ TEST_CASE("a dropped send fails the send and the matching recv at once", "[ddp][
         test::expect(std::chrono::steady_clock::now() - start < 10s, "failed long before the 30 s timeout");
       },
       opts, 90s));
+}
+
+TEST_CASE("payload faults reach the parts of a hierarchical group: a drop fails every rank at once, a delay changes no bit", "[ddp][fault]") {
+  const std::uint16_t port = troupe::test::free_port();
+  auto ctx = spawn(3, [port](int rank) {
+    ::setenv("RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("WORLD_SIZE", "3", 1);
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    ::setenv("TROUPE_JOB_TOKEN", "hierarchical-fault-token", 1);
+    ddp::env_process_group dist("hierfault", {});
+    const std::string who = "rank " + std::to_string(rank);
+    // One host: an allreduce is a reduce to local rank 0 (#1, #3, #5) and a broadcast (#2, #4),
+    // both on the shared-memory part "hf-l0". Rank 1 enters reduce #3 late and loses #5.
+    ddp::process_group_options po = faulted("rule collective:reduce:seq=3:rank=1 delay=300\nrule collective:reduce:seq=5:rank=1 drop=1\n",
+                                            ddp::transport_kind::automatic);
+    {
+      ddp::hierarchical_group hg(dist.node().store(), rank, 3, "hf", po);
+      tensor plain = input_of(rank);
+      hg.allreduce(plain).wait(20s);
+      tensor t = input_of(rank);
+      const auto start = std::chrono::steady_clock::now();
+      hg.allreduce(t).wait(20s);
+      test::expect(std::chrono::steady_clock::now() - start >= 250ms, who + " waited for the late rank 1");
+      test::expect(same_bits(plain, t), who + ": the delayed allreduce gives the same bits");
+      std::string err;
+      errc code = errc::ok;
+      const auto lost_at = std::chrono::steady_clock::now();
+      try {
+        hg.allreduce(t).wait(40s);
+      } catch (const error& e) {
+        err = e.message();
+        code = e.code();
+      }
+      test::expect(has(err, "the fault plan dropped rank 1's payload of reduce #5 in process_group 'hf-l0'"), who + ": '" + err + "'");
+      test::expect(code == (rank == 1 ? errc::io_error : errc::peer_lost), who + " code: " + err);
+      test::expect(std::chrono::steady_clock::now() - lost_at < 10s, who + " failed long before the 30 s timeout");
+    }
+    dist.shutdown(20s);
+  });
+  REQUIRE(ctx.join(90s));
 }
 
 TEST_CASE("the fault plan of TROUPE_FAULTS reaches the payloads of an env_process_group", "[ddp][fault]") {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "troupe/actors/fault_plan.hpp"
 #include "troupe/actors/flight_recorder.hpp"
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/ddp/nccl_process_group.hpp"
@@ -271,4 +272,51 @@ TEST_CASE("nccl collectives are recorded in the flight recorder with the note of
   CHECK_THAT(entries[1].name, Catch::StartsWith("broadcast"));
   CHECK(entries[1].seq == 2);
   CHECK(entries[1].detail.find("bucket") == std::string::npos);  // a note names one collective only
+}
+
+namespace {
+
+/// Options whose payloads pass through `plan` (Note [collective payload faults]).
+ddp::process_group_options faulted_nccl(const std::string& plan) {
+  auto o = quick();
+  auto inj = std::make_shared<fault_injector>(fault_plan::parse(plan));
+  o.payload_faults = [inj](envelope& m) { return inj->on_send(m); };
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a payload the fault plan drops fails the nccl collective with io_error naming it and breaks the group", "[ddp][nccl][cuda][fault]") {
+  if (no_cuda()) return;
+  temp_store st;
+  ddp::nccl_process_group pg(st.fs, 0, 1, "ncclfault", cuda_device(0), faulted_nccl("rule collective:allreduce:seq=2 drop=1\n"));
+  tensor t = full({64}, 3.0, {dtype::float32, cuda_device(0)});
+  pg.allreduce(t).wait(30s);  // #1 passes
+  CHECK(host_values(t) == std::vector<double>(64, 3.0));
+  std::string err;
+  errc code = errc::ok;
+  try {
+    pg.allreduce(t).wait(30s);
+  } catch (const troupe::error& e) {
+    err = e.message();
+    code = e.code();
+  }
+  CHECK(code == errc::io_error);
+  CHECK_THAT(err, Catch::Contains("the fault plan dropped rank 0's payload of allreduce #2"));
+  CHECK_THROWS(pg.broadcast(t, 0).wait(30s));  // the communicator was aborted
+  REQUIRE(pg.failure().has_value());
+}
+
+TEST_CASE("a payload the fault plan delays enters the nccl collective late with the same result", "[ddp][nccl][cuda][fault]") {
+  if (no_cuda()) return;
+  temp_store st;
+  ddp::nccl_process_group pg(st.fs, 0, 1, "nccldelay", cuda_device(0),
+                             faulted_nccl("rule collective:broadcast delay=400\nrule collective:allreduce:seq=9 drop=1\n"));
+  tensor t = make_host(1000, dtype::float32).to(cuda_device(0));
+  const auto start = std::chrono::steady_clock::now();
+  pg.allreduce(t).wait(30s);  // #1: neither rule matches
+  pg.broadcast(t, 0).wait(30s);  // #2: entered 400 ms late
+  CHECK(std::chrono::steady_clock::now() - start >= 350ms);
+  CHECK(host_values(t) == host_values(make_host(1000, dtype::float32)));
+  CHECK_FALSE(pg.failure().has_value());
 }

@@ -112,6 +112,28 @@ TEST_CASE("a rank that never issues the collective is named in a timeout error",
   }
 }
 
+TEST_CASE("a rank whose payload was dropped fails every peer's fingerprint check at once with peer_lost and its reason",
+          "[ddp][nccl][fault]") {
+  memory_store ms;
+  std::vector<std::optional<error>> got(3);
+  const auto errors = on_ranks(3, [&](int rank) {
+    store_checks c(ms.client(), "g", rank, 3, "rank " + std::to_string(rank));
+    if (auto e = c.compare(1, "allreduce(sum) float32[4]", 10s)) throw *e;
+    c.repeat_last();  // a repeated entry: nobody reads it again
+    if (rank == 1) return c.publish_lost(2, "the fault plan dropped rank 1's payload of allreduce #2");
+    const auto start = std::chrono::steady_clock::now();
+    got[static_cast<std::size_t>(rank)] = c.compare(2, "allreduce(sum) float32[4]", 20s);
+    if (std::chrono::steady_clock::now() - start > 5s) throw error(errc::timeout, "waited for the deadline");
+  });
+  for (const auto& e : errors) CHECK(e.empty());
+  for (int r : {0, 2}) {
+    INFO("rank " << r);
+    REQUIRE(got[static_cast<std::size_t>(r)].has_value());
+    CHECK(got[static_cast<std::size_t>(r)]->code() == errc::peer_lost);
+    CHECK_THAT(got[static_cast<std::size_t>(r)]->message(), Catch::Contains("dropped rank 1's payload of allreduce #2"));
+  }
+}
+
 TEST_CASE("a store monitored barrier passes when all arrive and names every rank that did not", "[ddp][nccl]") {
   memory_store ms;
   auto errors = on_ranks(3, [&](int rank) { store_checks(ms.client(), "g", rank, 3, "x").monitored_barrier(10s); });

@@ -1,16 +1,21 @@
 // Hang blame for slow RPCs (Note [rpc blame]): a call waiting past blame_after gets a report
 // naming the caller, the callee, the function and where the callee is; a call that then times
 // out carries it in its error. One node calling itself: the callee's recorder is its own.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "integration/node_harness.hpp"
 #include "troupe/actors/fault_plan.hpp"
 #include "troupe/actors/node.hpp"
 #include "troupe/actors/rpc/api.hpp"
+#include "troupe/actors/spawn.hpp"
 
 using namespace std::chrono_literals;
 using troupe::errc;
@@ -104,6 +109,54 @@ TEST_CASE("a call the callee never received is reported as having no record ther
   CHECK_THAT(report, Catch::Contains("called 'lost' on worker0") && Catch::Contains("is not running 'lost' for worker0") &&
                          Catch::Contains("no record of it"));
   CHECK_THROWS_WITH(f.get(), Catch::Contains("no record of it"));
+  n.shutdown(troupe::shutdown_mode::immediate);
+}
+
+namespace {
+
+// Whether `rec` shows an open question to a callee (Note [rpc blame]), waited for up to `bound`.
+bool asking(const troupe::flight_recorder& rec, std::chrono::milliseconds bound) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    for (const auto& e : rec.last())
+      if (e.kind == troupe::trace_kind::rpc_call && e.name == "troupe.blame.where" && !e.ended) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(5ms);  // polls a condition, bounded
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a call whose callee process is killed while it is asked where it is gets a report naming the callee lost", "[fault][blame]") {
+  troupe::test::port_pipe pipe;
+  auto child = troupe::spawn(1, [&pipe](int) {
+    troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
+    n.functions().add("hold", [&n] {
+      n.store().set("running", "1");
+      n.store().get("never", 30s);  // the process is stopped, then killed, before this ends
+      return 1;
+    });
+    n.store().set("pid", std::to_string(::getpid()));
+    n.store().get("done", 60s);
+  });
+  blame_log log;
+  auto o = troupe::test::test_options(0, 2, 0);
+  o.blame_after = 300ms;
+  o.on_blame = [&log](const std::string& s) { log.push(s); };
+  troupe::node n(o);
+  pipe.publish(n.port(), 1);
+  const pid_t callee = static_cast<pid_t>(std::stol(n.store().get("pid", 20s)));
+  auto f = troupe::rpc_async<int>(n, "worker1", "hold", 10s);
+  n.store().get("running", 10s);  // the call is in flight, well within blame_after
+  REQUIRE(::kill(callee, SIGSTOP) == 0);  // it cannot answer where it is
+  const bool asked = asking(n.recorder(), 5s);
+  ::kill(callee, SIGKILL);
+  REQUIRE(asked);
+  const std::string report = log.first_report();
+  INFO(report);
+  CHECK_THAT(report, Catch::Contains("worker0 called 'hold' on worker1") && Catch::Contains("worker1 is lost"));
+  CHECK_THROWS_WITH(f.get(), Catch::Contains("worker1"));
+  CHECK_THROWS(child.join(10s));  // the killed child is reaped and named
   n.shutdown(troupe::shutdown_mode::immediate);
 }
 

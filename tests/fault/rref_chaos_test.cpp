@@ -214,15 +214,18 @@ TEST_CASE("random fork trees under random fault plans never delete early and nev
   check_faults_happened(counters);
 }
 
-// Hidden from CI: thousands of seeds (set TROUPE_CHAOS_SEEDS to change how many).
+// Hidden from CI: thousands of seeds (TROUPE_CHAOS_SEEDS: how many; TROUPE_CHAOS_FIRST: the
+// first, 1000 by default, so a failing seed runs again without those before it).
 TEST_CASE("the long chaos mode runs thousands of seeds", "[rref][fault][chaos][slow][.]") {
   world w;
   const char* env = std::getenv("TROUPE_CHAOS_SEEDS");
   const std::uint64_t n = env ? std::strtoull(env, nullptr, 10) : 2000;
+  const char* first_env = std::getenv("TROUPE_CHAOS_FIRST");
+  const std::uint64_t first = first_env ? std::strtoull(first_env, nullptr, 10) : 1000;
   std::vector<troupe::fault_counters> counters;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::uint64_t seed = 1000; seed < 1000 + n; ++seed) counters.push_back(run_seed(w, seed, long_pace));
+  for (std::uint64_t seed = first; seed < first + n; ++seed) counters.push_back(run_seed(w, seed, long_pace));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   WARN("long chaos mode: " << n << " seeds x " << long_pace.steps << " steps in " << s << " s = " << n / s << " seeds/s");
-  check_faults_happened(counters);
+  if (n >= 100) check_faults_happened(counters);  // a replay of a few seeds may draw no fault of some kind
 }

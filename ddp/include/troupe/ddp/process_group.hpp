@@ -80,7 +80,8 @@ struct process_group_options {
   /// sets it to its node's fault plan (node::fault_point). Null: they are ignored.
   std::function<void(const std::string& point, std::int64_t step)> fault_points;
   /// Decides the fate of this rank's payload of each collective and send before it leaves
-  /// (Note [collective payload faults] in src/payload_faults.hpp): drop or delay it.
+  /// (Note [collective payload faults] in src/payload_faults.hpp): drop, delay or repeat it.
+  /// The NCCL group asks it too, before each collective or send batch launches.
   /// env_process_group sets it to its node's fault plan (node::payload_fault). Null: no cost
   /// but one branch per collective.
   std::function<transport_decision(envelope&)> payload_faults;
