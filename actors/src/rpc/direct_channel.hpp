@@ -169,6 +169,8 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   void interrupt() override;
 
  private:
+  /// Note [lead through a large message] (direct_channel.cpp): reads on while rounds make no job.
+  void read_on(const std::vector<std::shared_ptr<channel_conn>>& polled, led_jobs& jobs);
   void run();
   int poll_timeout_ms();
   void accept_all();
