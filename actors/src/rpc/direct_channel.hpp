@@ -31,8 +31,9 @@
 // follower to lead before running the user function, so a long call leaves no request unread.
 // Quick requests it runs first and wakes nobody for them: reserved RRef control functions
 // (function_options::quick) and functions whose recent runs were all short (Note [predicted
-// quick] in executor.hpp). Concurrent writers on one connection share one send
-// (channel_conn::write).
+// quick] in executor.hpp). A leader reading a large message keeps the lead until a round makes a
+// job (Note [lead through a large message] in direct_channel.cpp). Concurrent writers on one
+// connection share one send (channel_conn::write).
 //
 // The caller reads its own response. A thread about to block on its call (get(), wait()) takes
 // the connection's reading role: one caller at a time, by CAS on caller_reading, then
