@@ -1,5 +1,6 @@
 // multihost_bench: figures between two namespace hosts of the multi-host test bed
-// (tools/netns_bed.sh; needs root): raw TCP ping-pong and stream (the limits), rpc_sync round
+// (tools/netns_bed.sh; needs root): raw TCP ping-pong, stream, 64 MB echo and full-duplex stream
+// (the limits, Note [limits on one machine] in multihost_roles.hpp), rpc_sync round
 // trip, 64 MB echo (also with TLS), TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, the hierarchical
 // allreduce on 2 x 2 ranks, and the time from a cut to peer_lost (an rpc's caller; every
 // survivor of a hierarchical allreduce). The orchestrator (no --role) makes the bed, runs each role on its host
@@ -290,7 +291,8 @@ int main(int argc, char** argv) {
   try {
     if (role == "tcp-server") return tb::mh::tcp_server(std::stoi(port_env) + 1);
     if (role == "tcp-client")
-      return tb::mh::tcp_client("10.77.0.2", std::stoi(port_env) + 1, quick ? 2000 : 20000, (quick ? 256ull : 2048ull) << 20);
+      return tb::mh::tcp_client("10.77.0.2", std::stoi(port_env) + 1, quick ? 2000 : 20000, (quick ? 256ull : 2048ull) << 20,
+                                quick ? 2 : 10);
     if (role == "rpc") return role_rpc(quick, tls_dir);
     if (role == "allreduce") return role_allreduce(quick, false);
     if (role == "allreduce-hier") return role_allreduce(quick, true);

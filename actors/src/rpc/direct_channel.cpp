@@ -98,7 +98,7 @@ void direct_channel::lead(led_jobs& jobs) {
     const auto& c = polled.front();
     const auto before = c->bytes_read.load(std::memory_order_relaxed);
     on_readable(c, &jobs, true);
-    if (c->bytes_read.load(std::memory_order_relaxed) != before || c->closed()) return;
+    if (c->bytes_read.load(std::memory_order_relaxed) != before || c->closed()) return read_on(polled, jobs);
   }
   std::vector<pollfd> fds{pollfd{lead_wake_fd_, POLLIN, 0}};
   for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
@@ -110,6 +110,25 @@ void direct_channel::lead(led_jobs& jobs) {
   }
   for (std::size_t i = 0; i < polled.size(); ++i)
     if (fds[i + 1].revents) on_readable(polled[i], &jobs);
+  read_on(polled, jobs);
+}
+
+// Note [lead through a large message]: a round that only read a message's data (its budget,
+// max_read_bytes, used up: Note [fragments]) made no job. Returning then would have the executor
+// wake a follower to lead, a thread switch per MiB of a large message. So the leader reads on
+// while that holds, watching every led connection and its interrupt between rounds (poll, no
+// wait): it returns as soon as a round makes a job (a small call between fragments is served at
+// once), an interrupt comes, or nothing is left to read.
+void direct_channel::read_on(const std::vector<std::shared_ptr<channel_conn>>& polled, led_jobs& jobs) {
+  std::vector<pollfd> fds;
+  while (jobs.jobs.empty() && jobs.quick.empty() && !lead_interrupted_.load()) {
+    if (std::none_of(polled.begin(), polled.end(), [](const auto& c) { return c->more_to_read && !c->closed(); })) return;
+    fds.assign(1, pollfd{lead_wake_fd_, POLLIN, 0});
+    for (auto& c : polled) fds.push_back(pollfd{c->fd(), POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 0) < 0 || fds[0].revents) return;  // the interrupt: lead() sees it next time
+    for (std::size_t i = 0; i < polled.size(); ++i)
+      if (!polled[i]->closed() && (polled[i]->more_to_read || fds[i + 1].revents)) on_readable(polled[i], &jobs);
+  }
 }
 
 std::string direct_channel::issue_ticket(const std::string& peer, const caf::node_id& node) { return listener_.issue_ticket(peer, node); }

@@ -31,8 +31,9 @@
 // follower to lead before running the user function, so a long call leaves no request unread.
 // Quick requests it runs first and wakes nobody for them: reserved RRef control functions
 // (function_options::quick) and functions whose recent runs were all short (Note [predicted
-// quick] in executor.hpp). Concurrent writers on one connection share one send
-// (channel_conn::write).
+// quick] in executor.hpp). A leader reading a large message keeps the lead until a round makes a
+// job (Note [lead through a large message] in direct_channel.cpp). Concurrent writers on one
+// connection share one send (channel_conn::write).
 //
 // The caller reads its own response. A thread about to block on its call (get(), wait()) takes
 // the connection's reading role: one caller at a time, by CAS on caller_reading, then
@@ -169,6 +170,8 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   void interrupt() override;
 
  private:
+  /// Note [lead through a large message] (direct_channel.cpp): reads on while rounds make no job.
+  void read_on(const std::vector<std::shared_ptr<channel_conn>>& polled, led_jobs& jobs);
   void run();
   int poll_timeout_ms();
   void accept_all();
