@@ -4,7 +4,6 @@
 // are killed and reaped with it.
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "start_child.hpp"  // tools/
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::examples {
@@ -54,17 +54,7 @@ class namespace_hosts {
   pid_t start(int host, const std::vector<std::string>& argv) {
     std::vector<std::string> args{script_, "exec", prefix_, std::to_string(host)};
     args.insert(args.end(), argv.begin(), argv.end());
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw error(errc::io_error, "fork failed");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::vector<char*> a;
-      for (auto& s : args) a.push_back(const_cast<char*>(s.c_str()));
-      a.push_back(nullptr);
-      ::execv(a[0], a.data());
-      ::_exit(127);
-    }
+    const pid_t pid = tools::start_child(args);
     children_.push_back(pid);
     return pid;
   }

@@ -3,9 +3,14 @@
 // announces (register_messages, troupe.tensor) plus one user type, and a proxy registry whose
 // proxies are remote_proxy objects of a remote_actors layer with no connection (a proxy made
 // while decoding sends nothing). Both sides announce the same types, as the nodes of a job do.
+// The system runs no thread of its own (CAF's testing scheduler, inline logger output): what an
+// input makes it do (a dropped proxy's cleanup) runs in the harness's thread, in run_jobs(), so
+// the coverage of an input is the same on every run and machine (Note [deterministic fuzz round]
+// in tools/fuzz.sh).
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/proxy_registry.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_execution_unit.hpp>
 
 #include <memory>
@@ -40,15 +45,22 @@ class actor_system_fixture {
   caf::actor_system& system() { return sys_; }
   /// The serialization context, as a node's remote_actors has it.
   caf::execution_unit* context() { return &ctx_; }
-  /// Drops every proxy made so far.
-  void forget_proxies() { proxies_.clear(); }
+  /// Drops every proxy made so far, and runs what that scheduled.
+  void forget_proxies() {
+    proxies_.clear();
+    run_jobs();
+  }
+  /// Runs every job the system has been given, in this thread.
+  void run_jobs() { dynamic_cast<caf::scheduler::test_coordinator&>(sys_.scheduler()).run(); }
 
  private:
   static caf::actor_system_config& configure(caf::actor_system_config& cfg) {
     register_messages(cfg);
     cfg.add_message_type<tensor>("troupe.tensor");
     cfg.add_message_type<user_message>("fuzz.user_message");
-    cfg.set("scheduler.max-threads", 1);
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    cfg.set("logger.inline-output", true);
     cfg.set("logger.console", caf::atom("none"));
     return cfg;
   }

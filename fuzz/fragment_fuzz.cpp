@@ -113,10 +113,12 @@ struct connection {
 
   // One read of `n` bytes (channel_conn::read_available), then direct_channel::on_readable's parsing.
   void read(const char* p, std::size_t n) {
-    const std::size_t direct = std::min(n, streams.direct_left());
-    if (direct > 0) {
-      std::memcpy(streams.direct_target(), p, direct);
-      streams.direct_advance(direct);
+    std::size_t direct = 0;  // what goes straight into the stream, as much as it has room for at a time
+    for (std::size_t room = streams.direct_room(); direct < n && room > 0; room = streams.direct_room()) {
+      const std::size_t k = std::min(n - direct, room);
+      std::memcpy(streams.direct_target(), p + direct, k);
+      streams.direct_advance(k);
+      direct += k;
     }
     in.insert(in.end(), p + direct, p + n);
     if (streams.direct_done()) {

@@ -4,10 +4,34 @@
 # every harness); FUZZ_JOBS harnesses run at the same time (default 1), each on one core.
 # FUZZ_RUNS names a file of "harness runs" lines: a harness listed there stops after that many
 # runs, or after 3 x SECONDS. FUZZ_ON_FINDING=report prints findings but exits 0 (the replay of
-# regressions and seeds still fails the build that runs it).
+# regressions and seeds still fails the build that runs it); by hand only, for a round whose
+# findings are to be looked at later. FUZZ_REPORT_ONLY="h1 h2": the same for those harnesses
+# alone (CI's for the harnesses whose round is not yet deterministic, see the note).
 # Each harness starts from its regressions, its committed seeds, freshly written seeds and what
 # earlier runs in BUILD_DIR found. Exits 1 when any harness finds a crash, a leak, undefined
 # behaviour, a timeout or an out-of-memory; the input is kept in BUILD_DIR/fuzz/artifacts/<harness>/.
+#
+# Note [deterministic fuzz round]
+# From -seed=1, a run count and the same starting inputs, a harness explores the same inputs on
+# every machine: libFuzzer's choices depend only on its seed and on the coverage each input
+# gives, and no harness's coverage depends on threads, time or addresses (fuzz/README.md). Two
+# of libFuzzer's own habits are turned off for it: mutations that insert values the code
+# compared (-use_cmp=0: compared values include addresses, e.g. std::less on pointers, which
+# differ from run to run) and rereading its corpus folder every second (-reload=0: a reread
+# runs an input again, at a time that depends on the machine's speed). Its
+# starting inputs are read in one fixed order (the folders in the order above, each by name):
+# libFuzzer shuffles them with its seed and sorts them by size, so files of equal size read in
+# directory order (which differs between file systems) would steer it differently. So every
+# starting input goes in -seed_inputs, and the corpus folder libFuzzer reads and writes is a new
+# empty one, whose inputs join BUILD_DIR/fuzz/work/<harness>/ after the run. A round of a
+# fresh BUILD_DIR (CI's) therefore finds here what it finds there.
+# Shown (three rounds from an empty work folder, ASLR on, the same cov/ft/corpus): frame,
+# fragment, fault_plan. Not yet: codec, actor_message, tensor_file, safetensors, checkpoint,
+# whose coverage still depends on addresses (with ASLR off two rounds agree; with it on they
+# differ from the first pass over the seeds). Known causes: the tensor allocator's table keyed
+# by address (its file is built without coverage here: tensors/CMakeLists.txt) and the codec's
+# test of a payload's alignment (Note [adopted payload]); CI reports their findings
+# (FUZZ_REPORT_ONLY in .ci/run) until the rest is found.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 BUILD_DIR SECONDS [HARNESS...]" >&2; exit 2; }
 build=$(cd "$1" && pwd)
@@ -44,15 +68,28 @@ fuzz_one() {
   local work=$build/fuzz/work/$h
   local artifacts=$build/fuzz/artifacts/$h
   mkdir -p "$work" "$artifacts"
-  local dirs=("$work") d
-  for d in "$root/fuzz/regressions/$h" "$root/fuzz/corpus/$h" "$seeds/$h"; do
-    [ -d "$d" ] && dirs+=("$d")
-  done
-  local bound=(-max_total_time="$seconds") runs
+  # Note [deterministic fuzz round]: the starting inputs in a fixed order, a new corpus folder.
+  local list=$build/fuzz/$h.inputs found=$build/fuzz/found/$h d
+  rm -rf "$found"
+  mkdir -p "$found"
+  for d in "$root/fuzz/regressions/$h" "$root/fuzz/corpus/$h" "$seeds/$h" "$work"; do
+    [ -d "$d" ] && find "$d" -maxdepth 1 -type f -size +0 | LC_ALL=C sort
+  done | paste -sd, - | tr -d '\n' > "$list"
+  if grep -q , <(find "$work" "$root/fuzz/regressions/$h" "$root/fuzz/corpus/$h" -maxdepth 1 -type f 2>/dev/null); then
+    echo "fuzz: $h: an input's path holds a comma (-seed_inputs cannot list it)" > "$build/fuzz/$h.log"
+    return 2
+  fi
+  local inputs=()
+  [ -s "$list" ] && inputs=(-seed_inputs=@"$list")
+  local bound=(-max_total_time="$seconds") runs status=0
   runs=$(runs_of "$h")
-  [ -n "$runs" ] && bound=(-runs="$runs" -max_total_time=$((3 * seconds)))
-  "$bin" -seed=1 "${bound[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/" "${dirs[@]}" > "$build/fuzz/$h.log" 2>&1
+  # A counted round is deterministic (the note): no guidance from compared values, which hold
+  # addresses too; no rereading of the corpus folder each second.
+  [ -n "$runs" ] && bound=(-runs="$runs" -max_total_time=$((3 * seconds)) -use_cmp=0)
+  "$bin" -seed=1 "${bound[@]}" -reload=0 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$artifacts/" "${inputs[@]}" "$found" > "$build/fuzz/$h.log" 2>&1 || status=$?
+  find "$found" -maxdepth 1 -type f -exec mv -n -t "$work" {} +
+  return "$status"
 }
 
 # Reports harness $1, whose fuzz_one exited with status $2; adds it to `failed` on a finding.
@@ -92,6 +129,17 @@ while [ ${#running[@]} -gt 0 ]; do
   report "${running[$done_pid]}" "$status"
   unset "running[$done_pid]"
 done
+if [ ${#failed[@]} -gt 0 ] && [ -n "${FUZZ_REPORT_ONLY:-}" ]; then
+  kept=()
+  for h in "${failed[@]}"; do
+    if [[ " $FUZZ_REPORT_ONLY " == *" $h "* ]]; then
+      echo "fuzz: $h: FUZZ_REPORT_ONLY: its finding is printed, not failed on; keep the input above as a regression (fuzz/README.md)" >&2
+    else
+      kept+=("$h")
+    fi
+  done
+  failed=("${kept[@]}")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: findings in: ${failed[*]}" >&2
   if [ "${FUZZ_ON_FINDING:-fail}" = report ]; then

@@ -28,6 +28,15 @@ in_addr resolve(const std::string& host) {
 }
 }  // namespace
 
+std::string peer_address(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "an unknown address";
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
+  return std::string(text) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
 std::string routable_address(const std::string& host) {
   sockaddr_in to{};
   to.sin_family = AF_INET;

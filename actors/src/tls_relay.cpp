@@ -1,7 +1,6 @@
 // Plain sockets in front of a node's TLS connections (Note [tls relay] in tls_relay.hpp).
 #include "tls_relay.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +15,7 @@
 #include <cstring>
 #include <thread>
 
+#include "troupe/actors/host_address.hpp"
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::detail {
@@ -34,15 +34,6 @@ constexpr std::size_t log_lines_per_second = 10;
 int ms_until(clock::time_point t) {
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(t - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(ms, 0, max_poll_ms));
-}
-
-std::string peer_of(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof a;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "an unknown address";
-  char text[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
-  return std::string(text) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
 }  // namespace
@@ -292,7 +283,7 @@ int tls_relays::accept(int tcp_fd, std::chrono::milliseconds handshake_bound) {
     ::close(tcp_fd);
     throw;
   }
-  return start(tcp_fd, std::move(s), peer_of(tcp_fd), true, clock::now() + handshake_bound);
+  return start(tcp_fd, std::move(s), peer_address(tcp_fd), true, clock::now() + handshake_bound);
 }
 
 std::string tls_relays::refusal(int plain_fd) {

@@ -387,7 +387,7 @@ namespace {
 void read_rest(fragment_streams& s, const std::vector<char>& body, std::size_t have, std::size_t part) {
   std::size_t at = have;
   while (s.direct_left() > 0) {
-    const std::size_t k = std::max<std::size_t>(1, s.direct_left() / part);
+    const std::size_t k = std::min(s.direct_room(), std::max<std::size_t>(1, s.direct_left() / part));
     std::memcpy(s.direct_target(), body.data() + at, k);
     s.direct_advance(k);
     at += k;

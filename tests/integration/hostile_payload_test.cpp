@@ -11,6 +11,7 @@
 #include <utility>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,15 +53,36 @@ class rewriter final : public troupe::transport_hook {
   std::function<void(std::vector<char>&)> fn_;
 };
 
-// Three nodes in this process; worker0's sends pass `hook`; worker1 serves the functions and
-// publishes an actor "sink".
+// Says that everything from worker0 to worker1 is lost from the moment stall() was called on
+// (a peer that stopped sending), which worker1's node turns into worker0's loss after the peer
+// timeout (Note [silent peers]).
+class staller final : public troupe::transport_hook {
+ public:
+  void stall() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    since_ = std::chrono::steady_clock::now();
+  }
+  std::optional<std::chrono::steady_clock::time_point> silent_since(const std::string& from, const std::string& to) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (from != "worker0" || to != "worker1") return std::nullopt;
+    return since_;
+  }
+  bool may_silence() const override { return true; }
+
+ private:
+  std::mutex mutex_;
+  std::optional<std::chrono::steady_clock::time_point> since_;
+};
+
+// Three nodes in this process; worker0's sends pass `hook`; worker1 (whose hook is `hook1`, may
+// be null) serves the functions and publishes an actor "sink".
 struct three_nodes {
   std::shared_ptr<rewriter> hook = std::make_shared<rewriter>();
   std::unique_ptr<troupe::node> n0, n1, n2;
   caf::actor sink;
-  three_nodes() {
+  explicit three_nodes(std::shared_ptr<troupe::transport_hook> hook1 = nullptr) {
     n0 = std::make_unique<troupe::node>(troupe::test::test_options(0, 3, 0, "hostile"), troupe::rpc::registry{}, hook);
-    n1 = std::make_unique<troupe::node>(troupe::test::test_options(1, 3, n0->port(), "hostile"));
+    n1 = std::make_unique<troupe::node>(troupe::test::test_options(1, 3, n0->port(), "hostile"), troupe::rpc::registry{}, hook1);
     n2 = std::make_unique<troupe::node>(troupe::test::test_options(2, 3, n0->port(), "hostile"));
     n1->functions().add("add", [](int a, int b) { return a + b; });
     n1->functions().add("count", [] { return std::int64_t{7}; });
@@ -104,6 +126,29 @@ std::vector<char> raw(const T&... xs) {
   std::vector<char> out;
   (out.insert(out.end(), reinterpret_cast<const char*>(&xs), reinterpret_cast<const char*>(&xs) + sizeof xs), ...);
   return out;
+}
+
+void put_varint(std::vector<char>& out, std::uint64_t v) {
+  do {
+    out.push_back(static_cast<char>((v & 0x7f) | (v >= 0x80 ? 0x80 : 0)));
+    v >>= 7;
+  } while (v > 0);
+}
+
+// A request frame for "add" whose header announces a payload of `payload` bytes (and an empty
+// meta after it), with only the first `sent` of them.
+std::vector<char> announcing_frame(std::uint64_t payload, std::size_t sent) {
+  std::vector<char> body(8, 0);
+  for (const std::string s : {"add", "worker0"}) {
+    put_varint(body, s.size());
+    body.insert(body.end(), s.begin(), s.end());
+  }
+  put_varint(body, payload);
+  const auto n = static_cast<std::uint32_t>(body.size() + payload + 1);
+  body.resize(body.size() + sent, 'p');
+  std::vector<char> frame{static_cast<char>(n), static_cast<char>(n >> 8), static_cast<char>(n >> 16), static_cast<char>(n >> 24), 0};
+  frame.insert(frame.end(), body.begin(), body.end());
+  return frame;
 }
 
 // Peak resident memory of this process since reset_peak(), in KiB.
@@ -218,4 +263,24 @@ TEST_CASE("an actor message whose tensor announces 4 GiB of bytes fails its requ
   self->request(sink, 10s, std::int32_t{5}).receive([&](std::int32_t v) { back = v; }, [&](caf::error& e) { none = e; });
   CHECK(!none);
   CHECK(back == 5);
+}
+
+TEST_CASE("a frame announcing 768 MiB of which a few bytes came commits no memory, and the stalled peer's connection is dropped", "[actors][security]") {
+  auto stall = std::make_shared<staller>();
+  three_nodes t(stall);
+  CHECK(troupe::rpc_sync<int>(*t.n0, "worker1", "add", 1, 2, 10s) == 3);
+  auto sink = troupe::lookup_actor(*t.n0, "worker1", "sink", 10s);
+  // Note [direct fragment data]: worker1 reads such a frame straight into a buffer, which it must
+  // not fill before the bytes come. worker0's next actor message becomes the frame.
+  t.hook->arm(troupe::message_kind::actor_message, [](std::vector<char>& frame) { frame = announcing_frame(std::size_t{768} << 20, 1000); });
+  reset_peak();
+  const long before = peak_kib();
+  caf::anon_send(sink, std::int32_t{1});
+  stall->stall();  // worker0 sends nothing more that worker1 sees
+  // The call's bytes go in the announced frame, so only the peer timeout ends it: worker1 loses
+  // worker0 and drops its connections, and the call on the dropped one fails.
+  const auto e = error_of([&] { (void)troupe::rpc_sync<int>(*t.n0, "worker1", "add", 2, 3, 10s); });
+  CHECK(e.code() == errc::peer_lost);
+  CHECK(peak_kib() - before < 64 * 1024);
+  CHECK(troupe::rpc_sync<int>(*t.n2, "worker1", "add", 4, 5, 10s) == 9);  // worker1 still serves
 }

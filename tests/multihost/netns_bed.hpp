@@ -5,9 +5,7 @@
 // Where namespaces cannot be created, require_bed() prints why and ends the test binary with
 // exit code 77, which CTest reports as skipped.
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "start_child.hpp"  // tools/
 #include "troupe/tensors/error.hpp"
 
 namespace troupe::test {
@@ -125,21 +124,7 @@ class netns_bed {
     std::vector<std::string> args{TROUPE_NETNS_BED, "exec", prefix_, std::to_string(host), "env"};
     args.insert(args.end(), env.begin(), env.end());
     args.insert(args.end(), argv.begin(), argv.end());
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw error(errc::io_error, "fork failed");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> a;
-      for (auto& s : args) a.push_back(const_cast<char*>(s.c_str()));
-      a.push_back(nullptr);
-      ::execv(a[0], a.data());
-      ::_exit(127);
-    }
-    return host_process(pid, out);
+    return host_process(tools::start_child(args, out), out);
   }
 
  private:
@@ -188,21 +173,7 @@ inline host_process start_here(const std::vector<std::string>& argv, const std::
   std::vector<std::string> args{"/usr/bin/env"};
   args.insert(args.end(), env.begin(), env.end());
   args.insert(args.end(), argv.begin(), argv.end());
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw error(errc::io_error, "fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> a;
-    for (auto& s : args) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    ::_exit(127);
-  }
-  return host_process(pid, out);
+  return host_process(tools::start_child(args, out), out);
 }
 
 /// The path of this test binary (ranks run it with a hidden tag).

@@ -1,6 +1,5 @@
 #include "launcher/channel.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -60,15 +59,6 @@ void send_line(int fd, std::string line) {
     if (n <= 0) return;  // the peer is gone: its loss is seen by the reader
     off += static_cast<std::size_t>(n);
   }
-}
-
-std::string address_of(int fd) {
-  sockaddr_in a{};
-  socklen_t len = sizeof a;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) return "an unknown address";
-  char text[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
-  return std::string(text) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
 // The first byte of a TLS record: a handshake (0x16) or an alert (0x15).
@@ -227,7 +217,7 @@ channel channel::serve(const launch_options& o, const std::string& bind_addr, co
       if (const int fd = ch.accept_one(deadline); fd >= 0) {
         pending.emplace_back();
         pending.back().fd = fd;
-        pending.back().host = address_of(fd);
+        pending.back().host = peer_address(fd);
       }
     for (std::size_t i = 0; i < pending.size(); ++i) {
       auto& p = pending[i];

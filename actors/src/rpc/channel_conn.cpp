@@ -211,11 +211,13 @@ bool channel_conn::read_available(bool block_first, std::size_t budget) {
       return true;
     }
     const std::size_t at = in.size();
-    // Note [direct fragment data]: the rest of a fragment straight into its stream's buffer, and
-    // only a little after it into `in` (the next fragment's head, or small frames).
-    const std::size_t direct = streams.direct_left();
+    // Note [direct fragment data]: the rest of a fragment straight into its stream's buffer (as
+    // much as it has room for now), and, with its last bytes, a little after it into `in` (the
+    // next fragment's head, or small frames).
+    const std::size_t direct = streams.direct_room();
+    const bool tail = direct > 0 && direct == streams.direct_left();
     // 64 KiB, or the room a large frame's reservation left (direct_channel::parse_frames).
-    const std::size_t chunk = direct > 0 ? direct_tail_bytes
+    const std::size_t chunk = direct > 0 ? (tail ? direct_tail_bytes : 0)
                                          : std::min(std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes), budget - got);
     in.resize(at + chunk);
     ssize_t k = 0;
@@ -223,7 +225,7 @@ bool channel_conn::read_available(bool block_first, std::size_t budget) {
       iovec iov[2] = {{streams.direct_target(), direct}, {in.data() + at, chunk}};
       msghdr mh{};
       mh.msg_iov = iov;
-      mh.msg_iovlen = 2;
+      mh.msg_iovlen = tail ? 2 : 1;
       k = ::recvmsg(fd_, &mh, flags);
     } else {
       k = ::recv(fd_, in.data() + at, chunk, flags);

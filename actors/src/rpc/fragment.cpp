@@ -2,6 +2,7 @@
 // together.
 #include "rpc/fragment.hpp"
 
+#include <algorithm>
 #include <new>
 
 #include "rpc/byte_pool.hpp"
@@ -29,8 +30,7 @@ bool fragment_streams::reserve_room(stream& s, std::size_t room, byte_pool* pool
 
 fragment_streams::result fragment_streams::begin_direct(stream& s, std::uint32_t id, const char* data, std::size_t here,
                                                          std::size_t left, bool last) {
-  room_for(s, here + left);  // the rest is read to it
-  if (here > 0) std::memcpy(s.rest.data() + s.filled, data, here);
+  if (here > 0) std::memcpy(room_for(s, here), data, here);  // room for the rest as it comes: direct_room
   s.filled += here;
   direct_ = &s;
   direct_stream_ = id;
@@ -121,6 +121,13 @@ fragment_streams::result fragment_streams::finish_direct(assembled& out) {
   direct_ = nullptr;
   if (!direct_last_) return result::partial;
   return complete(it, out);
+}
+
+std::size_t fragment_streams::direct_room() {
+  if (direct_left_ == 0) return 0;
+  auto& s = *direct_;
+  if (s.rest.size() - s.filled < std::min(direct_left_, direct_step)) room_for(s, std::min(direct_left_, direct_step));
+  return std::min(direct_left_, s.rest.size() - s.filled);
 }
 
 char* fragment_streams::room_for(stream& s, std::size_t n) {

@@ -93,14 +93,20 @@ class byte_pool;
 /// buffer (recvmsg: the rest of the fragment, then a few KiB into the read buffer for
 /// what follows it, the next fragment's head or a small frame). A stream's buffer has room for its
 /// whole body from its first fragment (a pooled buffer, byte_pool::take) and a count of the bytes
-/// filled; it is grown to cover each fragment before the fragment is written to it, which
-/// zero-fills only what a fresh buffer never held (256 KiB, just before the data lands there) and
-/// nothing in the steady state; an announced total commits no memory before its data comes. A
-/// first fragment (it carries the message's head, which is kept apart) is read whole.
+/// filled; it is grown as the data comes, at most `direct_step` bytes ahead of what was received
+/// (direct_room), which zero-fills only what a fresh buffer never held (just before the data lands
+/// there) and nothing in the steady state. So an announced total or frame length commits no
+/// memory before its data comes: a peer that announces 1 GiB and sends a few bytes costs the node
+/// a reservation of address space and the bytes it sent. A reader reads at most direct_room()
+/// bytes to direct_target() at a time, and the bytes after the data (direct_tail_bytes) only
+/// together with its last ones. A first fragment (it carries the message's head, which is kept
+/// apart) is read whole.
 /// The same checks as add() apply, when the head is read. A whole request or response frame of
 /// split_payload_bytes or more (too small to be fragmented) is read the same way once its head is
 /// in: its payload (and the fields after it) straight into a pooled buffer (start_frame).
 inline constexpr std::size_t direct_tail_bytes = std::size_t{4} << 10;
+/// How far ahead of the received data a direct read's buffer is grown (Note [direct fragment data]).
+inline constexpr std::size_t direct_step = max_read_bytes;
 
 /// The streams one connection's reader is putting together (whoever holds the reading role).
 class fragment_streams {
@@ -138,8 +144,11 @@ class fragment_streams {
   result start_frame(const char* body, std::size_t have, std::size_t n, std::uint8_t kind, byte_pool* pool);
   /// How many bytes of the started fragment are still to be read to direct_target() (0: none).
   std::size_t direct_left() const { return direct_left_; }
+  /// How many bytes may be read to direct_target() now (0 when none are left): the rest of the
+  /// data, but at most direct_step beyond the buffer's room, which it grows to that.
+  std::size_t direct_room();
   char* direct_target() { return direct_->rest.data() + direct_->filled; }
-  /// `k` (at most direct_left()) bytes were read to direct_target().
+  /// `k` (at most direct_room()) bytes were read to direct_target().
   void direct_advance(std::size_t k) {
     direct_->filled += k;
     direct_left_ -= k;
@@ -166,7 +175,8 @@ class fragment_streams {
   /// Room for `room` bytes in `s.rest` (from `pool` when there is one); false when out of memory.
   static bool reserve_room(stream& s, std::size_t room, byte_pool* pool);
   /// Takes the `here` bytes of data at `data` into `s` and makes the next `left` (after them) go
-  /// to direct_target(); `last`: the stream ends with them. Returns partial.
+  /// to direct_target(), with no room made for them yet (direct_room); `last`: the stream ends
+  /// with them. Returns partial.
   result begin_direct(stream& s, std::uint32_t id, const char* data, std::size_t here, std::size_t left, bool last);
   static void hand_over(stream& s, assembled& out);
   /// Makes `s.rest` hold at least `filled + n` bytes; where the next `n` go.

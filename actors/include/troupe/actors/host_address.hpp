@@ -34,6 +34,10 @@ bool is_wildcard_address(const std::string& host);
 /// or for the wildcard the address routing to `master_addr`. Throws as routable_address.
 std::string advertised_address(const std::string& listen_addr, const std::string& master_addr);
 
+/// The address and port of a connected IPv4 socket's peer ("10.1.2.3:4567"), for messages;
+/// "an unknown address" when the socket has none.
+std::string peer_address(int fd);
+
 /// The first host of a Slurm node list ("gpu[03-05,9],cpu1" -> "gpu03"). bad_argument when the
 /// list is empty or its brackets do not close.
 std::string first_slurm_host(const std::string& nodelist);
