@@ -33,8 +33,8 @@ class result_devices;
 ///     memory to `peer` (Note [tensor over shared memory]); the byte pool is used with or without
 ///     shm (Note [byte pool]);
 ///   * scope: the interceptor's view of this message (Note [call interceptor]);
-///   * upper: an opaque slot for a layer above RPC (the RRef layer's view of the call); RPC only
-///     carries it.
+///   * upper: an opaque slot through which a layer above RPC may hand its own context to the
+///     code it runs inside an encode or decode; RPC never reads it.
 /// A nested encode (a payload inside a payload, a served function's own calls) builds its own
 /// context, so two nodes of one process encoding on one thread never see each other's settings.
 /// A context refers to what its builder owns: it must not outlive them, and it is not copied
