@@ -27,9 +27,9 @@
 /// encode). A served function runs between its scope's enter() and leave(); the interceptor may
 /// set its own state there (distributed autograd makes the caller's context current), and it is
 /// by that state that a call the function makes knows in begin_call that it is nested: the runtime
-/// hands begin_call only the peer and the function. A value encoded outside a message (stored as
-/// an RRef's value, a payload inside a payload) has a context without a scope and is reported to
-/// no one.
+/// hands begin_call only the peer and the function. A value encoded outside a message (an RRef's
+/// stored value, bytes a function encodes itself) is reported to no one; arguments nested in a
+/// served call's are decoded with its context (reply_later::with_context) and reported as its.
 ///
 /// Threads: begin_call runs on the calling user thread; begin_serve, the argument decode, the
 /// function and the result encode on one executor thread; the response decode on the thread that
