@@ -474,7 +474,7 @@ void node::impl::start_blame(node& self) {
   if (opts.blame_after.count() <= 0) return;
   blames = std::make_shared<rpc::detail::blame_board>();
   auto ask = [&self, me = me.name](const std::string& callee, const std::string& function, std::chrono::milliseconds timeout) {
-    return self.call(callee, detail::blame_function, [&] { return rpc::encode_args<std::string, std::string>(me, function); }, timeout);
+    return self.call(callee, detail::blame_function, [&](const rpc::codec_context& ctx) { return rpc::encode_args<std::string, std::string>(ctx, me, function); }, timeout);
   };
   rpc_blame = std::make_unique<detail::rpc_watch>(me.name, recorder, blames, opts.blame_after, ask, opts.on_blame);
 }
@@ -552,7 +552,8 @@ std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::cal
 }  // namespace
 
 std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function,
-                                                    const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
+                                                    const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
+                                                    std::chrono::milliseconds timeout) {
   auto& im = *impl_;
   auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster);
   const auto seq = ++im.calls_made;
@@ -572,14 +573,20 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
   }
   std::vector<char> payload, meta;
   try {
-    detail::bulk_scope scope(detail::same_host(peer.agent.node(), im.sys->node()), im.bulk.get(), peer.agent.node());
+    const caf::node_id& node = peer.agent.node();
     // Note [rpc device map]: IPC handles only to another process of this host.
-    rpc::detail::device_scope devices(im.device_maps, to, detail::same_host_other_process(peer.agent.node(), im.sys->node()));
+    const rpc::detail::device_scope devices(im.device_maps, to, detail::same_host_other_process(node, im.sys->node()));
     st->set_result_map(rpc::invert_device_map(to, im.device_maps.of(to)));
     auto intercepted = begin_call_scope(im.interceptor->get(), to, function);
+    rpc::codec_context ctx;  // Note [codec context]
+    ctx.bulk = im.bulk.get();
+    ctx.shm = detail::same_host(node, im.sys->node());
+    ctx.peer = &node;
+    ctx.devices = &devices;
+    ctx.scope = intercepted.get();
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
-    payload = encode();
+    payload = encode(ctx);
     if (!devices.kept().empty()) st->hold_until_complete(std::move(devices.kept()));
     if (intercepted) meta = rpc::detail::guarded("take_meta", [&] { return intercepted->take_meta(); });
     st->set_scope(std::move(intercepted));

@@ -43,8 +43,10 @@ bool inside(const troupe::tensor& t, const std::vector<char>& bytes) {
 
 using troupe::rpc::detail::payload_keeper;
 
-troupe::tensor decode_one(const std::vector<char>& bytes) {
-  return std::get<0>(troupe::rpc::decode_args<troupe::tensor>(bytes, "f"));
+troupe::tensor decode_one(const std::vector<char>& bytes, const payload_keeper* keep = nullptr) {
+  troupe::rpc::codec_context ctx;
+  ctx.keeper = keep;
+  return std::get<0>(troupe::rpc::decode_args<troupe::tensor>(ctx, bytes, "f"));
 }
 
 }  // namespace
@@ -55,7 +57,7 @@ TEST_CASE("a large inline tensor read under a payload keeper views the payload a
   troupe::tensor back;
   {
     payload_keeper keep(*owner, owner);
-    back = decode_one(*owner);
+    back = decode_one(*owner, &keep);
   }
   CHECK(inside(back, *owner));
   CHECK(reinterpret_cast<std::uintptr_t>(back.data_ptr()) % 16 == 0);
@@ -75,16 +77,17 @@ TEST_CASE("without a keeper of its buffer, or when small, an inline tensor is co
   CHECK_FALSE(inside(no_keeper, big));
   CHECK(has_pattern(no_keeper, 1.0f));
   payload_keeper keep(*other, other);  // a keeper of another buffer
-  auto elsewhere = decode_one(big);
+  auto elsewhere = decode_one(big, &keep);
   CHECK_FALSE(inside(elsewhere, big));
   auto small_owner = std::make_shared<std::vector<char>>(small);
-  payload_keeper keep_small(*small_owner, small_owner);  // innermost; the outer one is still searched
-  auto tiny = decode_one(*small_owner);
+  payload_keeper keep_small(*small_owner, small_owner);
+  auto tiny = decode_one(*small_owner, &keep_small);
   CHECK_FALSE(inside(tiny, *small_owner));
   CHECK(has_pattern(tiny, 2.0f));
-  auto outer = decode_one(*other);
-  CHECK(inside(outer, *other));
-  CHECK(has_pattern(outer, 3.0f));
+  CHECK_FALSE(inside(decode_one(*other), *other));  // its keeper is not in this decode's context
+  auto viewed = decode_one(*other, &keep);
+  CHECK(inside(viewed, *other));
+  CHECK(has_pattern(viewed, 3.0f));
 }
 
 namespace {
@@ -106,20 +109,22 @@ TEST_CASE("a tensor filling less than half of its payload's buffer is copied, so
   REQUIRE(larger->capacity() == 2 * data + 1);
   {
     payload_keeper keep(*fits, fits);
-    auto t = decode_one(*fits);
+    auto t = decode_one(*fits, &keep);
     CHECK(inside(t, *fits));  // exactly half: viewed
     CHECK(has_pattern(t, 4.0f));
   }
   {
     payload_keeper keep(*larger, larger);
-    auto t = decode_one(*larger);
+    auto t = decode_one(*larger, &keep);
     CHECK_FALSE(inside(t, *larger));  // less than half (a pooled buffer four times too large, say)
     CHECK(has_pattern(t, 4.0f));
   }
   // Two tensors of one payload: neither fills half of it, both are copied.
   auto two = std::make_shared<std::vector<char>>(troupe::rpc::encode_args(pattern(1 << 18, 6.0f), pattern(1 << 18, 7.0f)));
   payload_keeper keep(*two, two);
-  auto [a, b] = troupe::rpc::decode_args<troupe::tensor, troupe::tensor>(*two, "f");
+  troupe::rpc::codec_context ctx;
+  ctx.keeper = &keep;
+  auto [a, b] = troupe::rpc::decode_args<troupe::tensor, troupe::tensor>(ctx, *two, "f");
   CHECK_FALSE(inside(a, *two));
   CHECK_FALSE(inside(b, *two));
   CHECK(has_pattern(a, 6.0f));

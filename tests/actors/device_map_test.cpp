@@ -170,15 +170,17 @@ TEST_CASE("a CUDA result comes back by the reverse map only: outside a call or w
   }
   const rpc::device_map reverse{{2, 0}};
   const std::string peer = "worker7";
-  rpc::detail::result_devices scope(reverse, peer);
+  const rpc::detail::result_devices results(reverse, peer);
+  rpc::codec_context ctx;
+  ctx.results = &results;
   {
-    rpc::detail::reader r(bytes.data(), bytes.size());
+    rpc::detail::reader r(bytes.data(), bytes.size(), ctx);
     CHECK(code_of([&] { rpc::detail::read_tensor(r); }, &msg) == errc::device_mismatch);
     CHECK_THAT(msg, Catch::Contains("cuda:5") && Catch::Contains("worker 'worker7'"));
   }
   if (cuda::device_count() == 0) {  // mapped to cuda:0, which this process lacks
     const auto mapped = result_payload(2);
-    rpc::detail::reader r(mapped.data(), mapped.size());
+    rpc::detail::reader r(mapped.data(), mapped.size(), ctx);
     CHECK(code_of([&] { rpc::detail::read_tensor(r); }, &msg) == errc::device_mismatch);
     CHECK_THAT(msg, Catch::Contains("cuda:0"));
   }

@@ -1,6 +1,6 @@
 // Multi-process tests of the call interceptor seam (Note [call interceptor]): tensors reported
 // both ways, a tensor rewritten on read, meta bytes in both directions (also through the
-// transport hook), the served scope active under a nested call, and interceptor errors.
+// transport hook), the served scope entered around a nested call, and interceptor errors.
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -29,6 +29,7 @@ std::string text_of(const std::vector<char>& b) { return {b.begin(), b.end()}; }
 // tensor it reads, and throws where the function name asks it to.
 struct test_interceptor : troupe::rpc::call_interceptor {
   std::atomic<int> written{0}, read{0}, nested_on_serve{0};
+  std::atomic<int> serving{0};  // serve scopes entered and not left (enter() / leave())
   std::mutex mutex;
   std::vector<std::string> metas_in;  // every meta an on_meta / begin_serve got
   double bump = 0;
@@ -53,6 +54,12 @@ struct test_interceptor : troupe::rpc::call_interceptor {
       return owner->bump != 0 ? troupe::add(t, owner->bump) : t;
     }
     std::vector<char> take_meta() override { return bytes_of(tag + ":" + function + "[" + got + "]"); }
+    void enter() override {
+      if (tag == "serve") ++owner->serving;
+    }
+    void leave() override {
+      if (tag == "serve") --owner->serving;
+    }
     void on_meta(const std::vector<char>& m) override {
       if (function == "bad_meta") throw troupe::error(errc::protocol_violation, "interceptor rejects the response meta");
       owner->record(text_of(m));
@@ -61,8 +68,7 @@ struct test_interceptor : troupe::rpc::call_interceptor {
 
   std::shared_ptr<troupe::rpc::call_scope> begin_call(const std::string&, const std::string& function) override {
     if (function == "bad_call") throw std::runtime_error("interceptor refuses to call");
-    auto* below = dynamic_cast<scope*>(troupe::rpc::active_scope());
-    if (below && below->tag == "serve") ++nested_on_serve;
+    if (serving > 0) ++nested_on_serve;  // begun while a served function runs
     return std::make_shared<scope>(this, "call", function, "");
   }
   std::shared_ptr<troupe::rpc::call_scope> begin_serve(const std::string&, const std::string& function,
@@ -94,10 +100,10 @@ void serving_child(troupe::test::port_pipe& pipe) {
   n.set_interceptor(ic);
   n.functions().add("pair", [](tensor a, std::vector<tensor> b) { return std::make_tuple(a, troupe::add(b.at(0), b.at(1))); });
   for (const char* f : {"identity", "bad_serve", "bad_read", "bad_meta"}) n.functions().add(f, [](tensor a) { return a; });
-  n.functions().add("nested", [&n](int x) {
-    const bool served = dynamic_cast<test_interceptor::scope*>(troupe::rpc::active_scope()) != nullptr;
+  n.functions().add("nested", [&n, ic](int x) {
+    const bool served = ic->serving == 1;
     const int twice = troupe::rpc_sync<int>(n, "worker0", "twice", x, 5s);
-    const bool still = dynamic_cast<test_interceptor::scope*>(troupe::rpc::active_scope()) != nullptr;
+    const bool still = ic->serving == 1;
     return std::make_tuple(served && still, twice);
   });
   n.functions().add("stats", [ic, hook] {
@@ -178,7 +184,7 @@ TEST_CASE("a tensor the interceptor rewrites on read is what the function and th
   });
 }
 
-TEST_CASE("a served function runs with its serve scope active and its nested call begins on top of it", "[actors][rpc][interceptor]") {
+TEST_CASE("a served function runs with its serve scope entered and its nested call begins inside it", "[actors][rpc][interceptor]") {
   with_child([](troupe::node& n) {
     auto ic = std::make_shared<test_interceptor>();
     n.set_interceptor(ic);
@@ -187,10 +193,10 @@ TEST_CASE("a served function runs with its serve scope active and its nested cal
     CHECK(twice == 42);
     n.set_interceptor(nullptr);
     const auto s = troupe::rpc_sync<stats_t>(n, "worker1", "stats", 5s);
-    CHECK(std::get<2>(s) == 1);  // worker1's begin_call found its serve scope of 'nested' below
+    CHECK(std::get<2>(s) == 1);  // worker1's begin_call ran while its serve scope of 'nested' was entered
     // worker0 served 'twice' with the meta of worker1's call scope, then got nested's answer.
     CHECK(ic->metas() == std::vector<std::string>{"call:twice[]", "serve:nested[call:nested[]]"});
-    CHECK(troupe::rpc::active_scope() == nullptr);
+    CHECK(ic->serving == 0);  // worker0 left the serve scope of 'twice'
   });
 }
 
@@ -210,7 +216,7 @@ TEST_CASE("an exception thrown by the interceptor fails that call with its text 
     CHECK(code_of([&] { f.get(); }, &text) == errc::protocol_violation);
     CHECK_THAT(text, Catch::Contains("rejects the response meta"));
     CHECK(code_of([&] { f.get(); }) == errc::protocol_violation);  // the same failure, not a second decode
-    CHECK(troupe::rpc::active_scope() == nullptr);  // every failure popped its scope
+    CHECK(ic->serving == 0);  // no failure left a scope entered
     CHECK(troupe::rpc_sync<tensor>(n, "worker1", "identity", t, 5s).data<float>()[1] == 2.0f);
   });
 }

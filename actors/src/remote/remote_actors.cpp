@@ -17,8 +17,30 @@
 #include "rpc/direct_channel.hpp"
 #include "rpc/wire.hpp"
 #include "troupe/actors/error_caf.hpp"
+#include "troupe/actors/remote_actor.hpp"
 
 namespace troupe::detail {
+
+namespace {
+// CAF's serialization context (the system, our proxy registry) and the codec context of the
+// message being written (Note [codec context]); built on the stack per message.
+class codec_unit final : public caf::scoped_execution_unit {
+ public:
+  codec_unit(caf::scoped_execution_unit& base, const rpc::codec_context& codec)
+      : caf::scoped_execution_unit(&base.system()), codec_(codec) {
+    proxy_registry_ptr(base.proxy_registry_ptr());
+  }
+  const rpc::codec_context& codec() const { return codec_; }
+
+ private:
+  const rpc::codec_context& codec_;
+};
+}  // namespace
+
+const rpc::codec_context& actor_codec_context(caf::execution_unit* unit) {
+  const auto* u = dynamic_cast<const codec_unit*>(unit);
+  return u ? u->codec() : rpc::plain_context;
+}
 
 remote_actors::remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<direct_channel> channel, std::shared_ptr<bulk_names> bulk,
                              resolver resolve)
@@ -93,8 +115,12 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
   std::vector<char> frame(frame_header_size);
   caf::error err;
   {
-    bulk_scope scope(same_host(to, sys_.node()), bulk_.get(), to);
-    caf::binary_serializer sink{&ctx_, frame};
+    rpc::codec_context codec;  // tensors go the way of `to` (Note [codec context])
+    codec.bulk = bulk_.get();
+    codec.shm = same_host(to, sys_.node());
+    codec.peer = &to;
+    codec_unit unit(ctx_, codec);
+    caf::binary_serializer sink{&unit, frame};
     std::uint64_t m = mid.integer_value();
     err = sink(from, dest, m, content);
   }

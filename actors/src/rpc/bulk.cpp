@@ -19,9 +19,6 @@ namespace troupe::detail {
 
 namespace {
 
-thread_local bool tl_enabled = false;
-thread_local bulk_names* tl_names = nullptr;
-thread_local caf::node_id tl_peer;
 std::atomic<std::uint64_t> counter{0};
 constexpr std::size_t max_claimed = 1 << 16;  // tickets remembered against duplicated frames
 constexpr std::uint32_t pin_slots = 4096;     // shared tensors in flight per node
@@ -88,10 +85,6 @@ int open_peer_memfd(const std::string& name, int pid, int fd) {
   }
   return f;
 }
-
-bulk_names* active_bulk_names() { return tl_enabled ? tl_names : nullptr; }
-byte_pool* active_byte_pool() { return tl_names ? &tl_names->buffers() : nullptr; }
-const caf::node_id& active_bulk_peer() { return tl_peer; }
 
 segment_table& table() {
   static auto* t = new segment_table();  // leaked: decoders may run during static destruction
@@ -372,19 +365,6 @@ bulk_segment* bulk_names::acquire(const std::string& peer, std::size_t nbytes) {
   }
   header_of(found->map->base)->gen.store(++found->gen, std::memory_order_release);
   return found;
-}
-
-bulk_scope::bulk_scope(bool enabled, bulk_names* names, caf::node_id peer)
-    : prev_enabled_(tl_enabled), prev_names_(tl_names), prev_peer_(std::move(tl_peer)) {
-  tl_enabled = enabled;
-  tl_names = names;
-  tl_peer = std::move(peer);
-}
-
-bulk_scope::~bulk_scope() {
-  tl_enabled = prev_enabled_;
-  tl_names = prev_names_;
-  tl_peer = std::move(prev_peer_);
 }
 
 bool same_host(const caf::node_id& a, const caf::node_id& b) {

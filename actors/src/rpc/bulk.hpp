@@ -3,8 +3,9 @@
 // connection (CAF-0.17-NOTES pitfall 8: one TCP connection per node pair, head-of-line blocking).
 //
 // Note [tensor over shared memory]
-// While a node encodes a payload for a peer on the same host (same CAF host id), a bulk_scope
-// is active on the encoding thread. write_tensor then sends every tensor of at least
+// When a node encodes a payload for a peer on the same host (same CAF host id), the codec
+// context it builds names its bulk_names, the peer and `shm` (Note [codec context] in
+// troupe/actors/rpc/codec_context.hpp). write_tensor then sends every tensor of at least
 // `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1): the owner's
 // pid, the segment's memfd number in the owner, its name, generation, the tensor's byte offset
 // in it and a one-use ticket. Segments are anonymous memfds, never names in /dev/shm: a peer
@@ -184,27 +185,8 @@ class bulk_names {
   cuda_ipc_cache ipc_;
 };
 
-/// The byte pool of the node whose bulk_scope is active on this thread, enabled or not (null
-/// outside one): Note [byte pool].
-byte_pool* active_byte_pool();
-
 /// Whether this process can open `p` (another process's probe) like a segment. Never throws.
 bool can_open_probe(const shm_probe& p);
-
-/// Makes write_tensor use shared memory on this thread while alive (nested scopes restore).
-/// `peer` is the node the payload goes to (segments are pooled per peer).
-class bulk_scope {
- public:
-  bulk_scope(bool enabled, bulk_names* names, caf::node_id peer = {});
-  ~bulk_scope();
-  bulk_scope(const bulk_scope&) = delete;
-  bulk_scope& operator=(const bulk_scope&) = delete;
-
- private:
-  bool prev_enabled_;
-  bulk_names* prev_names_;
-  caf::node_id prev_peer_;
-};
 
 /// Whether two CAF nodes run on the same host.
 bool same_host(const caf::node_id& a, const caf::node_id& b);

@@ -41,9 +41,8 @@ struct seg_ref {
 
 namespace {
 
-std::string peer_key() {
-  const auto& p = d::active_bulk_peer();
-  return p ? caf::to_string(p) : std::string();
+std::string peer_key(const codec_context& ctx) {
+  return ctx.peer && *ctx.peer ? caf::to_string(*ctx.peer) : std::string();
 }
 
 // Whether `s` was shared by share_memory_() (shm_tensor.cpp tags such storages "fd:" / "fs:").
@@ -58,7 +57,7 @@ bool write_tensor_shared(writer& w, const tensor& h, d::bulk_names& names) {
   if (!provider_shared(*h.storage())) return false;
   const shm_handle sh = shared_handle_of(h);
   d::bulk_names::pin_ref pin;
-  if (!names.pin(peer_key(), h.storage(), pin)) return false;
+  if (!names.pin(peer_key(w.context()), h.storage(), pin)) return false;
   d::table().add_own_shared(sh.name, h.storage());
   w.pod(std::uint8_t{2});  // kind 2: a shared tensor's handle
   w.pod(std::uint8_t{1});  // defined
@@ -80,8 +79,9 @@ bool write_tensor_shared(writer& w, const tensor& h, d::bulk_names& names) {
 
 bool write_tensor_bulk(writer& w, const tensor& h) {
   const std::size_t nbytes = h.nbytes();
-  d::bulk_names* names = d::active_bulk_names();
-  if (!names || nbytes < d::bulk_threshold || !names->reachable(peer_key())) return false;  // Note [shm reachability]
+  const codec_context& ctx = w.context();
+  d::bulk_names* names = ctx.shm ? ctx.bulk : nullptr;
+  if (!names || nbytes < d::bulk_threshold || !names->reachable(peer_key(ctx))) return false;  // Note [shm reachability]
   if (write_tensor_shared(w, h, *names)) return true;  // kind 2: a share_memory_() tensor's handle
   seg_ref ref;
   if (const seg_view* v = view_of(*h.storage())) {  // already a segment: one more reference, no copy
@@ -91,7 +91,7 @@ bool write_tensor_bulk(writer& w, const tensor& h) {
            static_cast<std::uint64_t>(static_cast<const char*>(h.data_ptr()) - static_cast<const char*>(v->map->base)) -
                d::header_bytes};
   } else {
-    d::bulk_segment* seg = names->acquire(peer_key(), nbytes);
+    d::bulk_segment* seg = names->acquire(peer_key(ctx), nbytes);
     if (!seg) return false;  // pool closed or no segment: inline bytes
     std::memcpy(static_cast<char*>(seg->map->base) + d::header_bytes, h.data_ptr(), nbytes);
     ref = {seg->map.get(), seg->gen, 0};

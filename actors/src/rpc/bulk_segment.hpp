@@ -88,10 +88,6 @@ std::shared_ptr<seg_mapping> create_memfd_mapping(const std::string& name, std::
 /// opened, protocol_violation when it is another file.
 int open_peer_memfd(const std::string& name, int pid, int fd);
 
-/// The node and peer of this thread's bulk_scope (null / empty outside one or when disabled).
-bulk_names* active_bulk_names();
-const caf::node_id& active_bulk_peer();
-
 /// Every segment this process maps: its own (weakly: the pool and tensors hold them), peers'
 /// (an LRU bounded by bulk_cache_limit) and peers' pin segments, plus the tickets claimed.
 class segment_table {

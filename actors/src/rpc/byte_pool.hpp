@@ -10,8 +10,9 @@
 // (rpc_bench --no-shm counts the page faults). The node keeps the buffers of large payloads it is
 // done with and hands them out again:
 //
-//   taken: the codec's writer growing a payload by a large block (encode, under the node's bulk
-//          scope), and the direct channel parsing a large request or response frame;
+//   taken: the codec's writer growing a payload by a large block (an encode whose codec context
+//          names the node's bulk_names), and the direct channel parsing a large request or
+//          response frame;
 //   given: the direct channel once a request or response is written, a served request once its
 //          jobs are done, a call's state when it dies (its response payload).
 //

@@ -42,8 +42,8 @@ tensor contiguous_view(std::shared_ptr<storage> s, const shape_t& sizes, troupe:
   return tensor(std::move(impl));
 }
 
-void reserve_from_pool(std::vector<char>& out, std::size_t need) {
-  if (auto* pool = troupe::detail::active_byte_pool()) pool->reserve(out, need);
+void reserve_from_pool(const codec_context& ctx, std::vector<char>& out, std::size_t need) {
+  if (ctx.bulk) ctx.bulk->buffers().reserve(out, need);
 }
 
 std::string demangle(const char* mangled) {
@@ -93,8 +93,9 @@ void write_cuda_tensor(writer& w, const tensor& t, const device_scope& d) {
 // Note [call interceptor]: only defined tensors are reported, on both sides, so the n-th tensor
 // written is the n-th tensor read.
 void write_tensor(writer& w, const tensor& t) {
+  const codec_context& ctx = w.context();
   if (t.defined())
-    if (auto* s = active_scope()) guarded("on_tensor_written", [&] { s->on_tensor_written(t); });
+    if (auto* s = ctx.scope) guarded("on_tensor_written", [&] { s->on_tensor_written(t); });
   if (!t.defined()) {
     w.pod(std::uint8_t{0});  // kind
     w.pod(std::uint8_t{0});  // not defined
@@ -103,15 +104,13 @@ void write_tensor(writer& w, const tensor& t) {
   // A large copy ahead: a leading executor thread running quick jobs hands the lead off first.
   if (t.nbytes() >= long_copy_bytes) troupe::detail::long_work_ahead();
   if (t.device().is_cuda())
-    if (const auto* d = device_scope::active()) return write_cuda_tensor(w, t, *d);
+    if (const auto* d = ctx.devices) return write_cuda_tensor(w, t, *d);
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();
   if (write_tensor_bulk(w, h)) return;  // kind 1 or 2: a shared-memory segment's handle
   write_inline(w, h, 0, -1);            // kind 0: inline bytes
 }
 
 namespace {
-thread_local const payload_keeper* tls_keeper = nullptr;
-
 // A tensor viewing `n` bytes at `p` of a keeper's buffer; its storage holds the buffer's owner.
 tensor adopt_bytes(const payload_keeper& k, const char* p, std::size_t n, const shape_t& sizes, troupe::dtype dt) {
   auto* keep = new std::shared_ptr<const void>(k.owner());
@@ -120,36 +119,7 @@ tensor adopt_bytes(const payload_keeper& k, const char* p, std::size_t n, const 
 }
 }  // namespace
 
-payload_keeper::payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner)
-    : begin_(bytes.data()), end_(bytes.data() + bytes.size()), capacity_(bytes.capacity()), owner_(std::move(owner)), outer_(tls_keeper) {
-  tls_keeper = this;
-}
-
-payload_keeper::~payload_keeper() { tls_keeper = outer_; }
-
-const payload_keeper* payload_keeper::holding(const char* p, std::size_t n) {
-  for (const payload_keeper* k = tls_keeper; k; k = k->outer_)
-    if (k->owner_ && k->begin_ && p >= k->begin_ && p <= k->end_ && n <= static_cast<std::size_t>(k->end_ - p)) return k;
-  return nullptr;
-}
-
-namespace {
-thread_local const result_devices* tls_results = nullptr;
-}  // namespace
-
-result_devices::result_devices(const std::map<int, int>& reverse, const std::string& peer)
-    : reverse_(reverse), peer_(peer), outer_(tls_results) {
-  tls_results = this;
-}
-
-result_devices::~result_devices() { tls_results = outer_; }
-
-troupe::device result_devices::local_of(int remote) {
-  if (!tls_results)
-    throw error(errc::device_mismatch, "a CUDA tensor from cuda:" + std::to_string(remote) +
-                                           " of its sender arrived outside a call's result (no device map to place it by)");
-  return result_device(tls_results->peer_, tls_results->reverse_, remote);
-}
+troupe::device result_devices::local_of(int remote) const { return result_device(peer_, reverse_, remote); }
 
 void check_device_present(const shape_t& sizes, std::int32_t index) {
   const int visible = cuda::device_count();
@@ -196,9 +166,10 @@ tensor read_tensor_body(reader& r, std::uint8_t kind, std::int32_t device = -1) 
   if (kind == 1) return read_tensor_bulk(r, sizes, type, nbytes);    // a view of a segment: no copy
   if (kind == 2) return read_tensor_shared(r, sizes, type, nbytes);  // a share_memory_() tensor, mapped
   if (kind == 5) {  // Note [rpc device map]: by IPC handle, opened in the node's cache of that peer
-    auto* names = troupe::detail::active_bulk_names();
+    const codec_context& ctx = r.context();
+    auto* names = ctx.shm ? ctx.bulk : nullptr;
     return read_tensor_ipc(r, sizes, type, nbytes, device, names ? &names->ipc() : nullptr,
-                           caf::to_string(troupe::detail::active_bulk_peer()));
+                           caf::to_string(ctx.peer ? *ctx.peer : caf::node_id{}));
   }
   std::uint8_t pad = 0;
   r.pod(pad);
@@ -206,7 +177,7 @@ tensor read_tensor_body(reader& r, std::uint8_t kind, std::int32_t device = -1) 
   r.skip(pad);
   if (nbytes > r.left()) throw error(errc::protocol_violation, "an rpc tensor of " + std::to_string(nbytes) + " bytes is cut short");
   if (nbytes >= adopt_min_bytes && reinterpret_cast<std::uintptr_t>(r.pos()) % 16 == 0)  // Note [adopted payload]
-    if (const auto* k = payload_keeper::holding(r.pos(), nbytes); k && nbytes * 2 >= k->capacity()) {
+    if (const auto* k = r.context().keeper; k && k->holds(r.pos(), nbytes) && nbytes * 2 >= k->capacity()) {
       tensor t = adopt_bytes(*k, r.pos(), nbytes, sizes, type);
       r.skip(nbytes);
       return t;
@@ -227,7 +198,11 @@ tensor read_tensor_bytes(reader& r) {
   r.pod(index);
   if (kind == 5) return read_tensor_body(r, kind, index);
   if (kind == 4) {  // a result: its device is the sender's; the reverse map says which is ours
-    const std::int32_t local = result_devices::local_of(index).index;
+    const result_devices* results = r.context().results;
+    if (!results)
+      throw error(errc::device_mismatch, "a CUDA tensor from cuda:" + std::to_string(index) +
+                                             " of its sender arrived outside a call's result (no device map to place it by)");
+    const std::int32_t local = results->local_of(index).index;
     return to_mapped_device(read_tensor_body(r, 0), local);
   }
   return to_mapped_device(read_tensor_body(r, 0), index);
@@ -238,7 +213,7 @@ tensor read_tensor_bytes(reader& r) {
 tensor read_tensor(reader& r) {
   tensor t = read_tensor_bytes(r);
   if (t.defined())
-    if (auto* s = active_scope()) return guarded("on_tensor_read", [&] { return s->on_tensor_read(std::move(t)); });
+    if (auto* s = r.context().scope) return guarded("on_tensor_read", [&] { return s->on_tensor_read(std::move(t)); });
   return t;
 }
 

@@ -65,17 +65,7 @@ device_map device_maps::of(const std::string& peer) const {
 }
 
 namespace detail {
-namespace {
-thread_local const device_scope* tls_scope = nullptr;
-}  // namespace
-
-device_scope::device_scope(const device_maps& maps, std::string peer, bool ipc)
-    : maps_(&maps), peer_(std::move(peer)), ipc_(ipc), outer_(tls_scope) {
-  tls_scope = this;
-}
-device_scope::device_scope() : outer_(tls_scope) { tls_scope = this; }
-device_scope::~device_scope() { tls_scope = outer_; }
-const device_scope* device_scope::active() { return tls_scope; }
+device_scope::device_scope(const device_maps& maps, std::string peer, bool ipc) : maps_(&maps), peer_(std::move(peer)), ipc_(ipc) {}
 }  // namespace detail
 
 }  // namespace troupe::rpc

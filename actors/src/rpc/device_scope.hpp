@@ -1,5 +1,5 @@
 #pragma once
-// The device map of the call being encoded on this thread (Note [rpc device map]).
+// How a call's CUDA tensors are written (Note [rpc device map]); a codec_context points to it.
 
 #include <memory>
 #include <string>
@@ -9,8 +9,8 @@
 
 namespace troupe::rpc::detail {
 
-/// While alive, write_tensor sends CUDA tensors by the rules of this scope (nested scopes
-/// restore the outer one). Outside a scope CUDA tensors are staged as CPU tensors (kind 0).
+/// When a codec context points to it, write_tensor sends CUDA tensors by its rules. Without one
+/// CUDA tensors are staged as CPU tensors (kind 0).
 class device_scope {
  public:
   /// A call to `peer`: CUDA tensors go to the devices `maps` gives (kind 3, staged), or by IPC
@@ -18,13 +18,10 @@ class device_scope {
   device_scope(const device_maps& maps, std::string peer, bool ipc);
   /// A served call's answer: CUDA tensors go staged with their own device index (kind 4); the
   /// caller puts them on its device by the reverse of its map.
-  device_scope();
-  ~device_scope();
+  device_scope() = default;
   device_scope(const device_scope&) = delete;
   device_scope& operator=(const device_scope&) = delete;
 
-  /// The scope active on this thread; null outside one.
-  static const device_scope* active();
   /// Whether this scope encodes an answer (kind 4) rather than a call.
   bool answering() const { return maps_ == nullptr; }
   /// Whether CUDA tensors may go by IPC handle.
@@ -43,7 +40,6 @@ class device_scope {
   std::string peer_;
   bool ipc_ = false;
   mutable std::vector<std::shared_ptr<const void>> kept_;
-  const device_scope* outer_;
 };
 
 }  // namespace troupe::rpc::detail

@@ -154,7 +154,7 @@ void call_state::set_scope(std::shared_ptr<call_scope> scope) {
   intercepted_ = scope_ != nullptr;
 }
 
-std::shared_ptr<void> call_state::decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&)>& decode) {
+std::shared_ptr<void> call_state::decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&, call_scope*)>& decode) {
   std::lock_guard<std::mutex> lock(decode_mutex_);
   if (!decoded_) {
     decoded_ = true;
@@ -162,7 +162,7 @@ std::shared_ptr<void> call_state::decode_once(const std::function<std::shared_pt
       std::optional<scope_guard> active;
       guarded("enter", [&] { active.emplace(scope_.get()); });
       guarded("on_meta", [&] { scope_->on_meta(meta_); });
-      decoded_value_ = decode(shared_payload_ ? *shared_payload_ : payload_);
+      decoded_value_ = decode(shared_payload_ ? *shared_payload_ : payload_, scope_.get());
     } catch (...) {
       decode_error_ = std::current_exception();
     }

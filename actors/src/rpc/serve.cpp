@@ -6,13 +6,13 @@
 // then sends nothing; whoever holds the handle answers once, from any thread:
 //
 //   executor: fn(args) --defer()--> handle; return deferred{}     (no response yet)
-//   any thread: handle.complete(v) --[bulk scope + caller scope + serve scope]--> encode --> respond
+//   any thread: handle.complete(v) --[codec context + caller scope + serve scope entered]--> encode --> respond
 //   last handle dropped unanswered --> respond(invalid_state "dropped its deferred reply")
 //
-// The encode runs under the same scopes the immediate path uses (same-host bulk tensors, the
-// rref caller, the interceptor's serve scope, which is pushed again on the completing thread), so
-// a deferred result is indistinguishable from an immediate one for the caller and the
-// interceptor. If the function throws after defer(), the exception answers the call and the
+// The encode runs under a codec context like the immediate path's (same-host bulk tensors, CUDA
+// results with their device, the interceptor's serve scope, entered again on the completing
+// thread; Note [codec context]) and the rref caller, so a deferred result is indistinguishable
+// from an immediate one for the caller and the interceptor. If the function throws after defer(), the exception answers the call and the
 // handle's later answers are ignored. The caller's deadline still bounds its wait.
 #include "rpc/serve.hpp"
 
@@ -29,6 +29,18 @@
 namespace troupe::detail {
 
 namespace {
+
+// The codec context of a served call to `to` (Note [codec context]): its answer's CUDA tensors
+// keep their device (`answer`), tensors go over shared memory to a same-host caller.
+rpc::codec_context served_context(const serve_target& to, const rpc::detail::device_scope& answer, rpc::call_scope* scope) {
+  rpc::codec_context ctx;
+  ctx.bulk = to.bulk.get();
+  ctx.shm = to.same_host;
+  ctx.peer = &to.node;
+  ctx.devices = &answer;
+  ctx.scope = scope;
+  return ctx;
+}
 
 // Everything a served call needs to answer, immediately or later (`req` without its payload).
 struct serve_context {
@@ -47,16 +59,16 @@ class deferred_reply final : public rpc::reply_later {
     fail(errc::invalid_state, "function '" + ctx_->function + "' on worker " + ctx_->me + " dropped its deferred reply");
   }
 
-  void complete_encoded(const std::function<std::vector<char>()>& encode) override {
+  void complete_encoded(const std::function<std::vector<char>(const rpc::codec_context&)>& encode) override {
     if (answered_.exchange(true)) return;
     rpc_response resp{ctx_->req.id, 0, {}, {}, {}};
     try {
-      bulk_scope bulk(ctx_->to.same_host, ctx_->to.bulk.get(), ctx_->to.node);
-      rpc::detail::device_scope answer;  // CUDA results keep their device (Note [rpc device map])
+      const rpc::detail::device_scope answer;  // CUDA results keep their device (Note [rpc device map])
+      const rpc::codec_context codec = served_context(ctx_->to, answer, ctx_->scope.get());
       rref_detail::caller_scope caller(ctx_->req.caller);
       std::optional<rpc::scope_guard> active;
       rpc::detail::guarded("enter", [&] { active.emplace(ctx_->scope.get()); });
-      resp.payload = encode();
+      resp.payload = encode(codec);
       if (ctx_->scope) resp.meta = rpc::detail::guarded("take_meta", [&] { return ctx_->scope->take_meta(); });
     } catch (const std::exception& e) {
       resp = rpc_response{ctx_->req.id, static_cast<std::uint8_t>(errc::remote_exception),
@@ -65,6 +77,11 @@ class deferred_reply final : public rpc::reply_later {
                           {}, {}};
     }
     ctx_->respond(std::move(resp));
+  }
+
+  void with_context(const std::function<void(const rpc::codec_context&)>& fn) const override {
+    const rpc::detail::device_scope answer;
+    fn(served_context(ctx_->to, answer, ctx_->scope.get()));
   }
 
   void fail(errc code, const std::string& message) override {
@@ -105,7 +122,8 @@ struct deferral_point {
 };
 thread_local deferral_point* tls_point = nullptr;
 
-rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, flight_recorder* rec) {
+rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, flight_recorder* rec,
+                          const rpc::codec_context& codec) {
   trace_scope traced(rec, trace_kind::rpc_serve, fn.name, req.id, req.caller);
   rpc_response resp;
   resp.id = req.id;
@@ -116,7 +134,7 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
                            : text + " (on worker " + me + ")";
   };
   try {
-    resp.payload = fn.invoke(req.payload, [&] { started = true; });
+    resp.payload = fn.invoke(codec, req.payload, [&] { started = true; });
   } catch (const rpc::detail::interceptor_failure& e) {
     resp.code = static_cast<std::uint8_t>(errc::remote_exception);
     resp.message = "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message();
@@ -136,10 +154,10 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
 
 // Runs the function with this thread's deferral point set; answers unless the function deferred
 // (Note [deferred reply]).
-void run_and_answer(deferral_point& point, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
+void run_and_answer(deferral_point& point, const rpc::codec_context& codec, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
   deferral_point* previous = tls_point;
   tls_point = &point;
-  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder);
+  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder, codec);
   tls_point = previous;
   if (point.deferred) {
     if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as the caller's `point` goes)
@@ -153,28 +171,36 @@ rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
   return resp;
 }
 
-}  // namespace
-
-void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
-               rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
-  bulk_scope bulk(to.same_host, to.bulk.get(), to.node);  // the result may go through shared memory
-  rpc::detail::device_scope answer;                       // CUDA results keep their device (Note [rpc device map])
-  rref_detail::caller_scope caller(req.caller);            // RRefs in the result know where they go
+// serve_job; inline tensors of the request may view its payload when `keep` is set.
+void serve_keeping(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
+                   rpc::call_interceptor* ic, const rpc::detail::payload_keeper* keep, std::function<void(rpc_response)> respond) {
+  const rpc::detail::device_scope answer;        // CUDA results keep their device (Note [rpc device map])
+  rref_detail::caller_scope caller(req.caller);  // RRefs in the result know where they go
   std::shared_ptr<rpc::call_scope> scope;
   deferral_point point{&fn, &req, &me, &to, &scope, &respond, {}, {}, false};
+  rpc::codec_context codec = served_context(to, answer, nullptr);  // the result may go through shared memory
+  codec.keeper = keep;
   if (!ic) {
-    run_and_answer(point, [](rpc_response r, rpc::call_scope*) { return r; });
+    run_and_answer(point, codec, [](rpc_response r, rpc::call_scope*) { return r; });
     return;
   }
   try {
     scope = rpc::detail::guarded("begin_serve", [&] { return ic->begin_serve(req.caller, req.function, req.meta); });
+    codec.scope = scope.get();
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(scope.get()); });
-    run_and_answer(point, &with_meta);
+    run_and_answer(point, codec, &with_meta);
   } catch (const rpc::detail::interceptor_failure& e) {
     respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
                               "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}});
   }
+}
+
+}  // namespace
+
+void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
+               rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
+  serve_keeping(fn, req, me, to, ic, nullptr, std::move(respond));
 }
 
 void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt, const std::string& me, const serve_target& to,
@@ -190,7 +216,7 @@ void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt,
       });
       keep.emplace(req.payload, holder);
     }
-    serve_job(fn, req, me, to, ic, std::move(respond));
+    serve_keeping(fn, req, me, to, ic, keep ? &*keep : nullptr, std::move(respond));
   }
   if (holder && holder.use_count() > 1) *holder = std::move(req.payload);
 }

@@ -23,8 +23,8 @@ struct serve_target {
   flight_recorder* recorder = nullptr;  ///< the node's (Note [flight recorder]); records the serve
 };
 
-/// Decodes, runs and encodes one call with the caller's name as rref current_caller(), the bulk
-/// scope of `to`, and the interceptor's serve scope (Note [call interceptor]), and hands the
+/// Decodes, runs and encodes one call with the caller's name as rref current_caller(), under a
+/// codec context for `to` with the interceptor's serve scope (Note [codec context]), and hands the
 /// response to `respond` — at once, or later from the thread that completes a deferred reply
 /// (Note [deferred reply]). Never throws: every failure becomes the response's code
 /// (bad_argument, remote_exception, ...).

@@ -70,7 +70,7 @@ void rref_context::shutdown(std::chrono::milliseconds timeout) {
 }
 
 std::shared_ptr<rref_detail::handle> rref_context::remote(const std::string& to, const std::string& function,
-                                                          const std::function<std::vector<char>()>& encode,
+                                                          const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
                                                           std::chrono::milliseconds timeout) {
   return rref_detail::start_remote(*impl_, to, function, encode, timeout);
 }
@@ -125,9 +125,8 @@ void rref_context::with_held(const rref_id& id, std::chrono::milliseconds timeou
 void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
   with_held(id, timeout, [&](std::shared_ptr<const rpc::held_value>& v) {
     std::vector<char> bytes = [&] {
-      rpc::hide_scope hide;  // the stored value is not part of any message
       rref_detail::storing_scope storing;
-      return v->encode();
+      return v->encode(rpc::plain_context);  // the stored value is not part of any message
     }();
     auto before = bytes;
     fn(bytes);

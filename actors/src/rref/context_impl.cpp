@@ -195,9 +195,9 @@ void context_impl::publish(const rref_id& id, std::shared_ptr<const published_va
 void answer_fetch(rpc::reply_later& reply, const published_value& v) {
   if (v.code != 0) return reply.fail(static_cast<errc>(v.code), v.message);
   const auto& value = v.value;
-  reply.complete_encoded([&value] {
+  reply.complete_encoded([&value](const rpc::codec_context& ctx) {
     storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
-    return value->encode();
+    return value->encode(ctx);
   });
 }
 

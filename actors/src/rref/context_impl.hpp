@@ -187,7 +187,7 @@ void serve_data_path(context_impl& c);
 /// Starts remote(): calls `function` on `to` and returns the handle of the rref it creates
 /// (remote.cpp).
 std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, const std::string& function,
-                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
+                                     const std::function<std::vector<char>(const rpc::codec_context&)>& encode, std::chrono::milliseconds timeout);
 
 class context_impl : public std::enable_shared_from_this<context_impl> {
  public:

@@ -53,8 +53,8 @@ std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono
   // round trip beyond the function; a dead owner fails it with peer_lost within the runtime's bound.
   std::shared_ptr<rpc::detail::call_state> st;
   try {
-    st = c.n_->call(h.owner, "troupe.rref.fetch", [&] {
-      return rpc::encode_args<std::vector<char>>(rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_}));
+    st = c.n_->call(h.owner, "troupe.rref.fetch", [&](const rpc::codec_context& ctx) {
+      return rpc::encode_args<std::vector<char>>(ctx, rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_}));
     }, timeout);
     // Blocks until answered, bounded by the call's deadline. The withheld remote_call answer came
     // with the value (read already); its continuation, the creator fork's remote_done, waits for
@@ -88,7 +88,7 @@ rref_msg::held_ptr held_here(const handle& h, std::chrono::milliseconds timeout,
 }
 
 std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, const std::string& function,
-                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout) {
+                                     const std::function<std::vector<char>(const rpc::codec_context&)>& encode, std::chrono::milliseconds timeout) {
   auto h = std::make_shared<handle>();
   h->ctx = c.shared_from_this();
   h->owner = to;
@@ -120,8 +120,8 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
   std::shared_ptr<rpc::detail::call_state> st;
   try {
     // The args are encoded inside node::call, so the call's interceptor scope sees their tensors.
-    st = c.n_->call(to, "troupe.rref.remote_call", [&] {
-      return rpc::encode_args<std::vector<char>>(rref_msg::to_bytes(*c.sys_, rref_msg::remote_call{h->id, h->fork, function, encode()}));
+    st = c.n_->call(to, "troupe.rref.remote_call", [&](const rpc::codec_context& ctx) {
+      return rpc::encode_args<std::vector<char>>(ctx, rref_msg::to_bytes(*c.sys_, rref_msg::remote_call{h->id, h->fork, function, encode(ctx)}));
     }, timeout);
   } catch (const error& e) {
     const bool peer = e.code() == errc::peer_lost || e.code() == errc::timeout;

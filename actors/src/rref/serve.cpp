@@ -71,7 +71,8 @@ void run_remote(context_impl& c, rref_msg::remote_call& m, std::shared_ptr<rpc::
     v.message = "remote() of '" + m.function + "' for rref " + m.id.str() + ": worker " + c.me_ + " has no such function";
   } else {
     try {
-      v.value = fn->invoke_held(m.args, [] {});
+      // The args travel nested in the call's: decoded under the served call's codec context.
+      accept->with_context([&](const rpc::codec_context& ctx) { v.value = fn->invoke_held(ctx, m.args, [] {}); });
     } catch (const error& e) {
       v.code = static_cast<std::int32_t>(e.code() == errc::bad_argument ? errc::bad_argument : errc::remote_exception);
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();

@@ -134,14 +134,14 @@ class node {
   /// Thread-safe; calls already encoded keep the scopes they began with.
   void set_interceptor(std::shared_ptr<rpc::call_interceptor> interceptor);
 
-  /// Sends a call to worker `to` (by name); `encode` produces the payload once the peer is known
-  /// (so large tensors to a same-host peer go through shared memory). The future completes by
-  /// `timeout` at the latest. Blocks only to resolve a peer the first time (store lookup +
-  /// connect + hello). With an interceptor, `encode` runs under the call's scope and the scope's
-  /// meta travels with the request (Note [call interceptor]). Used by rpc_sync/rpc_async
-  /// (rpc/api.hpp). Errors arrive through the state.
+  /// Sends a call to worker `to` (by name); `encode(ctx)` produces the payload once the peer is
+  /// known, under the call's codec context (so large tensors to a same-host peer go through shared
+  /// memory, Note [codec context]). The future completes by `timeout` at the latest. Blocks only to
+  /// resolve a peer the first time (store lookup + connect + hello). With an interceptor, the
+  /// context holds the call's scope and the scope's meta travels with the request (Note [call
+  /// interceptor]). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
   std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
-                                                const std::function<std::vector<char>()>& encode,
+                                                const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
                                                 std::chrono::milliseconds timeout);
 
   /// Ends the node (see shutdown_mode). Blocks up to `timeout` (graceful). Idempotent. Throws

@@ -51,16 +51,22 @@
 
 namespace troupe {
 
+namespace detail {
+/// The codec context a node serializes an actor message under (Note [codec context]): the one its
+/// execution unit carries when the node writes a message to a peer, else the plain context.
+const rpc::codec_context& actor_codec_context(caf::execution_unit* unit);
+}  // namespace detail
+
 /// CAF inspection of a tensor in an actor message: its bytes in RPC's tensor encoding (Note [rpc
 /// payload]), so no float goes through CAF. A serializer writes a value copy (a same-host peer
-/// gets a shared-memory segment from 1 MiB); a deserializer makes a new tensor; any other
-/// inspector (to_string) sees a short description.
+/// gets a shared-memory segment from 1 MiB, by the codec context of the message); a deserializer
+/// makes a new tensor; any other inspector (to_string) sees a short description.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor& x) {
   if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
     std::vector<char> bytes;
     try {
-      rpc::detail::writer w(bytes);
+      rpc::detail::writer w(bytes, detail::actor_codec_context(f.context()));
       rpc::detail::write_tensor(w, x);
     } catch (const std::exception& e) {
       return caf::make_error(caf::sec::invalid_argument, std::string("cannot encode a tensor: ") + e.what());

@@ -48,6 +48,7 @@
 #include <boost/archive/binary_oarchive.hpp>
 #include <boost/serialization/string.hpp>
 
+#include "troupe/actors/rpc/codec_context.hpp"
 #include "troupe/tensors/boost_tensor.hpp"
 #include "troupe/tensors/bounded_archive.hpp"
 #include "troupe/tensors/error.hpp"
@@ -101,14 +102,14 @@ class span_source : public std::streambuf {
 
 /// Blocks at least this large may take their room from the node's pooled payload buffers.
 inline constexpr std::size_t pooled_block_bytes = std::size_t{4} << 20;
-/// Gives `out` room for `need` bytes from the byte pool of the node encoding on this thread, if
-/// any (Note [byte pool] in src/rpc/byte_pool.hpp); otherwise does nothing.
-void reserve_from_pool(std::vector<char>& out, std::size_t need);
+/// Gives `out` room for `need` bytes from the byte pool of the context's node, if any (Note [byte
+/// pool] in src/rpc/byte_pool.hpp); otherwise does nothing.
+void reserve_from_pool(const codec_context& ctx, std::vector<char>& out, std::size_t need);
 
-/// Appends raw bytes to a payload.
+/// Appends raw bytes to a payload, under a codec context (Note [codec context]).
 class writer {
  public:
-  explicit writer(std::vector<char>& out) : out_(out) {}
+  explicit writer(std::vector<char>& out, const codec_context& ctx = plain_context) : out_(out), ctx_(ctx) {}
   void raw(const void* p, std::size_t n) {
     const auto* c = static_cast<const char*>(p);
     if (n <= 64) {  // small fixed-size fields: resize + memcpy (GCC 12 warns falsely about insert here)
@@ -116,7 +117,7 @@ class writer {
       out_.resize(at + n);
       if (n > 0) std::memcpy(out_.data() + at, c, n);
     } else {
-      if (n >= pooled_block_bytes && out_.capacity() - out_.size() < n) reserve_from_pool(out_, out_.size() + n);
+      if (n >= pooled_block_bytes && out_.capacity() - out_.size() < n) reserve_from_pool(ctx_, out_, out_.size() + n);
       out_.insert(out_.end(), c, c + n);  // no zero-fill of large blocks
     }
   }
@@ -126,15 +127,18 @@ class writer {
     raw(x.data(), x.size());
   }
   std::vector<char>& buffer() { return out_; }
+  const codec_context& context() const { return ctx_; }
 
  private:
   std::vector<char>& out_;
+  const codec_context& ctx_;
 };
 
-/// Reads raw bytes of a payload; throws std::out_of_range when it ends too early.
+/// Reads raw bytes of a payload, under a codec context (Note [codec context]); throws
+/// std::out_of_range when it ends too early.
 class reader {
  public:
-  reader(const char* p, std::size_t n) : p_(p), end_(p + n) {}
+  reader(const char* p, std::size_t n, const codec_context& ctx = plain_context) : p_(p), end_(p + n), ctx_(ctx) {}
   void raw(void* dst, std::size_t n) {
     if (n > left()) throw std::out_of_range("the payload ends early");
     if (n > 0) std::memcpy(dst, p_, n);
@@ -170,10 +174,12 @@ class reader {
     if (n > left()) throw std::out_of_range("the payload ends early");
     p_ += n;
   }
+  const codec_context& context() const { return ctx_; }
 
  private:
   const char* p_;
   const char* end_;
+  const codec_context& ctx_;
 };
 
 /// The demangled C++ name of a type (the tag of user structs).
@@ -243,40 +249,40 @@ using oarchive = boost::archive::binary_oarchive;
 inline constexpr unsigned archive_flags = boost::archive::no_header | boost::archive::no_codecvt;
 
 /// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
-/// of the buffer, raw bytes of its contiguous CPU copy.
-/// Under a call's device map a CUDA tensor is written as kind 3 (or 5, by IPC handle) for the
-/// mapped device, or throws device_mismatch naming its device and the peer; in a served call's
+/// of the buffer, raw bytes of its contiguous CPU copy; over shared memory (kinds 1, 2) when the
+/// writer's context allows it for its peer (Note [tensor over shared memory]).
+/// Under the context's device scope a CUDA tensor is written as kind 3 (or 5, by IPC handle) for
+/// the mapped device, or throws device_mismatch naming its device and the peer; in a served call's
 /// answer as kind 4 with its own device (Note [rpc device map]).
 void write_tensor(writer& w, const tensor& t);
 /// Reads a tensor written by write_tensor into a new contiguous CPU tensor, or one that views the
-/// payload itself (Note [adopted payload]). Kinds 3 and 5 give a tensor on the mapped CUDA device;
-/// device_mismatch when this process does not have it. Kind 4 gives a tensor on the device the
-/// active result_devices maps the sender's device to; device_mismatch naming it when there is none.
+/// payload itself (the context's keeper, Note [adopted payload]). Kinds 3 and 5 give a tensor on
+/// the mapped CUDA device; device_mismatch when this process does not have it. Kind 4 gives a
+/// tensor on the device the context's result_devices maps the sender's device to;
+/// device_mismatch naming it when there is none.
 tensor read_tensor(reader& r);
 
-/// While alive on a thread, CUDA results (kind 4) read there come back to the device that
-/// `reverse` (the inverse of the caller's device map for `peer`) gives for the sender's device
-/// (Note [rpc device map]). Nested scopes restore the outer one. Both references must outlive it.
+/// Where CUDA results (kind 4) of a call come back to: `reverse` (the inverse of the caller's
+/// device map for `peer`) gives the local device for the sender's device (Note [rpc device map]).
+/// Both references must outlive it; a codec_context points to it while a result is decoded.
 class result_devices {
  public:
-  result_devices(const std::map<int, int>& reverse, const std::string& peer);
-  ~result_devices();
+  result_devices(const std::map<int, int>& reverse, const std::string& peer) : reverse_(reverse), peer_(peer) {}
   result_devices(const result_devices&) = delete;
   result_devices& operator=(const result_devices&) = delete;
   /// The local CUDA device for the peer's device `remote`: device_mismatch naming it and the
-  /// peer when the innermost scope has no entry, or when no scope is active.
-  static troupe::device local_of(int remote);
+  /// peer when the map has no entry.
+  troupe::device local_of(int remote) const;
 
  private:
   const std::map<int, int>& reverse_;
   const std::string& peer_;
-  const result_devices* outer_;
 };
 
 /// Note [adopted payload]
 /// A large tensor sent as inline bytes (between hosts, or without shared memory) is not copied out
 /// of the received payload: that would be one full copy per direction on top of the kernel's.
-/// While a payload_keeper is alive on a thread, an inline tensor of at least
+/// When the codec context of a decode has a payload_keeper, an inline tensor of at least
 /// adopt_min_bytes read from the keeper's buffer, at a 16-byte aligned address (the writer pads its
 /// data to a 64-byte offset of the buffer), becomes a tensor VIEWING that buffer, whose storage
 /// keeps the keeper's owner alive. The owner holds the payload's bytes and nothing else (no
@@ -293,19 +299,22 @@ class result_devices {
 /// fills at least half of the buffer's capacity: a received tensor a callee or a caller stores
 /// never pins more than twice its own bytes (a pooled buffer may be up to four times larger than
 /// the message, Note [byte pool]; a payload may carry several tensors). Anything else (smaller
-/// parts of a payload, nested payloads, tensors under adopt_min_bytes) is copied.
+/// parts of a payload, bytes outside the keeper's buffer, nested payloads decoded with a context of
+/// their own, tensors under adopt_min_bytes) is copied.
 inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
 
 class payload_keeper {
  public:
   /// Tensors read from `bytes` may view it and hold `owner`, which keeps the bytes alive (after
   /// the keeper is gone) and no one writes to them any more. A null owner adopts nothing.
-  payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner);
-  ~payload_keeper();
+  payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner)
+      : begin_(bytes.data()), end_(bytes.data() + bytes.size()), capacity_(bytes.capacity()), owner_(std::move(owner)) {}
   payload_keeper(const payload_keeper&) = delete;
   payload_keeper& operator=(const payload_keeper&) = delete;
-  /// The innermost keeper of this thread whose buffer holds [p, p + n), or null.
-  static const payload_keeper* holding(const char* p, std::size_t n);
+  /// Whether tensors at [p, p + n) may view the buffer (it holds them and the owner is set).
+  bool holds(const char* p, std::size_t n) const {
+    return owner_ && begin_ && p >= begin_ && p <= end_ && n <= static_cast<std::size_t>(end_ - p);
+  }
   const std::shared_ptr<const void>& owner() const { return owner_; }
   /// The capacity of the buffer a viewing tensor keeps alive.
   std::size_t capacity() const { return capacity_; }
@@ -315,7 +324,6 @@ class payload_keeper {
   const char* end_;
   std::size_t capacity_;
   std::shared_ptr<const void> owner_;
-  const payload_keeper* outer_;
 };
 
 template <class T> void write_value(writer& w, const T& x);
@@ -409,14 +417,19 @@ void read_value(reader& r, T& x) {
 
 }  // namespace detail
 
-/// Encodes an argument list (Note [rpc payload]).
+/// Encodes an argument list (Note [rpc payload]) under `ctx` (Note [codec context]).
 template <class... Args>
-std::vector<char> encode_args(const Args&... args) {
+std::vector<char> encode_args(const codec_context& ctx, const Args&... args) {
   std::vector<char> out;
-  detail::writer w(out);
+  detail::writer w(out, ctx);
   w.pod(static_cast<std::uint32_t>(sizeof...(Args)));
   ((w.str(type_tag<Args>()), detail::write_value(w, args)), ...);
   return out;
+}
+/// Encodes an argument list under the plain context.
+template <class... Args>
+std::vector<char> encode_args(const Args&... args) {
+  return encode_args<Args...>(plain_context, args...);
 }
 
 namespace detail {
@@ -443,17 +456,22 @@ std::string_view result_tag() {
 }
 }  // namespace detail
 
-/// Encodes one result value after its type tag (Note [rpc payload]).
+/// Encodes one result value after its type tag (Note [rpc payload]) under `ctx`.
 template <class R>
-std::vector<char> encode_result(const R& r) {
+std::vector<char> encode_result(const codec_context& ctx, const R& r) {
   std::vector<char> out;
   const std::string& tag = type_tag<R>();
   // One allocation for a scalar result, as without the tag.
   out.reserve(sizeof(std::uint16_t) + tag.size() + (std::is_arithmetic_v<R> ? sizeof(R) : 16));
-  detail::writer w(out);
+  detail::writer w(out, ctx);
   detail::write_result_tag(w, tag);
   detail::write_value(w, r);
   return out;
+}
+/// Encodes one result value under the plain context.
+template <class R>
+std::vector<char> encode_result(const R& r) {
+  return encode_result<R>(plain_context, r);
 }
 
 namespace detail {
@@ -469,15 +487,15 @@ std::string describe(const F& what) {
 /// Decodes one result value. Throws troupe::error(bad_argument) naming both types when the result
 /// is not an R (an empty result is a void function's), and protocol_violation on malformed bytes
 /// or bytes left over after the value. Messages start with `what`: a string, or a callable that
-/// makes it (only then).
+/// makes it (only then). Decoded under `ctx` (Note [codec context]).
 template <class R, class What>
-R decode_result(const std::vector<char>& bytes, const What& what) {
+R decode_result(const codec_context& ctx, const std::vector<char>& bytes, const What& what) {
   R r{};
   try {
     if (bytes.empty())
       throw error(errc::bad_argument, detail::describe(what) + ": expected a result of type " + type_tag<R>() +
                                           ", got no value (the function returns void)");
-    detail::reader in(bytes.data(), bytes.size());
+    detail::reader in(bytes.data(), bytes.size(), ctx);
     const std::string_view tag = detail::read_result_tag(in);
     if (tag != detail::result_tag<R>())
       throw error(errc::bad_argument, detail::describe(what) + ": expected a result of type " + type_tag<R>() + ", got " +
@@ -493,15 +511,21 @@ R decode_result(const std::vector<char>& bytes, const What& what) {
   }
   return r;
 }
+/// Decodes one result value under the plain context.
+template <class R, class What>
+R decode_result(const std::vector<char>& bytes, const What& what) {
+  return decode_result<R>(plain_context, bytes, what);
+}
 
 /// Decodes an argument list into a tuple after checking count and tags against Args.
 /// Throws troupe::error(bad_argument) naming the argument index, expected and received type, or
 /// when bytes are left over after the last argument; protocol_violation when a value's bytes
 /// break the codec (a bool other than 0 or 1, a length beyond the payload, a bad tensor header).
+/// Decoded under `ctx` (Note [codec context]).
 template <class... Args>
-std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, const std::string& fn) {
+std::tuple<std::decay_t<Args>...> decode_args(const codec_context& ctx, const std::vector<char>& bytes, const std::string& fn) {
   std::tuple<std::decay_t<Args>...> out;
-  detail::reader in(bytes.data(), bytes.size());
+  detail::reader in(bytes.data(), bytes.size(), ctx);
   try {
     std::uint32_t n = 0;
     in.pod(n);
@@ -528,6 +552,11 @@ std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, co
     throw error(errc::bad_argument, "function '" + fn + "': malformed argument payload: " + e.what());
   }
   return out;
+}
+/// Decodes an argument list under the plain context.
+template <class... Args>
+std::tuple<std::decay_t<Args>...> decode_args(const std::vector<char>& bytes, const std::string& fn) {
+  return decode_args<Args...>(plain_context, bytes, fn);
 }
 
 }  // namespace troupe::rpc

@@ -69,10 +69,10 @@ class call_state {
   void set_scope(std::shared_ptr<call_scope> scope);
   /// Whether a call scope was attached.
   bool intercepted() const { return intercepted_; }
-  /// For an intercepted call: the first caller runs `decode(payload)` with the scope active,
-  /// after scope->on_meta(response meta); every caller gets that value (or its exception).
-  /// Call only after value() succeeded.
-  std::shared_ptr<void> decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&)>& decode);
+  /// For an intercepted call: the first caller runs `decode(payload, scope)` inside the scope's
+  /// guard, after scope->on_meta(response meta); `decode` puts the scope in its codec context.
+  /// Every caller gets that value (or its exception). Call only after value() succeeded.
+  std::shared_ptr<void> decode_once(const std::function<std::shared_ptr<void>(const std::vector<char>&, call_scope*)>& decode);
   /// Blocks until complete or `timeout` passed; returns whether complete.
   bool wait_for(std::chrono::milliseconds timeout) const;
   /// Whether complete; on a pending call with a helper, tells it nobody waits (see set_helper).
@@ -212,11 +212,14 @@ class future {
   R get() const {
     if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
     const auto& bytes = st_->value();
-    detail::result_devices devices(st_->result_map(), st_->callee());  // Note [rpc device map]
+    const detail::result_devices devices(st_->result_map(), st_->callee());  // Note [rpc device map]
+    codec_context ctx;  // Note [codec context]
+    ctx.results = &devices;
     if (st_->intercepted()) {  // decoded once, under the call's scope (Note [call interceptor])
-      auto v = st_->decode_once([this](const std::vector<char>& b) -> std::shared_ptr<void> {
+      auto v = st_->decode_once([this, &ctx](const std::vector<char>& b, call_scope* scope) -> std::shared_ptr<void> {
+        ctx.scope = scope;
         if constexpr (std::is_void_v<R>) return nullptr;
-        else return std::make_shared<R>(decode_result<R>(b, [this] { return st_->what(); }));
+        else return std::make_shared<R>(decode_result<R>(ctx, b, [this] { return st_->what(); }));
       });
       if constexpr (!std::is_void_v<R>) {
         auto p = std::static_pointer_cast<R>(v);
@@ -229,8 +232,9 @@ class future {
     if constexpr (std::is_void_v<R>) {
       (void)bytes;
     } else {
-      detail::payload_keeper keep(bytes, st_->payload_owner());  // Note [adopted payload] (codec.hpp)
-      return decode_result<R>(bytes, [this] { return st_->what(); });
+      const detail::payload_keeper keep(bytes, st_->payload_owner());  // Note [adopted payload] (codec.hpp)
+      ctx.keeper = &keep;
+      return decode_result<R>(ctx, bytes, [this] { return st_->what(); });
     }
   }
   /// Runs `fn(future<R>)` on the node's executor once the call completes (never on a CAF

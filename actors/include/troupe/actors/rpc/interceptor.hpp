@@ -6,7 +6,8 @@
 /// Note [call interceptor]
 /// A node has at most one interceptor (node::set_interceptor). For every call it makes and every
 /// call it serves, the runtime asks the interceptor for a `call_scope` (null: not intercepted)
-/// and keeps that scope *active on the thread* while the message's payload is encoded or decoded.
+/// and puts that scope in the codec context of the message's encode and decode (Note [codec
+/// context] in codec_context.hpp); nothing about it is kept per thread.
 /// The codec reports every tensor it writes (`on_tensor_written`) and passes every tensor it
 /// reads through `on_tensor_read`, which may return a different tensor (for example one that
 /// carries a grad_fn). After encoding, `take_meta()` gives the bytes that travel with the message
@@ -15,18 +16,20 @@
 ///
 ///   caller (user thread)                          callee (executor thread)
 ///   s = begin_call(to, fn)                        s = begin_serve(from, fn, request_meta)
-///   [s active] encode args -> on_tensor_written   [s active] decode args -> on_tensor_read
-///   request_meta = s.take_meta()                  [s active] run fn (nested calls begin their own
-///   ... response arrives ...                                  scope on top of s, see below)
-///   [s active] s.on_meta(response_meta)           [s active] encode result -> on_tensor_written
-///              decode result -> on_tensor_read    response_meta = s.take_meta()
+///   [s entered] encode args -> on_tensor_written  [s entered] decode args -> on_tensor_read
+///   request_meta = s.take_meta()                  [s entered] run fn (nested calls begin their
+///   ... response arrives ...                                  own scopes, see below)
+///   [s entered] s.on_meta(response_meta)          [s entered] encode result -> on_tensor_written
+///               decode result -> on_tensor_read   response_meta = s.take_meta()
 ///
-/// Scopes nest: the active scope is a per-thread stack, so a user function that makes its own
-/// RPC while its serve scope is active begins a call scope on top of it (the interceptor can read
-/// `active_scope()` in begin_call to know it is nested). `enter()` runs when a guard pushes the
-/// scope and `leave()` when that guard pops it (the interceptor may set its own thread-local
-/// state there, e.g. the current autograd context while a served function runs); a scope pushed
-/// on top does not make the one below leave.
+/// `enter()` runs before a scope's encode or decode (callee: before the argument decode, and again
+/// on the thread that completes a deferred reply) and `leave()` after it (callee: after the result
+/// encode). A served function runs between its scope's enter() and leave(); the interceptor may
+/// set its own state there (distributed autograd makes the caller's context current), and it is
+/// by that state that a call the function makes knows in begin_call that it is nested: the runtime
+/// hands begin_call only the peer and the function. A value encoded outside a message (an RRef's
+/// stored value, bytes a function encodes itself) is reported to no one; arguments nested in a
+/// served call's are decoded with its context (reply_later::with_context) and reported as its.
 ///
 /// Threads: begin_call runs on the calling user thread; begin_serve, the argument decode, the
 /// function and the result encode on one executor thread; the response decode on the thread that
@@ -59,9 +62,9 @@ class call_scope {
   virtual std::vector<char> take_meta() { return {}; }
   /// The bytes that arrived with the message about to be decoded (caller: the response's).
   virtual void on_meta(const std::vector<char>& /*meta*/) {}
-  /// A guard pushed this scope on the current thread's stack.
+  /// A scope_guard of this scope begins on the current thread.
   virtual void enter() {}
-  /// The guard that pushed this scope popped it.
+  /// That scope_guard ends.
   virtual void leave() {}
 };
 
@@ -77,11 +80,10 @@ class call_interceptor {
                                                   const std::vector<char>& meta) = 0;
 };
 
-/// The scope active on the calling thread (top of its stack), or null.
-call_scope* active_scope();
-
-/// Makes `s` the active scope of the current thread for its lifetime (a null `s` pushes
-/// nothing). RAII; not copyable; must be destroyed on the thread that created it.
+/// Runs `s->enter()` when made and `s->leave()` when destroyed (a null `s` does nothing): the
+/// span in which a scope's message is encoded or decoded, or its served function runs. RAII; not
+/// copyable; destroyed on the thread that created it. An exception from enter() propagates (leave()
+/// does not run then); one from leave() is swallowed.
 class scope_guard {
  public:
   explicit scope_guard(call_scope* s);
@@ -91,21 +93,6 @@ class scope_guard {
 
  private:
   call_scope* scope_;
-  call_scope* previous_;
-};
-
-/// Hides the active scope of the current thread for its lifetime, so an encode or decode that is
-/// not part of the message (e.g. storing a value while a served function runs) reports nothing.
-/// Guards created inside it nest normally. RAII; destroyed on the thread that created it.
-class hide_scope {
- public:
-  hide_scope();
-  ~hide_scope();
-  hide_scope(const hide_scope&) = delete;
-  hide_scope& operator=(const hide_scope&) = delete;
-
- private:
-  call_scope* previous_;
 };
 
 }  // namespace troupe::rpc

@@ -27,10 +27,11 @@
 
 namespace troupe::rpc {
 
-/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`, made
-/// while the served call's interceptor scope is active, so the interceptor sees its tensors):
-/// sent as is, and the caller decodes it as T (`rpc_sync<T>`). For layers that keep values
-/// type-erased (an OwnerRRef answering to_here).
+/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`): sent as
+/// is, and the caller decodes it as T (`rpc_sync<T>`; the caller's interceptor sees its tensors).
+/// Encoded outside the served call's codec context (Note [codec context]), so the callee's
+/// interceptor does not see its tensors and they travel as inline bytes. For layers that keep
+/// values type-erased.
 struct encoded_result {
   std::vector<char> bytes;
 };
@@ -41,9 +42,9 @@ struct encoded_result {
 class held_value {
  public:
   virtual ~held_value() = default;
-  /// `encode_result<T>(value)`, on the calling thread (the active interceptor scope sees its
-  /// tensors). Throws what the codec throws.
-  virtual std::vector<char> encode() const = 0;
+  /// `encode_result<T>(ctx, value)`, on the calling thread (the interceptor scope of `ctx` sees
+  /// its tensors). Throws what the codec throws.
+  virtual std::vector<char> encode(const codec_context& ctx) const = 0;
   /// typeid(T); typeid(encoded_result) for a value held as bytes (hold_encoded).
   virtual const std::type_info& type() const = 0;
   /// The object, of type type().
@@ -55,9 +56,9 @@ template <class T>
 class held final : public held_value {
  public:
   explicit held(T value) : value_(std::move(value)) {}
-  std::vector<char> encode() const override {
+  std::vector<char> encode(const codec_context& ctx) const override {
     if constexpr (std::is_same_v<T, encoded_result>) return value_.bytes;
-    else return encode_result<T>(value_);
+    else return encode_result<T>(ctx, value_);
   }
   const std::type_info& type() const override { return typeid(T); }
   const void* object() const override { return &value_; }
@@ -91,15 +92,20 @@ struct deferred {};
 class reply_later {
  public:
   virtual ~reply_later() = default;
-  /// Answers with `value` (encoded now, on the calling thread, under the served call's
-  /// interceptor scope; see Note [call interceptor]).
+  /// Answers with `value` (encoded now, on the calling thread, under the served call's codec
+  /// context; see Note [codec context] and Note [call interceptor]).
   template <class T>
   void complete(const T& value) {
-    complete_encoded([&value] { return encode_result<T>(value); });
+    complete_encoded([&value](const codec_context& ctx) { return encode_result<T>(ctx, value); });
   }
-  /// Answers with the bytes `encode` returns (encode_result<T> of the value the caller expects).
-  /// An exception from `encode` answers with remote_exception.
-  virtual void complete_encoded(const std::function<std::vector<char>()>& encode) = 0;
+  /// Answers with the bytes `encode(ctx)` returns (encode_result<T> of the value the caller
+  /// expects), `ctx` being the served call's codec context. An exception from `encode` answers
+  /// with remote_exception.
+  virtual void complete_encoded(const std::function<std::vector<char>(const codec_context&)>& encode) = 0;
+  /// Runs `fn` with the served call's codec context for a decode (its peer, shared memory and
+  /// interceptor scope): for a payload nested in the call's arguments, decoded inside the served
+  /// function on its thread, so the interceptor sees its tensors as part of the call.
+  virtual void with_context(const std::function<void(const codec_context&)>& fn) const = 0;
   /// Answers with this error code and message.
   virtual void fail(errc code, const std::string& message) = 0;
 };
@@ -122,7 +128,7 @@ template <class C, class R, class... A> struct signature<R (C::*)(A...) noexcept
 template <class C, class R, class... A> struct signature<R (C::*)(A...) const noexcept> : signature<R (*)(A...)> {};
 
 template <class R, class F, class... A>
-std::vector<char> invoke_decoded(F& fn, std::tuple<A...>& args) {
+std::vector<char> invoke_decoded(const codec_context& ctx, F& fn, std::tuple<A...>& args) {
   if constexpr (std::is_same_v<std::decay_t<R>, encoded_result>) {
     return std::apply(fn, std::move(args)).bytes;
   } else if constexpr (std::is_same_v<std::decay_t<R>, deferred>) {
@@ -132,7 +138,7 @@ std::vector<char> invoke_decoded(F& fn, std::tuple<A...>& args) {
     std::apply(fn, std::move(args));
     return {};
   } else {
-    return encode_result<std::decay_t<R>>(std::apply(fn, std::move(args)));
+    return encode_result<std::decay_t<R>>(ctx, std::apply(fn, std::move(args)));
   }
 }
 
@@ -151,8 +157,8 @@ std::shared_ptr<const held_value> invoke_held(F& fn, std::tuple<A...>& args, con
 
 template <class Tuple> struct decoder;
 template <class... A> struct decoder<std::tuple<A...>> {
-  static std::tuple<A...> decode(const std::vector<char>& bytes, const std::string& fn) {
-    return decode_args<A...>(bytes, fn);
+  static std::tuple<A...> decode(const codec_context& ctx, const std::vector<char>& bytes, const std::string& fn) {
+    return decode_args<A...>(ctx, bytes, fn);
   }
 };
 }  // namespace detail
@@ -178,16 +184,19 @@ struct run_history {
 };
 
 /// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
-/// function (its exceptions propagate unchanged) and encodes the result.
+/// function (its exceptions propagate unchanged) and encodes the result, both under the served
+/// call's codec context (Note [codec context]).
 struct function_entry {
   std::string name;
   std::string signature;  ///< "int32(int32,string)", for messages
   bool quick = false;     ///< function_options::quick
   std::shared_ptr<run_history> history = std::make_shared<run_history>();  ///< the runtime's record
-  std::function<std::vector<char>(const std::vector<char>& args, const std::function<void()>& before_call)> invoke;
+  std::function<std::vector<char>(const codec_context& ctx, const std::vector<char>& args, const std::function<void()>& before_call)>
+      invoke;
   /// Like invoke, but keeps the result as a live object instead of encoding it (remote(): the
   /// OwnerRRef stores it). Throws not_supported for a function that defers its answer.
-  std::function<std::shared_ptr<const held_value>(const std::vector<char>& args, const std::function<void()>& before_call)>
+  std::function<std::shared_ptr<const held_value>(const codec_context& ctx, const std::vector<char>& args,
+                                                  const std::function<void()>& before_call)>
       invoke_held;
 };
 
@@ -209,13 +218,13 @@ class registry {
     e.signature = type_tag_or_void<R>() + "(" + tags_of(static_cast<Args*>(nullptr)) + ")";
     e.quick = opts.quick;
     auto shared = std::make_shared<F>(std::move(fn));  // one callable behind both entry points
-    e.invoke = [name, shared](const std::vector<char>& bytes, const std::function<void()>& before) {
-      Args args = detail::decoder<Args>::decode(bytes, name);
+    e.invoke = [name, shared](const codec_context& ctx, const std::vector<char>& bytes, const std::function<void()>& before) {
+      Args args = detail::decoder<Args>::decode(ctx, bytes, name);
       before();
-      return detail::invoke_decoded<R>(*shared, args);
+      return detail::invoke_decoded<R>(ctx, *shared, args);
     };
-    e.invoke_held = [name, shared](const std::vector<char>& bytes, const std::function<void()>& before) {
-      Args args = detail::decoder<Args>::decode(bytes, name);
+    e.invoke_held = [name, shared](const codec_context& ctx, const std::vector<char>& bytes, const std::function<void()>& before) {
+      Args args = detail::decoder<Args>::decode(ctx, bytes, name);
       before();
       return detail::invoke_held<R>(*shared, args, name);
     };

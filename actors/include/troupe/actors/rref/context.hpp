@@ -213,7 +213,7 @@ node& node_of(const handle& h);
 /// rref_context::remote on the implementation (for rref<T>::remote). `encode` writes the
 /// function's arguments; it runs inside node::call (so the call interceptor sees their tensors).
 std::shared_ptr<handle> start_remote(context_impl& ctx, const std::string& to, const std::string& function,
-                                     const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
+                                     const std::function<std::vector<char>(const rpc::codec_context&)>& encode, std::chrono::milliseconds timeout);
 /// Throws owner_lost if the owner of `h` is known dead (a peer_lost seen by this context).
 void check_owner(const handle& h, const char* op);
 /// Runs h.watch once (see handle::watch); any thread, never blocks.
@@ -272,7 +272,7 @@ class rref_context {
   /// `encode` writes the arguments (inside node::call); RRefs among them are probed if the call
   /// fails. Throws what `encode` throws (nothing is sent then) and invalid_state once closed.
   std::shared_ptr<rref_detail::handle> remote(const std::string& to, const std::string& function,
-                                              const std::function<std::vector<char>()>& encode, std::chrono::milliseconds timeout);
+                                              const std::function<std::vector<char>(const rpc::codec_context&)>& encode, std::chrono::milliseconds timeout);
   /// A new RRef owned here holding the live `value` (Note [owner_rref actor]).
   std::shared_ptr<rref_detail::handle> make_local(std::shared_ptr<const rpc::held_value> value);
   /// A new RRef owned here holding the encoded `value` (encode_result<T> bytes).

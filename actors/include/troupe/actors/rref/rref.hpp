@@ -42,7 +42,7 @@ decltype(auto) to_wire(const T& x) {
 /// The encoder of an argument list, by reference (runs inside node::call).
 template <class... A>
 auto encoder(const A&... a) {
-  return [&a...] { return rpc::encode_args<rpc::detail::wire_t<A>...>(to_wire(a)...); };
+  return [&a...](const rpc::codec_context& ctx) { return rpc::encode_args<rpc::detail::wire_t<A>...>(ctx, to_wire(a)...); };
 }
 
 /// A call through node::call (the rpc future path) whose arguments are encoded without copies.
@@ -87,9 +87,8 @@ T value_of(const std::shared_ptr<const rpc::held_value>& v, const std::string& w
   if constexpr (std::is_copy_constructible_v<T>) {
     if (v->type() == typeid(T)) return *static_cast<const T*>(v->object());
   }
-  rpc::hide_scope hide;
   storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
-  return rpc::decode_result<T>(v->encode(), what);
+  return rpc::decode_result<T>(v->encode(rpc::plain_context), what);
 }
 
 /// Runs `start()` (a node-level rpc_async) collecting the forks of the RRefs it encodes; if the
@@ -303,8 +302,7 @@ rref<T> make_rref(rref_context& ctx, const T& value) {
   if constexpr (std::is_copy_constructible_v<T>) {
     return rref<T>(ctx.make_local(rpc::hold<T>(value)));
   } else {
-    rpc::hide_scope hide;  // a stored value, not part of any message (make_rref inside a served function)
-    rref_detail::storing_scope storing;
+    rref_detail::storing_scope storing;  // a stored value, not part of any message: the plain context
     return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
   }
 }
