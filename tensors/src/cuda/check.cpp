@@ -1,5 +1,6 @@
 // Error conversion for CUDA / cuBLAS calls, the device guard and device-ordinal checks.
 #include "check.cuh"
+#include "cublas_api.hpp"
 
 #include <string>
 
@@ -16,7 +17,7 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 
 void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line) {
   throw error(errc::cuda_failure, std::string(call) + " failed at " + file + ":" + std::to_string(line) +
-                                      ": " + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) + ")");
+                                      ": " + cublas().status_name(st) + " (" + cublas().status_string(st) + ")");
 }
 
 device_guard::device_guard(int device) {

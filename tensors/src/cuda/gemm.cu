@@ -1,7 +1,7 @@
 // Batched matrix products through cuBLAS: [B,n,k] x [B,k,m] -> [B,n,m], out contiguous.
 // float32 -> cublasSgemmStridedBatched, float64 -> cublasDgemmStridedBatched, float16/bfloat16
 // -> cublasGemmStridedBatchedEx with float32 compute. One handle per (device, thread), bound to
-// the current stream before each call.
+// the current stream before each call. cuBLAS is opened on the first product (Note [cuBLAS on demand]).
 //
 // Row-major C = A B is column-major C^T = B^T A^T, so cuBLAS gets (m, n, k) with B first. An
 // operand whose rows are unit-stride is row-major (op N in that form); one whose columns are
@@ -12,6 +12,7 @@
 
 #include "../kernels.hpp"
 #include "common.cuh"
+#include "cublas_api.hpp"
 
 namespace troupe::kernels::cuda {
 
@@ -25,13 +26,13 @@ class handle_table {
   handle_table(const handle_table&) = delete;
   handle_table& operator=(const handle_table&) = delete;
   ~handle_table() {
-    for (auto& [dev, h] : handles_) (void)cublasDestroy(h);  // thread exit: errors ignored
+    for (auto& [dev, h] : handles_) (void)cublas().destroy(h);  // thread exit: errors ignored
   }
   cublasHandle_t get(int device) {
     auto it = handles_.find(device);
     if (it != handles_.end()) return it->second;
     cublasHandle_t h = nullptr;
-    TROUPE_CUBLAS_CHECK(cublasCreate(&h));
+    TROUPE_CUBLAS_CHECK(cublas().create(&h));
     handles_.emplace(device, h);
     return h;
   }
@@ -45,7 +46,7 @@ class handle_table {
 cublasHandle_t handle_for(int device) {
   thread_local handle_table table;
   cublasHandle_t h = table.get(device);
-  TROUPE_CUBLAS_CHECK(cublasSetStream(h, stream_of(device)));
+  TROUPE_CUBLAS_CHECK(cublas().set_stream(h, stream_of(device)));
   return h;
 }
 
@@ -94,13 +95,13 @@ void run_gemm(const tensor& out, const operand& A, const operand& B, int m, int 
   switch (out.dtype()) {
     case dtype::float32: {
       const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
-      TROUPE_CUBLAS_CHECK(cublasSgemmStridedBatched(h, B.op, A.op, m, n, k, &al, ptr<float>(B.t), ldb, B.batch_stride,
+      TROUPE_CUBLAS_CHECK(cublas().sgemm_strided_batched(h, B.op, A.op, m, n, k, &al, ptr<float>(B.t), ldb, B.batch_stride,
                                                     ptr<float>(A.t), lda, A.batch_stride, &be, ptr<float>(out),
                                                     static_cast<int>(ldc), stride_c, batch));
       return;
     }
     case dtype::float64: {
-      TROUPE_CUBLAS_CHECK(cublasDgemmStridedBatched(h, B.op, A.op, m, n, k, &alpha, ptr<double>(B.t), ldb, B.batch_stride,
+      TROUPE_CUBLAS_CHECK(cublas().dgemm_strided_batched(h, B.op, A.op, m, n, k, &alpha, ptr<double>(B.t), ldb, B.batch_stride,
                                                     ptr<double>(A.t), lda, A.batch_stride, &beta, ptr<double>(out),
                                                     static_cast<int>(ldc), stride_c, batch));
       return;
@@ -109,7 +110,7 @@ void run_gemm(const tensor& out, const operand& A, const operand& B, int m, int 
     case dtype::bfloat16: {
       const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
       const cudaDataType_t t = cuda_type(out.dtype());
-      TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, B.op, A.op, m, n, k, &al, B.t.data_ptr(), t, ldb, B.batch_stride,
+      TROUPE_CUBLAS_CHECK(cublas().gemm_strided_batched_ex(h, B.op, A.op, m, n, k, &al, B.t.data_ptr(), t, ldb, B.batch_stride,
                                                      A.t.data_ptr(), t, lda, A.batch_stride, &be, out.data_ptr(), t,
                                                      static_cast<int>(ldc), stride_c, batch, CUBLAS_COMPUTE_32F,
                                                      CUBLAS_GEMM_DEFAULT));
