@@ -198,7 +198,7 @@ void run_send(shm_transport& tp, p2p_counters& pc, const tensor& t, int dst, int
   auto& mine = tp.ctl(r);
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::uint32_t j = pc.sent[dst]++;
-    tp.wait_ge(dst, tp.ctl(dst).p2p_ack[r].v, j);  // the mailbox is free once chunk j-1 was taken
+    tp.wait_ge(dst, tp.ctl(dst).p2p_ack[r].v, j, lane::sends);  // the mailbox is free once chunk j-1 was taken
     fingerprint& meta = mine.p2p_meta[dst];
     meta.dtype = static_cast<std::uint8_t>(t.dtype());
     meta.numel = t.numel();
@@ -215,7 +215,7 @@ void run_recv(shm_transport& tp, p2p_counters& pc, const tensor& t, int src, int
   const std::size_t chunks = std::max<std::size_t>(1, (nbytes + box - 1) / box);
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::uint32_t j = pc.received[src]++;
-    tp.wait_ge(src, tp.ctl(src).p2p_sent[r].v, j + 1);
+    tp.wait_ge(src, tp.ctl(src).p2p_sent[r].v, j + 1, lane::receives);
     const fingerprint meta = tp.ctl(src).p2p_meta[r];
     if (meta.dtype != static_cast<std::uint8_t>(t.dtype()) || meta.numel != t.numel() || meta.root != tag) {
       tp.publish(tp.ctl(r).p2p_ack[src].v, j + 1);  // release the sender's mailbox

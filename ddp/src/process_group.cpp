@@ -53,8 +53,12 @@ struct process_group::impl {
     bool stopping = false;
     std::thread thread;
   };
-  enum lane_id { collectives = 0, sends = 1, recvs = 2 };
-  lane lanes[3];
+  enum lane_id {
+    collectives = static_cast<int>(detail::lane::collectives),
+    sends = static_cast<int>(detail::lane::sends),
+    recvs = static_cast<int>(detail::lane::receives)
+  };
+  lane lanes[detail::lane_count];
   std::mutex broken_mu;
   std::optional<troupe::error> broken;
   std::mutex issue_mu;      // a sequence number and its queue position go together
@@ -137,18 +141,18 @@ struct process_group::impl {
         s = l.queue.front();
         l.queue.pop_front();
       }
-      s->finish(run_one(*s));
+      s->finish(run_one(*s, static_cast<detail::lane>(&l - lanes)));
     }
   }
 
-  std::optional<troupe::error> run_one(work::state& s) {
+  std::optional<troupe::error> run_one(work::state& s, detail::lane on) {
     {
       std::lock_guard<std::mutex> lock(broken_mu);
       if (broken)
         return troupe::error(broken->code(), s.description + ": the group failed earlier: " + broken->message());
     }
     try {
-      visit([&](auto& tp) { tp.begin(s.description); });
+      visit([&](auto& tp) { tp.begin(on, s.description); });
       s.body();
       return std::nullopt;
     } catch (const troupe::error& e) {

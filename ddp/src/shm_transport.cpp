@@ -61,9 +61,6 @@ std::string join_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-thread_local std::string shm_transport::what_;
-thread_local std::chrono::steady_clock::time_point shm_transport::deadline_;
-thread_local std::chrono::steady_clock::time_point shm_transport::next_check_;
 
 const char* to_string(collective_kind k) noexcept {
   switch (k) {
@@ -164,10 +161,11 @@ std::byte* shm_transport::mailbox(int owner, int dst) const noexcept {
          static_cast<std::size_t>(dst) * p2p_bytes_;
 }
 
-void shm_transport::begin(std::string what) {
-  what_ = std::move(what);
-  deadline_ = clock::now() + timeout_;
-  next_check_ = clock::now();
+void shm_transport::begin(lane l, std::string what) {
+  auto& op = ops_[static_cast<int>(l)];
+  op.what = std::move(what);
+  op.next_check = clock::now();
+  op.deadline = op.next_check + timeout_;
 }
 
 void shm_transport::publish(std::atomic<std::uint32_t>& c, std::uint32_t value) {
@@ -182,16 +180,16 @@ void shm_transport::peer_lost(const std::string& reason) noexcept {
   lost_.store(true, std::memory_order_release);
 }
 
-void shm_transport::check_peer(int r) {
+void shm_transport::check_peer(int r, const lane_operation& op) {
   if (lost_.load(std::memory_order_acquire)) {  // Note [group peer loss]
     std::lock_guard<std::mutex> lock(lost_mu_);
-    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", " + lost_reason_);
+    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + op.what + ", " + lost_reason_);
   }
   // Only the peer being waited on matters: a rank that finished its part and exited is fine.
   // A peer that aborted passes on what it saw (its reason names the rank that died first).
   const auto& cb = ctl(r);
   if (cb.aborted.load(std::memory_order_acquire) != 0)
-    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + what_ + ", rank " + std::to_string(r) +
+    throw error(errc::peer_lost, "process_group '" + name_ + "': during " + op.what + ", rank " + std::to_string(r) +
                                      " aborted: " + std::string(cb.reason));
   if (cb.left.load(std::memory_order_acquire) != 0) {
     const std::uint32_t last = cb.counters[fp_seq].v.load(std::memory_order_acquire);
@@ -199,7 +197,7 @@ void shm_transport::check_peer(int r) {
                                         : "after collective #" + std::to_string(last) + " (" + describe(cb.fp[last % 2]) + ")";
     throw error(errc::collective_mismatch, "process_group '" + name_ + "': rank " + std::to_string(r) +
                                                " left the group " + after + " while rank " + std::to_string(rank_) +
-                                               " waits for it in " + what_ +
+                                               " waits for it in " + op.what +
                                                ": the ranks issued different numbers of collectives (did a rank skip one?)");
   }
   bool gone = false;
@@ -211,10 +209,10 @@ void shm_transport::check_peer(int r) {
   }
   if (gone)
     throw error(errc::peer_lost, "process_group '" + name_ + "': rank " + std::to_string(r) + " (pid " +
-                                     std::to_string(pids_[r]) + ") died during " + what_);
+                                     std::to_string(pids_[r]) + ") died during " + op.what);
 }
 
-void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target) {
+void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target, lane l) {
   for (int i = 0; i < 4000; ++i) {
     if (reached(c.load(std::memory_order_acquire), target)) return;
     cpu_relax();
@@ -223,15 +221,16 @@ void shm_transport::wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t 
     const std::uint32_t seen = c.load(std::memory_order_acquire);
     if (reached(seen, target)) return;
     const auto now = clock::now();
-    if (now >= next_check_) {
+    auto& op = ops_[static_cast<int>(l)];
+    if (now >= op.next_check) {
       try {
-        check_peer(r);
+        check_peer(r, op);
       } catch (const error&) {
         if (reached(c.load(std::memory_order_acquire), target)) return;  // published, then went
         throw;
       }
-      if (now >= deadline_) fail_timeout({r});
-      next_check_ = now + std::chrono::milliseconds(5);
+      if (now >= op.deadline) fail_timeout({r}, op);
+      op.next_check = now + std::chrono::milliseconds(5);
     }
     futex_wait(c, seen, 1'000'000);
   }
@@ -242,8 +241,8 @@ void shm_transport::wait_all(counter c, std::uint32_t target) {
     if (r != rank_) wait_ge(r, ctl(r).counters[c].v, target);
 }
 
-void shm_transport::fail_timeout(const std::vector<int>& missing) {
-  throw error(errc::timeout, "process_group '" + name_ + "': " + what_ + " timed out after " +
+void shm_transport::fail_timeout(const std::vector<int>& missing, const lane_operation& op) {
+  throw error(errc::timeout, "process_group '" + name_ + "': " + op.what + " timed out after " +
                                  std::to_string(timeout_.count()) + " ms waiting for rank(s) " + join_ranks(missing));
 }
 
@@ -280,7 +279,7 @@ void shm_transport::enter_monitored(fingerprint f, std::chrono::milliseconds tim
     for (int r = 0; r < world_; ++r)
       if (!reached(ctl(r).counters[fp_seq].v.load(std::memory_order_acquire), f.seq)) missing.push_back(r);
     if (missing.empty()) return;
-    for (int r : missing) check_peer(r);
+    for (int r : missing) check_peer(r, ops_[static_cast<int>(lane::collectives)]);
     if (clock::now() >= deadline)
       throw error(errc::timeout, "process_group '" + name_ + "': monitored barrier #" + std::to_string(f.seq) +
                                      ": rank(s) " + join_ranks(missing) + " did not arrive within " +

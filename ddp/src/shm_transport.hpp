@@ -66,6 +66,7 @@
 #include <string>
 #include <vector>
 
+#include "lane_operation.hpp"
 #include "shm_arena.hpp"
 #include "troupe/actors/shared_memory.hpp"
 #include "troupe/ddp/process_group.hpp"
@@ -162,13 +163,14 @@ class shm_transport {
   std::byte* slot(int r, std::uint32_t chunk) const noexcept;
   std::byte* mailbox(int owner, int dst) const noexcept;
 
-  /// Sets the deadline of the collective that starts now and names it for messages.
-  void begin(std::string what);
+  /// Sets the deadline of the operation that starts now on lane `l` and names it for messages.
+  void begin(lane l, std::string what);
   /// Stores `value` into this rank's counter and wakes its waiters.
   void publish(std::atomic<std::uint32_t>& c, std::uint32_t value);
   void publish(counter c, std::uint32_t value) { publish(ctl(rank_).counters[c].v, value); }
-  /// Blocks until peer `r`'s counter reaches `target` (wrap-safe). Throws as in the note.
-  void wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target);
+  /// Blocks until peer `r`'s counter reaches `target` (wrap-safe), bounded by the deadline of
+  /// the operation on lane `l`. Throws as in the note.
+  void wait_ge(int r, std::atomic<std::uint32_t>& c, std::uint32_t target, lane l = lane::collectives);
   /// wait_ge on counter `c` of every rank.
   void wait_all(counter c, std::uint32_t target);
   /// The fingerprint exchange of Note [shm collectives]; throws collective_mismatch. `data_off`:
@@ -205,10 +207,10 @@ class shm_transport {
  private:
   /// Throws when peer `r` can no longer advance: it left (collective_mismatch: the ranks
   /// issued different numbers of collectives), aborted or died (peer_lost).
-  void check_peer(int r);
+  void check_peer(int r, const lane_operation& op);
   /// Reads every rank's rendezvous entry and maps its segment and arena.
   void map_peers(const rendezvous& store, const std::string& prefix, std::size_t total);
-  [[noreturn]] void fail_timeout(const std::vector<int>& missing);
+  [[noreturn]] void fail_timeout(const std::vector<int>& missing, const lane_operation& op);
 
   int rank_;
   int world_;
@@ -223,9 +225,7 @@ class shm_transport {
   std::vector<int> pidfds_;
   std::vector<pid_t> pids_;
   // Per worker thread (collectives, sends and receives run on different threads).
-  static thread_local std::string what_;
-  static thread_local std::chrono::steady_clock::time_point deadline_;
-  static thread_local std::chrono::steady_clock::time_point next_check_;
+  lane_operation ops_[lane_count];  // one per lane (its own thread only)
   std::uint32_t chunk_ = 0;
   std::uint32_t seq_ = 0;
   std::atomic<bool> lost_{false};

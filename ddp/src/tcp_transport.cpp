@@ -76,8 +76,6 @@ std::string read_first_line(const char* path) {
 
 }  // namespace
 
-thread_local std::string tcp_transport::what_;
-thread_local std::chrono::steady_clock::time_point tcp_transport::deadline_;
 
 transport_kind choose_transport(const rendezvous& store, int rank, int world, const std::string& name,
                                 transport_kind requested, std::chrono::milliseconds timeout) {
@@ -130,18 +128,19 @@ tcp_transport::tcp_transport(const rendezvous& store, int rank, int world, const
   p2p_last_out_.resize(static_cast<std::size_t>(world));
   p2p_seq_in_.assign(static_cast<std::size_t>(world), 0);
   if (world == 1) return;
-  begin("rendezvous");
+  begin(lane::collectives, "rendezvous");
+  const lane_operation& ring = op(lane::collectives);
   if (tls_) {  // Note [tcp ring]: the sender runs the client handshake while this rank accepts
     std::vector<std::byte> hello_bytes;
-    ring_out_ = connect_to(next(), 1, &hello_bytes);
+    ring_out_ = connect_to(ring, next(), 1, &hello_bytes);
     sender_ = std::make_unique<tcp_sender>(ring_out_, "rank " + std::to_string(next()));
     sender_->push_raw(hello_bytes.data(), hello_bytes.size());
-    ring_in_ = take_incoming(1, prev());
-    sender_->flush(deadline_, "rendezvous");
+    ring_in_ = take_incoming(ring, 1, prev());
+    sender_->flush(ring.deadline, ring.what);
     return;
   }
-  ring_out_ = connect_to(next(), 1);
-  ring_in_ = take_incoming(1, prev());
+  ring_out_ = connect_to(ring, next(), 1);
+  ring_in_ = take_incoming(ring, 1, prev());
   sender_ = std::make_unique<tcp_sender>(ring_out_, "rank " + std::to_string(next()));
 }
 
@@ -159,12 +158,13 @@ tcp_transport::~tcp_transport() {
 
 std::string tcp_transport::label() const { return "process_group '" + name_ + "' (tcp)"; }
 
-void tcp_transport::begin(std::string what) {
-  what_ = std::move(what);
-  deadline_ = clock::now() + timeout_;
+void tcp_transport::begin(lane l, std::string what) {
+  auto& o = op(l);
+  o.what = std::move(what);
+  o.deadline = clock::now() + timeout_;
 }
 
-tcp_socket tcp_transport::connect_to(int peer, std::uint32_t kind, std::vector<std::byte>* hello_out) {
+tcp_socket tcp_transport::connect_to(const lane_operation& op, int peer, std::uint32_t kind, std::vector<std::byte>* hello_out) {
   sockaddr_in a = parse_addr(addrs_[peer].host, addrs_[peer].port);
   tcp_socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s) throw error(errc::io_error, label() + ": socket(): " + std::strerror(errno));
@@ -182,22 +182,22 @@ tcp_socket tcp_transport::connect_to(int peer, std::uint32_t kind, std::vector<s
   if (hello_out != nullptr)
     hello_out->assign(bytes, bytes + sizeof(h));
   else
-    write_exact(s, peer, bytes, sizeof(h), deadline_);
+    write_exact(op, s, peer, bytes, sizeof(h));
   return s;
 }
 
-bool tcp_transport::accept_one(clock::time_point deadline) {
+bool tcp_transport::accept_one(const lane_operation& op) {
   pollfd p{listener_.fd(), POLLIN, 0};
-  if (::poll(&p, 1, ms_until(deadline)) != 1) return false;
+  if (::poll(&p, 1, ms_until(op.deadline)) != 1) return false;
   tcp_socket s(::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC));
   if (!s) return false;
   tune(s.fd());
   // A bounded wait: a client that connects and says nothing cannot hold the group up long.
-  const auto hello_deadline = std::min(deadline, clock::now() + std::chrono::seconds(2));
+  const lane_operation hello_op{op.what, std::min(op.deadline, clock::now() + std::chrono::seconds(2)), {}};
   if (tls_) {
     s.start_tls(tls_, tls_session::role::server);
     try {
-      s.tls()->handshake(hello_deadline);
+      s.tls()->handshake(hello_op.deadline);
     } catch (const error& e) {
       std::fprintf(stderr, "troupe: %s rank %d: refused a connection: %s\n", label().c_str(), rank_, e.what());
       return false;
@@ -205,7 +205,7 @@ bool tcp_transport::accept_one(clock::time_point deadline) {
   }
   hello h;
   try {
-    read_exact(s, -1, reinterpret_cast<std::byte*>(&h), sizeof(h), hello_deadline);
+    read_exact(hello_op, s, -1, reinterpret_cast<std::byte*>(&h), sizeof(h));
   } catch (const error& e) {
     std::fprintf(stderr, "troupe: %s rank %d: refused a connection without a hello: %s\n", label().c_str(), rank_, e.what());
     return false;
@@ -221,7 +221,7 @@ bool tcp_transport::accept_one(clock::time_point deadline) {
   return true;
 }
 
-tcp_socket tcp_transport::take_incoming(std::uint32_t kind, int peer) {
+tcp_socket tcp_transport::take_incoming(const lane_operation& op, std::uint32_t kind, int peer) {
   std::lock_guard<std::mutex> lock(accept_mu_);
   for (;;) {
     auto it = pending_.find({kind, peer});
@@ -230,25 +230,25 @@ tcp_socket tcp_transport::take_incoming(std::uint32_t kind, int peer) {
       pending_.erase(it);
       return s;
     }
-    check_failed();
-    if (clock::now() >= deadline_) fail_timeout(peer);
-    accept_one(deadline_);
+    check_failed(op);
+    if (clock::now() >= op.deadline) fail_timeout(op, peer);
+    accept_one(op);
   }
 }
 
-void tcp_transport::check_failed() {
+void tcp_transport::check_failed(const lane_operation& op) {
   if (!aborted_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(abort_mu_);
-  throw error(errc::peer_lost, label() + " rank " + std::to_string(rank_) + ": during " + what_ +
+  throw error(errc::peer_lost, label() + " rank " + std::to_string(rank_) + ": during " + op.what +
                                    ": the group failed: " + abort_reason_);
 }
 
-void tcp_transport::fail_timeout(int peer) {
-  throw error(errc::timeout, label() + ": " + what_ + " timed out after " + std::to_string(timeout_.count()) +
+void tcp_transport::fail_timeout(const lane_operation& op, int peer) {
+  throw error(errc::timeout, label() + ": " + op.what + " timed out after " + std::to_string(timeout_.count()) +
                                  " ms waiting for rank " + std::to_string(peer));
 }
 
-void tcp_transport::read_exact(tcp_socket& fd, int peer, std::byte* p, std::size_t n, clock::time_point deadline) {
+void tcp_transport::read_exact(const lane_operation& op, tcp_socket& fd, int peer, std::byte* p, std::size_t n) {
   while (n > 0) {
     const ssize_t got = fd.recv_some(p, n);
     if (got > 0) {
@@ -258,23 +258,23 @@ void tcp_transport::read_exact(tcp_socket& fd, int peer, std::byte* p, std::size
     }
     const int e = got == 0 ? 0 : errno;
     if (got < 0 && (e == EAGAIN || e == EINTR)) {
-      if (peer >= 0) check_failed();
-      if (clock::now() >= deadline) {
+      if (peer >= 0) check_failed(op);
+      if (clock::now() >= op.deadline) {
         if (peer < 0) throw error(errc::timeout, "no data before the deadline");
-        fail_timeout(peer);
+        fail_timeout(op, peer);
       }
       pollfd pf{fd.fd(), fd.wants(POLLIN), 0};
-      ::poll(&pf, 1, ms_until(deadline));
+      ::poll(&pf, 1, ms_until(op.deadline));
       continue;
     }
-    if (peer >= 0) check_failed();  // our own abort shut this socket: report the first failure
+    if (peer >= 0) check_failed(op);  // our own abort shut this socket: report the first failure
     throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + (got == 0 ? " closed its connection" : " reset its connection (") +
-                                     (got == 0 ? "" : fd.error_text(e) + ")") + " during " + what_ +
+                                     (got == 0 ? "" : fd.error_text(e) + ")") + " during " + op.what +
                                      " (it exited or was killed)");
   }
 }
 
-void tcp_transport::write_exact(tcp_socket& fd, int peer, const std::byte* p, std::size_t n, clock::time_point deadline) {
+void tcp_transport::write_exact(const lane_operation& op, tcp_socket& fd, int peer, const std::byte* p, std::size_t n) {
   while (n > 0) {
     const ssize_t put = fd.send_some(p, n);
     if (put > 0) {
@@ -283,56 +283,56 @@ void tcp_transport::write_exact(tcp_socket& fd, int peer, const std::byte* p, st
       continue;
     }
     if (put < 0 && (errno == EAGAIN || errno == EINTR || errno == EINPROGRESS)) {
-      check_failed();
-      if (clock::now() >= deadline) fail_timeout(peer);
+      check_failed(op);
+      if (clock::now() >= op.deadline) fail_timeout(op, peer);
       pollfd pf{fd.fd(), fd.wants(POLLOUT), 0};
-      ::poll(&pf, 1, ms_until(deadline));
+      ::poll(&pf, 1, ms_until(op.deadline));
       continue;
     }
-    throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + " is unreachable during " + what_ + ": " +
+    throw error(errc::peer_lost, label() + ": rank " + std::to_string(peer) + " is unreachable during " + op.what + ": " +
                                      fd.error_text(errno) + " (it exited or was killed)");
   }
 }
 
-frame_header tcp_transport::read_header(tcp_socket& fd, int peer, clock::time_point deadline) {
+frame_header tcp_transport::read_header(const lane_operation& op, tcp_socket& fd, int peer) {
   frame_header h;
-  read_exact(fd, peer, reinterpret_cast<std::byte*>(&h), sizeof(h), deadline);
+  read_exact(op, fd, peer, reinterpret_cast<std::byte*>(&h), sizeof(h));
   if (static_cast<frame_type>(h.type) == frame_type::leave) {
     fingerprint last;
-    read_exact(fd, peer, reinterpret_cast<std::byte*>(&last), sizeof(last), deadline);
+    read_exact(op, fd, peer, reinterpret_cast<std::byte*>(&last), sizeof(last));
     const std::string after = last.seq == 0 ? "before entering any collective"
                                             : "after collective #" + std::to_string(last.seq) + " (" + describe(last) + ")";
     const std::string msg = label() + ": rank " + std::to_string(peer) + " left the group " + after + " while rank " +
-                            std::to_string(rank_) + " waits for it in " + what_ +
+                            std::to_string(rank_) + " waits for it in " + op.what +
                             ": the ranks issued different numbers of collectives (did a rank skip one?)";
     abort(mismatch_mark + msg);  // the ranks further round fail alike
     throw error(errc::collective_mismatch, msg);
   }
   if (static_cast<frame_type>(h.type) == frame_type::abort) {
     std::string reason(std::min<std::uint64_t>(h.length, 4096), '\0');
-    read_exact(fd, peer, reinterpret_cast<std::byte*>(reason.data()), reason.size(), deadline);
+    read_exact(op, fd, peer, reinterpret_cast<std::byte*>(reason.data()), reason.size());
     const bool mismatch = reason.rfind(mismatch_mark, 0) == 0;
     if (mismatch) abort(reason);  // pass it on: a mismatch does not break the group on its own
     throw error(mismatch ? errc::collective_mismatch : errc::peer_lost,
-                label() + " rank " + std::to_string(rank_) + ": during " + what_ + ", rank " + std::to_string(peer) +
+                label() + " rank " + std::to_string(rank_) + ": during " + op.what + ", rank " + std::to_string(peer) +
                     " aborted: " + (mismatch ? reason.substr(mismatch_mark.size()) : reason));
   }
   return h;
 }
 
-void tcp_transport::check_sender() {
+void tcp_transport::check_sender(const lane_operation& op) {
   auto e = sender_->error();
   if (!e) return;
   // next() is gone. When that is the echo of an earlier failure, prev() is about to pass on an
   // abort frame naming the first one: read ahead briefly (dropping data) and raise that instead.
-  const auto grace = clock::now() + std::chrono::milliseconds(300);
+  const lane_operation grace{op.what, clock::now() + std::chrono::milliseconds(300), {}};
   std::vector<std::byte> sink(64 << 10);
   try {
     for (;;) {
-      const frame_header h = read_header(ring_in_, prev(), grace);  // throws on an abort frame
+      const frame_header h = read_header(grace, ring_in_, prev());  // throws on an abort frame
       for (std::uint64_t left = h.length; left > 0;) {
         const std::size_t m = static_cast<std::size_t>(std::min<std::uint64_t>(left, sink.size()));
-        read_exact(ring_in_, prev(), sink.data(), m, grace);
+        read_exact(grace, ring_in_, prev(), sink.data(), m);
         left -= m;
       }
     }
@@ -344,27 +344,29 @@ void tcp_transport::check_sender() {
 }
 
 void tcp_transport::send_next(const std::byte* p, std::size_t n) {
-  check_sender();
+  check_sender(op(lane::collectives));
   sender_->push(frame_type::data, p, n);
 }
 
 void tcp_transport::recv_prev(std::byte* p, std::size_t n) {
-  check_sender();
-  const frame_header h = read_header(ring_in_, prev(), deadline_);
+  const lane_operation& ring = op(lane::collectives);
+  check_sender(ring);
+  const frame_header h = read_header(ring, ring_in_, prev());
   if (static_cast<frame_type>(h.type) != frame_type::data || h.length != n)
-    throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected " + std::to_string(n) +
+    throw error(errc::invalid_state, label() + ": protocol error during " + ring.what + ": expected " + std::to_string(n) +
                                          " data bytes from rank " + std::to_string(prev()) + ", got frame type " +
                                          std::to_string(h.type) + " of " + std::to_string(h.length) + " bytes");
-  read_exact(ring_in_, prev(), p, n, deadline_);
+  read_exact(ring, ring_in_, prev(), p, n);
 }
 
 void tcp_transport::flush() {
   if (!sender_) return;
+  const lane_operation& ring = op(lane::collectives);
   // In slices, so a member the node declared lost (Note [group peer loss]) ends the wait.
   for (;;) {
-    check_failed();
-    if (sender_->flush_until(std::min(deadline_, clock::now() + std::chrono::milliseconds(slice_ms)))) return;
-    if (clock::now() >= deadline_) return sender_->flush(deadline_, what_);
+    check_failed(ring);
+    if (sender_->flush_until(std::min(ring.deadline, clock::now() + std::chrono::milliseconds(slice_ms)))) return;
+    if (clock::now() >= ring.deadline) return sender_->flush(ring.deadline, ring.what);
   }
 }
 
@@ -395,23 +397,24 @@ std::vector<fingerprint> tcp_transport::gather_fingerprints(const fingerprint& f
   all[rank_] = f;
   last_fp_ = f;
   if (world_ == 1) return all;
+  const lane_operation& ring = op(lane::collectives);
   sender_->push(frame_type::fingerprint, reinterpret_cast<const std::byte*>(&f), sizeof(f), true);
   for (int s = 0; s < world_ - 1; ++s) {
     const int k = ((rank_ - s - 1) % world_ + world_) % world_;  // rank k's entry arrives at step s
-    check_sender();
+    check_sender(ring);
     frame_header h;
     try {
-      h = read_header(ring_in_, prev(), deadline_);
+      h = read_header(ring, ring_in_, prev());
     } catch (const error& e) {
       // Ranks k+1 .. r-1 entered and forward what they get, so rank k has not entered.
       if (e.code() != errc::timeout) throw;
-      throw error(errc::timeout, label() + ": " + what_ + ": rank " + std::to_string(k) +
+      throw error(errc::timeout, label() + ": " + ring.what + ": rank " + std::to_string(k) +
                                      " did not arrive before the deadline (ranks further up the ring are unknown)");
     }
     if (static_cast<frame_type>(h.type) != frame_type::fingerprint || h.length != sizeof(fingerprint))
-      throw error(errc::invalid_state, label() + ": protocol error during " + what_ + ": expected a fingerprint from rank " +
+      throw error(errc::invalid_state, label() + ": protocol error during " + ring.what + ": expected a fingerprint from rank " +
                                            std::to_string(prev()));
-    read_exact(ring_in_, prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint), deadline_);
+    read_exact(ring, ring_in_, prev(), reinterpret_cast<std::byte*>(&all[k]), sizeof(fingerprint));
     if (static_cast<std::int32_t>(all[k].seq - f.seq) < 0) {  // a late repeat (Note [collective payload faults])
       ++repeats_;
       --s;
@@ -436,7 +439,7 @@ void tcp_transport::enter(const fingerprint& f) {
 }
 
 void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseconds timeout) {
-  deadline_ = std::chrono::steady_clock::now() + timeout;
+  op(lane::collectives).deadline = std::chrono::steady_clock::now() + timeout;
   try {
     gather_fingerprints(f);
   } catch (const error& e) {
@@ -450,25 +453,27 @@ void tcp_transport::enter_monitored(const fingerprint& f, std::chrono::milliseco
 }
 
 void tcp_transport::p2p_send(int dst, const fingerprint& unnumbered, const std::byte* p, std::size_t n) {
-  if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
+  const lane_operation& send = op(lane::sends);
+  if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(send, dst, 2);
   tcp_socket& fd = p2p_out_[dst];
   fingerprint meta = unnumbered;
   meta.seq = p2p_last_out_[dst].seq + 1;  // the receiver drops repeats by it (Note [collective payload faults])
   p2p_last_out_[dst] = meta;
   frame_header h{static_cast<std::uint32_t>(frame_type::p2p_meta), 0, sizeof(meta)};
-  write_exact(fd, dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
-  write_exact(fd, dst, reinterpret_cast<const std::byte*>(&meta), sizeof(meta), deadline_);
-  write_exact(fd, dst, p, n, deadline_);
+  write_exact(send, fd, dst, reinterpret_cast<const std::byte*>(&h), sizeof(h));
+  write_exact(send, fd, dst, reinterpret_cast<const std::byte*>(&meta), sizeof(meta));
+  write_exact(send, fd, dst, p, n);
 }
 
 fingerprint tcp_transport::p2p_recv_meta(int src) {
-  if (!p2p_in_[src]) p2p_in_[src] = take_incoming(2, src);
+  const lane_operation& recv = op(lane::receives);
+  if (!p2p_in_[src]) p2p_in_[src] = take_incoming(recv, 2, src);
   for (;;) {
-    const frame_header h = read_header(p2p_in_[src], src, deadline_);
+    const frame_header h = read_header(recv, p2p_in_[src], src);
     fingerprint meta;
     if (static_cast<frame_type>(h.type) != frame_type::p2p_meta || h.length != sizeof(meta))
       throw error(errc::invalid_state, label() + ": protocol error receiving from rank " + std::to_string(src));
-    read_exact(p2p_in_[src], src, reinterpret_cast<std::byte*>(&meta), sizeof(meta), deadline_);
+    read_exact(recv, p2p_in_[src], src, reinterpret_cast<std::byte*>(&meta), sizeof(meta));
     if (static_cast<std::int32_t>(meta.seq - p2p_seq_in_[src]) > 0) {
       p2p_seq_in_[src] = meta.seq;
       return meta;
@@ -481,10 +486,11 @@ fingerprint tcp_transport::p2p_recv_meta(int src) {
 
 void tcp_transport::p2p_abort(int dst, const std::string& reason) noexcept {
   try {
-    if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(dst, 2);
+    const lane_operation& send = op(lane::sends);
+    if (!p2p_out_[dst]) p2p_out_[dst] = connect_to(send, dst, 2);
     const frame_header h{static_cast<std::uint32_t>(frame_type::abort), 0, reason.size()};
-    write_exact(p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(&h), sizeof(h), deadline_);
-    write_exact(p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(reason.data()), reason.size(), deadline_);
+    write_exact(send, p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(&h), sizeof(h));
+    write_exact(send, p2p_out_[dst], dst, reinterpret_cast<const std::byte*>(reason.data()), reason.size());
   } catch (const std::exception&) {
     // The receiver fails at its own deadline instead.
   }
@@ -502,11 +508,12 @@ void tcp_transport::repeat_send(int dst, const std::byte* p, std::size_t n) {
 }
 
 void tcp_transport::p2p_recv_data(int src, std::byte* p, std::size_t n) {
-  if (p != nullptr) return read_exact(p2p_in_[src], src, p, n, deadline_);
+  const lane_operation& recv = op(lane::receives);
+  if (p != nullptr) return read_exact(recv, p2p_in_[src], src, p, n);
   std::vector<std::byte> sink(std::min<std::size_t>(n, std::size_t{1} << 20));
   for (std::size_t left = n; left > 0;) {
     const std::size_t m = std::min(left, sink.size());
-    read_exact(p2p_in_[src], src, sink.data(), m, deadline_);
+    read_exact(recv, p2p_in_[src], src, sink.data(), m);
     left -= m;
   }
 }

@@ -159,8 +159,8 @@ class tcp_transport {
   int prev() const noexcept { return (rank_ + world_ - 1) % world_; }
   std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
 
-  /// Sets the deadline of the collective that starts now (this thread) and names it.
-  void begin(std::string what);
+  /// Sets the deadline of the operation that starts now on lane `l` and names it for messages.
+  void begin(lane l, std::string what);
   /// The fingerprint exchange of Note [tcp ring]; throws collective_mismatch, peer_lost, timeout.
   void enter(const fingerprint& f);
   /// A barrier that, past `timeout`, throws errc::timeout naming the rank waited on; unlike
@@ -210,19 +210,21 @@ class tcp_transport {
     int port = 0;
   };
   /// Connects to `peer` and writes the hello, or with `hello_out` stores it there unsent.
-  tcp_socket connect_to(int peer, std::uint32_t kind, std::vector<std::byte>* hello_out = nullptr);
-  tcp_socket take_incoming(std::uint32_t kind, int peer);
-  bool accept_one(std::chrono::steady_clock::time_point deadline);
-  frame_header read_header(tcp_socket& s, int peer, std::chrono::steady_clock::time_point deadline);
-  void read_exact(tcp_socket& s, int peer, std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
-  void write_exact(tcp_socket& s, int peer, const std::byte* p, std::size_t n, std::chrono::steady_clock::time_point deadline);
-  void check_failed();
+  // `op` is the operation of the calling lane: its name for messages, its deadline for waits.
+  tcp_socket connect_to(const lane_operation& op, int peer, std::uint32_t kind, std::vector<std::byte>* hello_out = nullptr);
+  tcp_socket take_incoming(const lane_operation& op, std::uint32_t kind, int peer);
+  bool accept_one(const lane_operation& op);
+  frame_header read_header(const lane_operation& op, tcp_socket& s, int peer);
+  void read_exact(const lane_operation& op, tcp_socket& s, int peer, std::byte* p, std::size_t n);
+  void write_exact(const lane_operation& op, tcp_socket& s, int peer, const std::byte* p, std::size_t n);
+  void check_failed(const lane_operation& op);
   /// Passes the fingerprints around the ring; every rank's, indexed by rank.
   std::vector<fingerprint> gather_fingerprints(const fingerprint& f);
   /// Throws when writing to next() failed: the abort frame prev() passes on within 300 ms if
   /// one comes (it names the first failure), else the write error.
-  void check_sender();
-  [[noreturn]] void fail_timeout(int peer);
+  void check_sender(const lane_operation& op);
+  [[noreturn]] void fail_timeout(const lane_operation& op, int peer);
+  lane_operation& op(lane l) noexcept { return ops_[static_cast<int>(l)]; }
 
   int rank_;
   int world_;
@@ -248,8 +250,7 @@ class tcp_transport {
   std::string abort_reason_;
   bool told_next_ = false;  // under abort_mu_
   fingerprint last_fp_{};   // the collective this rank entered last (worker thread)
-  static thread_local std::string what_;
-  static thread_local std::chrono::steady_clock::time_point deadline_;
+  lane_operation ops_[lane_count];  // one per lane (its own thread only)
 };
 
 /// Which transport a group uses: `requested`, or for automatic shared memory when every rank

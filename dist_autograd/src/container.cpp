@@ -1,5 +1,6 @@
-// Contexts, PropagateGradients and release (Notes [dist autograd recording] in container.hpp and
-// [FAST mode backward] in fast_engine.hpp).
+// The container and its contexts' RAII (Notes [dist autograd recording] in container.hpp and
+// [FAST mode backward] in fast_engine.hpp); the state they share is container::impl
+// (container_impl.cpp).
 #include "troupe/dist_autograd/container.hpp"
 
 #include <algorithm>
@@ -40,17 +41,6 @@ propagate_answer await_group(const container::impl& c, const caf::actor& a, cont
                "dist_autograd::backward on " + c.n.info().name + ": context " + std::to_string(id) +
                    " got no answer from its actor within the bound"};
   return outcome;
-}
-
-/// The first attempt's outcome as the actor's on_reply reads it (Note [direct requests]).
-propagate_answer first_answer(const caf::message& reply, const std::string& to) {
-  if (reply.match_elements<propagate_reply>()) return to_answer(reply.get_as<propagate_reply>(0));
-  if (reply.match_elements<caf::error>()) {
-    const error e = from_caf_error(reply.get_as<caf::error>(0), "dist_autograd::propagate to " + to);
-    return {propagate_attempt_failed, static_cast<std::int32_t>(e.code()), e.message()};
-  }
-  return {propagate_attempt_failed, static_cast<std::int32_t>(errc::timeout),
-          "dist_autograd::propagate to " + to + ": no answer within propagate_timeout"};
 }
 
 /// Reads the replies of the first attempts the root's run sent itself (bounded by one attempt's
@@ -109,117 +99,6 @@ void gradient_map::accumulate(const tensor& leaf, const tensor& grad) {
   no_grad_guard guard;
   auto [it, fresh] = entries_.try_emplace(leaf.autograd_meta(), leaf, tensor());
   it->second.second = fresh ? grad.detach().clone() : add(it->second.second, grad);
-}
-
-// ---- contexts --------------------------------------------------------------------------------
-
-container::impl::impl(node& nd, container_options o)
-    : n(nd), opts(o), worker_bits(static_cast<std::uint64_t>(nd.info().rank) << 48) {}
-
-std::shared_ptr<context_state> container::impl::find_if(context_id id) const {
-  std::lock_guard<std::mutex> lock(m);
-  auto it = contexts.find(id);
-  return it == contexts.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<context_state> container::impl::find(context_id id, const char* op) const {
-  auto ctx = find_if(id);
-  if (!ctx)
-    throw error(errc::bad_argument, std::string("dist_autograd::") + op + ": unknown context " + std::to_string(id) +
-                                        " on " + n.info().name);
-  return ctx;
-}
-
-std::shared_ptr<context_state> container::impl::find_or_create(context_id id) {
-  std::lock_guard<std::mutex> lock(m);
-  if (released.count(id)) return nullptr;
-  auto& slot = contexts[id];
-  if (!slot) slot = std::make_shared<context_state>(id);  // its actor comes when needed (actor_of)
-  return slot;
-}
-
-message_id container::impl::record_send(context_state& ctx, const tensor_list& tensors, const std::string& to) {
-  edge_list edges;
-  std::vector<troupe::device> devices;
-  for (const auto& t : tensors) {
-    edges.push_back(t.defined() && t.requires_grad() ? gradient_edge(t) : edge{});
-    devices.push_back(t.defined() ? t.device() : cpu_device);
-  }
-  const message_id msg = new_id();
-  auto send = std::make_shared<send_function>(std::move(edges), std::move(devices));
-  std::lock_guard<std::mutex> lock(ctx.m);
-  ctx.sends.emplace(msg, std::move(send));
-  ctx.workers.insert(to);
-  return msg;
-}
-
-std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, message_id msg,
-                                                             const std::string& from, std::uint32_t num) {
-  std::weak_ptr<impl> weak = weak_from_this();
-  auto propagate = [weak, id = ctx.id, msg, from](const tensor_list& grads) {
-    run_info* run = current_run();
-    auto self = weak.lock();
-    if (!run || !run->outbox || !self) throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
-    // Note [context actor]: the actor sends it at once (the local run goes on meanwhile); the
-    // run's caller awaits the run's propagations there.
-    caf::actor peer = self->peer(from);
-    if (auto* direct = run->outbox->direct) {  // Note [direct requests]: attempt 1 goes from here
-      const std::size_t slot = direct->send(
-          *self->requester, peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}));
-      run->outbox->sent.push_back({self->new_id(), from, std::move(peer), msg, grads, slot});
-      return;
-    }
-    // A nested run (on the service's thread): the actor learns of it first, then attempt 1 goes
-    // from here and its reply reaches the actor as a ctx_first.
-    if (!run->outbox->actor) run->outbox->actor = self->actor_of(id);
-    const auto actor = caf::actor_cast<context_handle>(run->outbox->actor);
-    if (!actor) throw error(errc::invalid_state, "dist_autograd: context " + std::to_string(id) + " was released during its backward");
-    const std::uint64_t seq = self->new_id();
-    caf::anon_send(actor, ctx_start{run->outbox->group, seq, from, peer, msg, run->pass, run->retain, grads, {}, true});
-    ++run->outbox->started;
-    self->requester->request(peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}),
-                             [actor, seq, from](caf::message&& reply) {
-                               caf::anon_send(actor, ctx_first{seq, first_answer(reply, from)});
-                             });
-  };
-  auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
-  std::lock_guard<std::mutex> lock(ctx.m);
-  ctx.recvs.emplace(msg, recv);
-  ctx.workers.insert(from);
-  return recv;
-}
-
-caf::actor container::impl::actor_of(context_id id) {
-  std::lock_guard<std::mutex> lock(m);
-  auto ctx = contexts.find(id);
-  if (ctx == contexts.end()) return {};
-  auto& a = actors[id];
-  if (!a) a = caf::actor_cast<caf::actor>(spawn_context_actor(n, opts, ctx->second));
-  return a;
-}
-
-caf::actor container::impl::peer(const std::string& worker) {
-  if (worker == n.info().name) return service;
-  {
-    std::lock_guard<std::mutex> lock(peers_m);
-    if (auto it = peers.find(worker); it != peers.end()) return it->second;
-  }
-  // Note [dist autograd service]: one lookup per worker; a handle that went down stays (its
-  // requests fail at once with the cause).
-  auto h = caf::actor_cast<caf::actor>(lookup_actor<service_actor>(n, worker, service_name, opts.release_timeout));
-  std::lock_guard<std::mutex> lock(peers_m);
-  return peers.emplace(worker, std::move(h)).first->second;
-}
-
-std::map<std::string, caf::actor> container::impl::peers_of(const std::set<std::string>& workers) {
-  std::map<std::string, caf::actor> out;
-  for (const auto& w : workers) {
-    try {
-      out.emplace(w, peer(w));
-    } catch (const error&) {  // gone or without a container: nothing to release there
-    }
-  }
-  return out;
 }
 
 // ---- container ------------------------------------------------------------------------------

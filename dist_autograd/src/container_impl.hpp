@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/message.hpp>
 
 #include "troupe/actors/rpc/future.hpp"
 #include "troupe/actors/rpc/interceptor.hpp"
@@ -245,6 +246,12 @@ void create_optimizer(container::impl& c, std::uint64_t id, std::int32_t kind, c
                       const std::vector<std::string>& keys);
 std::int32_t step_optimizer(container::impl& c, std::uint64_t id, context_id ctx);
 void drop_optimizer(container::impl& c, std::uint64_t id);
+
+/// The answer of a propagation that failed with `code` and `text` (propagation.cpp).
+propagate_answer propagation_failure(errc code, const std::string& text);
+/// A first attempt's outcome as the context actor's on_reply reads it, from its reply (an empty
+/// reply is a timeout; Note [direct requests]).
+propagate_answer first_answer(const caf::message& reply, const std::string& to);
 
 /// The bound on an actor's answer to one group of propagations: backward_timeout for the polls,
 /// one more attempt's deadline, the backoffs, and a margin.

@@ -14,18 +14,20 @@ namespace troupe::dist_autograd {
 
 namespace {
 
-thread_local run_info* tls_run = nullptr;
-
-/// Makes `r` the current run of this thread for its lifetime.
-class run_scope {
+/// Binds `n`, when it is a recv function, to `run` for the scope's lifetime.
+class run_binding {
  public:
-  explicit run_scope(run_info* r) : previous_(tls_run) { tls_run = r; }
-  ~run_scope() { tls_run = previous_; }
-  run_scope(const run_scope&) = delete;
-  run_scope& operator=(const run_scope&) = delete;
+  run_binding(grad_node& n, const run_info& run) : recv_(dynamic_cast<recv_function*>(&n)) {
+    if (recv_) recv_->bind_run(&run);
+  }
+  ~run_binding() {
+    if (recv_) recv_->bind_run(nullptr);
+  }
+  run_binding(const run_binding&) = delete;
+  run_binding& operator=(const run_binding&) = delete;
 
  private:
-  run_info* previous_;
+  recv_function* recv_;
 };
 
 /// Counts, for every node reachable from `entries`, the edges pointing at it (iteratively).
@@ -80,8 +82,6 @@ void capture_leaf(context_state& ctx, accumulate_grad& acc, tensor_list&& in) {
 
 }  // namespace
 
-run_info* current_run() { return tls_run; }
-
 void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std::shared_ptr<grad_node>& entry,
                   tensor_list inputs, propagation_outbox& outbox) {
   no_grad_guard ng;
@@ -89,7 +89,6 @@ void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std
   const bool is_root = dynamic_cast<graph_root*>(entry.get()) != nullptr;
   if (ctx.pass.id != pass) begin_pass(ctx, pass, retain, is_root ? entry.get() : nullptr);
   run_info info{ctx.id, pass, retain, &outbox};
-  run_scope current(&info);
   graph_pass& state = ctx.pass;
   std::priority_queue<grad_node*, std::vector<grad_node*>, engine_steps::later_first> queue;
   std::vector<grad_node*> ready;
@@ -117,7 +116,11 @@ void execute_fast(context_state& ctx, std::uint64_t pass, bool retain, const std
       }
       continue;
     }
-    tensor_list out = engine_steps::run_node(*n, std::move(in));
+    tensor_list out;
+    {
+      run_binding bound(*n, info);  // a recv function starts its propagation as part of this run
+      out = engine_steps::run_node(*n, std::move(in));
+    }
     if (!retain) n->release_variables();
     engine_steps::deliver(*n, std::move(out), state.buffers, state.deps, ready);
     for (grad_node* r : ready) queue.push(r);

@@ -33,16 +33,13 @@
 
 namespace troupe::dist_autograd {
 
-/// The engine run executing on the current thread, read by recv functions.
+/// An engine run, handed to the recv functions it runs (recv_function::bind_run).
 struct run_info {
   context_id ctx = 0;
   std::uint64_t pass = 0;
   bool retain = false;
   propagation_outbox* outbox = nullptr;  ///< where recv functions count the propagations they started
 };
-
-/// The run on this thread, or null outside a run.
-run_info* current_run();
 
 /// Runs `entry` (a graph_root on the root worker, a send function elsewhere) with `inputs` as
 /// part of pass `pass` of `ctx`, computing the pass's dependencies first if this worker has not

@@ -18,7 +18,7 @@ recv_function::recv_function(std::uint32_t num_tensors, std::string from, propag
     : grad_node("dist_autograd::recv", {}, num_tensors), from_(std::move(from)), propagate_(std::move(propagate)) {}
 
 tensor_list recv_function::apply(tensor_list&& grads) {
-  if (propagate_) propagate_(grads);
+  if (propagate_) propagate_(grads, run_);
   return {};
 }
 

@@ -1,6 +1,7 @@
 // PropagateGradients (Notes [FAST mode backward] in fast_engine.hpp and [context actor] in
 // context_actor.hpp): the context actor's side (send, retry on actor timers, await a run's
-// propagations, answer duplicates) and the handler on the receiving worker (run by its service).
+// propagations, answer duplicates). The handler on the receiving worker is
+// container::impl::on_propagate (container_impl.cpp).
 #include <algorithm>
 
 #include <caf/all.hpp>
@@ -18,18 +19,18 @@ std::chrono::milliseconds propagation_bound(const container_options& opts) {
   return opts.backward_timeout + opts.propagate_timeout + opts.backoff * 64 * opts.attempts + std::chrono::seconds(1);
 }
 
-namespace {
-
-propagate_answer failure(errc code, const std::string& text) {
+propagate_answer propagation_failure(errc code, const std::string& text) {
   return {propagate_failed, static_cast<std::int32_t>(code), text};
 }
+
+namespace {
 
 /// The receiver's failure as seen here: peer_lost and timeout keep their code (a worker lost hops
 /// away is still peer_lost at the root); anything else is a remote_exception naming `to`.
 propagate_answer from_remote(const std::string& to, const propagate_answer& a) {
   const auto c = static_cast<errc>(std::get<1>(a));
   if (c == errc::peer_lost || c == errc::timeout) return a;
-  return failure(errc::remote_exception, "dist_autograd backward on " + to + ": " + std::get<2>(a));
+  return propagation_failure(errc::remote_exception, "dist_autograd backward on " + to + ": " + std::get<2>(a));
 }
 
 /// Answers group `id` once it was awaited and every propagation it handed over ended.
@@ -79,7 +80,7 @@ void on_reply(context_self self, std::uint64_t seq, int attempt, const propagate
   if (state == propagate_running) {  // the receiver still works on it: poll again, bounded
     if (!late) return self->delayed_send(self, delay, ctx_pretry_atom::value, seq);
     return end_propagation(self, seq,
-                           failure(errc::timeout, "dist_autograd: the propagation of message " + std::to_string(p.msg) +
+                           propagation_failure(errc::timeout, "dist_autograd: the propagation of message " + std::to_string(p.msg) +
                                                       " to " + p.to + " did not finish within backward_timeout"));
   }
   const auto c = static_cast<errc>(code);  // the attempt's request failed
@@ -141,7 +142,7 @@ void on_peer_down(context_self self, const std::string& worker, errc code, const
   std::vector<std::uint64_t> gone;
   for (const auto& [seq, p] : self->state.out)
     if (p.to == worker) gone.push_back(seq);
-  for (auto seq : gone) end_propagation(self, seq, failure(code, why));
+  for (auto seq : gone) end_propagation(self, seq, propagation_failure(code, why));
 }
 
 void on_propagate_retry(context_self self, std::uint64_t seq) {
@@ -180,83 +181,5 @@ void on_running_timeout(context_self self, std::uint64_t park) {
 }
 
 // ---- the receiving worker's handler --------------------------------------------------------------
-
-namespace {
-/// The answer that carries the current exception's code and text.
-propagate_answer failed_answer(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const error& err) {
-    return failure(err.code(), err.message());
-  } catch (const std::exception& err) {
-    return failure(errc::remote_exception, err.what());
-  } catch (...) {
-    return failure(errc::remote_exception, "unknown exception");
-  }
-}
-
-/// The send function of `msg` in `ctx`, checked against the gradients that arrived.
-std::shared_ptr<send_function> send_for(context_state& ctx, message_id msg, const tensor_list& grads,
-                                        const std::string& me) {
-  std::shared_ptr<send_function> send;
-  {
-    std::lock_guard<std::mutex> lock(ctx.m);
-    if (auto it = ctx.sends.find(msg); it != ctx.sends.end()) send = it->second;
-  }
-  if (!send)
-    throw error(errc::bad_argument, "dist_autograd::propagate on " + me + ": no send function for message " +
-                                        std::to_string(msg) + " in context " + std::to_string(ctx.id));
-  if (grads.size() != send->next_edges().size())
-    throw error(errc::bad_argument, "dist_autograd::propagate on " + me + ": " + std::to_string(grads.size()) +
-                                        " gradients for a send of " + std::to_string(send->next_edges().size()) +
-                                        " tensors");
-  return send;
-}
-}  // namespace
-
-void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads,
-                                   bool retain, answer_ptr<propagate_answer> done) {
-  auto ctx = find_if(id);
-  if (!ctx)
-    return (*done)(failure(errc::bad_argument,
-                           "dist_autograd::propagate: unknown context " + std::to_string(id) + " on " + n.info().name));
-  const std::pair<message_id, std::uint64_t> key{msg, pass};
-  {  // a retry or duplicate: the outcome if the record has it, else the actor answers it
-    std::unique_lock<std::mutex> lock(ctx->m);
-    auto [it, first] = ctx->handled.try_emplace(key);
-    if (!first) {
-      if (it->second.known) {
-        const propagate_answer known = it->second.outcome;
-        lock.unlock();
-        return (*done)(known);
-      }
-      it->second.parked = true;
-      lock.unlock();
-      // Released meanwhile (no actor): `done` is dropped and answers its fallback.
-      return caf::anon_send(caf::actor_cast<context_handle>(actor_of(id)), ctx_duplicate{key, std::move(done)});
-    }
-  }
-  propagation_outbox outbox{caf::actor{}, new_id(), 0, nullptr, {}};  // its actor comes with a first start
-  propagate_answer local{propagate_done, 0, {}};
-  try {  // the local part runs here; what it started is awaited by the actor, not here
-    execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
-  } catch (...) {
-    local = failed_answer(std::current_exception());
-  }
-  if (outbox.started == 0) {  // nothing to wait for: answer now, keep the outcome for duplicates
-    bool parked = false;
-    {
-      std::lock_guard<std::mutex> lock(ctx->m);
-      auto& seen = ctx->handled[key];
-      seen.known = true;
-      seen.outcome = local;
-      parked = seen.parked;
-    }
-    (*done)(local);
-    if (!parked) return;  // else the actor must answer the duplicates it parked
-  }
-  if (!outbox.actor) outbox.actor = actor_of(id);
-  caf::anon_send(caf::actor_cast<context_handle>(outbox.actor), ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
-}
 
 }  // namespace troupe::dist_autograd

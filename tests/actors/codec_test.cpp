@@ -65,13 +65,13 @@ TEST_CASE("a registry entry separates decode errors from the user function's exc
   REQUIRE(inc);
   CHECK(inc->signature == "int32(int32)");
   bool started = false;
-  const auto out = inc->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(41), [&] { started = true; });
+  const auto out = inc->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(41), [&] { started = true; }, nullptr);
   CHECK(started);
   CHECK(troupe::rpc::decode_result<int>(out, "inc") == 42);
   started = false;
-  CHECK(code_of([&] { inc->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(std::string("41")), [&] { started = true; }); }) == errc::bad_argument);
+  CHECK(code_of([&] { inc->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(std::string("41")), [&] { started = true; }, nullptr); }) == errc::bad_argument);
   CHECK_FALSE(started);
-  CHECK_THROWS_AS(reg.find("throws")->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(1), [] {}), std::logic_error);
+  CHECK_THROWS_AS(reg.find("throws")->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(1), [] {}, nullptr), std::logic_error);
   CHECK(reg.find("missing") == nullptr);
   TROUPE_RPC_FUNCTION(reg, shout);
   REQUIRE(reg.find("shout"));

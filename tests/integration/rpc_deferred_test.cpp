@@ -1,5 +1,5 @@
 // Deferred replies (Note [deferred reply]): a served function answers later, from another call's
-// thread, through rpc::defer().
+// thread, through the served call's defer().
 #include <atomic>
 #include <mutex>
 
@@ -43,10 +43,10 @@ void worker(troupe::test::port_pipe& pipe) {
   n.set_interceptor(counter);
   auto slot = std::make_shared<parked>();
   troupe::node* self = &n;
-  n.functions().add("park", [slot, self](int base) {
+  n.functions().add("park", [slot, self](troupe::rpc::served_call& call, int base) {
     {
       std::lock_guard<std::mutex> lock(slot->mutex);
-      slot->reply = troupe::rpc::defer();
+      slot->reply = call.defer();
       slot->base = base;
     }
     self->store().set("parked", "1");
@@ -65,10 +65,10 @@ void worker(troupe::test::port_pipe& pipe) {
     r->complete<int>(-1);  // later answers are ignored
     return 0;
   });
-  n.functions().add("park_tensor", [slot, self](int) {
+  n.functions().add("park_tensor", [slot, self](troupe::rpc::served_call& call, int) {
     {
       std::lock_guard<std::mutex> lock(slot->mutex);
-      slot->reply = troupe::rpc::defer();
+      slot->reply = call.defer();
     }
     self->store().set("parked_tensor", "1");
     return troupe::rpc::deferred{};
@@ -80,17 +80,17 @@ void worker(troupe::test::port_pipe& pipe) {
     slot->reply.reset();
     return 0;
   });
-  n.functions().add("drop", [](int) {
-    (void)troupe::rpc::defer();  // the handle dies here: the caller must hear of it
+  n.functions().add("drop", [](troupe::rpc::served_call& call, int) {
+    (void)call.defer();  // the handle dies here: the caller must hear of it
     return troupe::rpc::deferred{};
   });
-  n.functions().add("throw_after", [](int) -> troupe::rpc::deferred {
-    auto r = troupe::rpc::defer();
+  n.functions().add("throw_after", [](troupe::rpc::served_call& call, int) -> troupe::rpc::deferred {
+    auto r = call.defer();
     throw std::runtime_error("failed after deferring");
   });
-  n.functions().add("defer_twice", [](int) {
-    auto a = troupe::rpc::defer();
-    auto b = troupe::rpc::defer();  // throws invalid_state
+  n.functions().add("defer_twice", [](troupe::rpc::served_call& call, int) {
+    auto a = call.defer();
+    auto b = call.defer();  // throws invalid_state
     return troupe::rpc::deferred{};
   });
   n.store().set("ready", "1");
@@ -142,10 +142,19 @@ void deferred_replies_work() {
 
 }  // namespace
 
-TEST_CASE("a served function can answer later through rpc::defer on the direct channel", "[actors][rpc]") {
+TEST_CASE("a served function can answer later through its served call's defer on the direct channel", "[actors][rpc]") {
   deferred_replies_work();
 }
 
-TEST_CASE("rpc::defer outside a served call is an invalid_state error", "[actors][rpc]") {
-  CHECK(code_of([] { (void)troupe::rpc::defer(); }) == errc::invalid_state);
+TEST_CASE("a function that takes the served call, run outside a served call, is an invalid_state error", "[actors][rpc]") {
+  troupe::rpc::registry reg;
+  reg.add("later", [](troupe::rpc::served_call& call, int) {
+    (void)call.defer();
+    return troupe::rpc::deferred{};
+  });
+  const auto fn = reg.find("later");
+  REQUIRE(fn);
+  CHECK(fn->signature.find("(int32)") != std::string::npos);  // the served call is no argument
+  CHECK(code_of([&] { fn->invoke(troupe::rpc::encode_args(1), [] {}, nullptr); }) == errc::invalid_state);
+  CHECK(code_of([&] { fn->invoke_held(troupe::rpc::encode_args(1), [] {}); }) == errc::not_supported);
 }

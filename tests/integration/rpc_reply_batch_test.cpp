@@ -1,5 +1,6 @@
 // Replies written together (Note [reply batch] in troupe/actors/rpc/reply_batch.hpp): answers
-// given inside a batch stay on the callee until the outermost batch ends, then all arrive.
+// given into a batch stay on the callee until the batch ends, then all arrive; other answers
+// leave at once.
 #include <map>
 #include <mutex>
 #include <thread>
@@ -23,9 +24,9 @@ struct parking_pair {
   parking_pair() {
     n0 = std::make_unique<troupe::node>(troupe::test::test_options(0, 2, 0, "batch-test"));
     n1 = std::make_unique<troupe::node>(troupe::test::test_options(1, 2, n0->port(), "batch-test"));
-    n1->functions().add("park", [this](int key) {
+    n1->functions().add("park", [this](troupe::rpc::served_call& call, int key) {
       std::lock_guard<std::mutex> lock(mutex);
-      parked[key] = troupe::rpc::defer();
+      parked[key] = call.defer();
       return troupe::rpc::deferred{};
     });
   }
@@ -49,23 +50,19 @@ struct parking_pair {
 
 }  // namespace
 
-TEST_CASE("answers given in a reply batch leave only when the outermost batch ends", "[rpc][batch]") {
+TEST_CASE("answers given into a reply batch leave only when it ends", "[rpc][batch]") {
   parking_pair p;
   auto first = troupe::rpc_async<int>(*p.n0, "worker1", "park", 1);
   auto second = troupe::rpc_async<int>(*p.n0, "worker1", "park", 2);
   auto third = troupe::rpc_async<int>(*p.n0, "worker1", "park", 3);
   REQUIRE(p.parked_count(3));
   {
-    troupe::rpc::reply_batch outer;
-    {
-      troupe::rpc::reply_batch inner;
-      p.parked[1]->complete(10);
-      p.parked[2]->fail(troupe::errc::remote_exception, "second refused");
-    }
-    // The inner batch ended inside the outer one: still held.
+    troupe::rpc::reply_batch together;
+    p.parked[1]->complete(10, together);
+    p.parked[2]->fail(troupe::errc::remote_exception, "second refused", &together);
     CHECK_FALSE(first.wait(200ms));
     CHECK_FALSE(second.is_ready());
-    p.parked[3]->complete(30);
+    p.parked[3]->complete(30, together);
     CHECK_FALSE(third.wait(50ms));
   }
   REQUIRE(first.wait(5s));
@@ -83,4 +80,21 @@ TEST_CASE("an answer given outside a reply batch goes at once", "[rpc][batch]") 
   p.parked[1]->complete(7);
   REQUIRE(call.wait(5s));
   CHECK(call.get() == 7);
+}
+
+TEST_CASE("an answer not given into the reply batch open on its thread leaves at once", "[rpc][batch]") {
+  parking_pair p;
+  auto first = troupe::rpc_async<int>(*p.n0, "worker1", "park", 1);
+  auto second = troupe::rpc_async<int>(*p.n0, "worker1", "park", 2);
+  REQUIRE(p.parked_count(2));
+  {
+    troupe::rpc::reply_batch together;
+    p.parked[1]->complete(10, together);
+    p.parked[2]->complete(20);  // same connection, written after the held one
+    REQUIRE(second.wait(5s));
+    CHECK(second.get() == 20);
+    CHECK_FALSE(first.is_ready());  // held: the connection delivers in order, so it was not sent
+  }
+  REQUIRE(first.wait(5s));
+  CHECK(first.get() == 10);
 }

@@ -66,7 +66,7 @@ void call_server::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_
       const auto& fn = *held->fn;
       // Note [adopted payload]: large inline tensors view the request's payload.
       serve_adopting(fn, held->req, adopt, cfg_.me.name, held->to, held->ic.get(),
-                     [this, owner, c](rpc_response r) { respond(c, std::move(r)); });
+                     [this, owner, c](rpc_response r, rpc::reply_batch* batch) { respond(c, std::move(r), batch); });
       record_run(*fn.history, clock::now() - began);
     };
     if (jobs) (quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
@@ -75,7 +75,7 @@ void call_server::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_
   }
 }
 
-void call_server::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp) {
+void call_server::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp, rpc::reply_batch* batch) {
   transport_decision d;
   if (cfg_.hook) {
     envelope env{message_kind::rpc_response, cfg_.me.name, c->peer, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
@@ -86,13 +86,13 @@ void call_server::respond(const std::shared_ptr<channel_conn>& c, rpc_response r
   if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
     const auto id = resp.id;
     const std::size_t bytes = resp.payload.size();
-    if (sender_.send_large(c, frame_kind::response, std::move(resp), d)) return;
+    if (sender_.send_large(c, frame_kind::response, std::move(resp), d, batch)) return;
     resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception),
                         "worker " + cfg_.me.name + ": the result (" + std::to_string(bytes) + " bytes encoded) is more than one message carries (" +
                             std::to_string(channel_max_body(cfg_)) + " bytes)",
                         {}, {}};
   }
-  sender_.send(c, frame_kind::response, resp, d);  // cannot fail: bytes and strings only
+  sender_.send(c, frame_kind::response, resp, d, batch);  // cannot fail: bytes and strings only
 }
 
 }  // namespace troupe::detail

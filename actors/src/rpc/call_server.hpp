@@ -34,8 +34,8 @@ class call_server {
   /// A request read from `c`. `jobs`: the leader's list (led_jobs), or null: posted to the
   /// executor.
   void on_request(const std::shared_ptr<channel_conn>& c, rpc_request req, led_jobs* jobs);
-  /// Sends `resp` on `c` (through the hook).
-  void respond(const std::shared_ptr<channel_conn>& c, rpc_response resp);
+  /// Sends `resp` on `c` (through the hook), or holds it in `batch` (Note [reply batch]).
+  void respond(const std::shared_ptr<channel_conn>& c, rpc_response resp, rpc::reply_batch* batch = nullptr);
 
  private:
   void serve(const std::shared_ptr<channel_conn>& c, rpc_request req, int copies, led_jobs* jobs);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "rpc/bulk.hpp"
 #include "rpc/byte_pool.hpp"
@@ -23,8 +24,6 @@ std::uint64_t call_table::add(const std::shared_ptr<channel_conn>& c, const std:
   return id;
 }
 
-thread_local const channel_conn* call_table::read_here = nullptr;
-
 void call_table::finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta) {
   std::shared_ptr<rpc::detail::call_state> st;
   {
@@ -42,7 +41,8 @@ void call_table::finish(const channel_conn* c, std::uint64_t id, errc code, std:
       if (auto b = bulk.lock()) b->buffers().give(std::move(v));
     });
   st->complete(code, std::move(msg), std::move(payload), std::move(meta));
-  if (read_here != c && c->caller_reading.load(std::memory_order_acquire)) {  // it may wait for this very call
+  if (c->caller_reading.load(std::memory_order_acquire) &&
+      c->reader_thread.load(std::memory_order_relaxed) != std::this_thread::get_id()) {  // it may wait for this very call
     const std::uint64_t one = 1;
     [[maybe_unused]] auto r = ::write(c->reader_wake, &one, sizeof one);
   }

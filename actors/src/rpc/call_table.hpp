@@ -44,10 +44,6 @@ class call_table {
   /// `bulk` (may be null) takes back large response payloads (Note [byte pool]).
   explicit call_table(std::shared_ptr<bulk_names> bulk) : bulk_(std::move(bulk)) {}
 
-  /// The connection this thread reads as a waiting caller, or null. finish() pokes no one for it:
-  /// the reader checks its call after every read.
-  static thread_local const channel_conn* read_here;
-
   /// Enters a call to `function` on `c` with `st`'s deadline, and makes `c`'s waiter its helper
   /// (nobody can wait on it before). Returns its id; 0 once the table is closed.
   std::uint64_t add(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,

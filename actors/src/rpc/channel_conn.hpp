@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -117,6 +118,9 @@ class channel_conn {
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
+  /// The thread that holds the reading role (set under read_mutex). finish() pokes no one when
+  /// it runs on that thread: the reader checks its call after every read.
+  std::atomic<std::thread::id> reader_thread{};
   std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (direct_channel::read_until_done)
   // Under the channel's pending lock: calls pending on this connection, those nobody waits on,
   // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).

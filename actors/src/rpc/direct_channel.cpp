@@ -493,7 +493,7 @@ void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, con
   if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
   {
     std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
-    const channel_conn* outer = std::exchange(call_table::read_here, c.get());
+    c->reader_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
     bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
     while (!st.done() && !c->closed() && !stopping_) {
       const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
@@ -509,7 +509,7 @@ void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, con
       if (fds[1].revents) drain(c->reader_wake);
       if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
     }
-    call_table::read_here = outer;
+    c->reader_thread.store(std::thread::id{}, std::memory_order_relaxed);
   }
   release_reading(c);
 }

@@ -9,19 +9,27 @@
 #include "rpc/split_frame.hpp"
 #include "troupe/actors/rpc/reply_batch.hpp"
 
+namespace troupe::rpc {
+
+// Note [reply batch]: the frames a batch holds, per connection in first-use order.
+struct reply_batch::frames {
+  std::vector<std::pair<std::shared_ptr<troupe::detail::channel_conn>, std::vector<char>>> per_conn;
+};
+
+reply_batch::reply_batch() = default;
+
+reply_batch::~reply_batch() {
+  if (frames_) troupe::detail::frame_sender::flush(*this);
+}
+
+}  // namespace troupe::rpc
+
 namespace troupe::detail {
 
 namespace {
 
-// Note [reply batch]: the frames held by the reply_batch scopes of this thread (outermost flushes).
-struct held_replies {
-  int depth = 0;
-  std::vector<std::pair<std::shared_ptr<channel_conn>, std::vector<char>>> per_conn;  // in first-use order
-};
-thread_local held_replies tls_replies;
-
-// Whether a frame on `c` is a response that this thread's reply batch holds.
-bool held(const channel_conn& c) { return tls_replies.depth > 0 && !c.outgoing(); }
+// Whether a frame on `c` is a response that `batch` holds.
+bool held(const rpc::reply_batch* batch, const channel_conn& c) { return batch && !c.outgoing(); }
 
 // This thread's buffer for the small frame it is about to send, emptied.
 std::vector<char>& scratch_frame() {
@@ -32,30 +40,20 @@ std::vector<char>& scratch_frame() {
 
 }  // namespace
 
-}  // namespace troupe::detail
-
-namespace troupe::rpc {
-
-reply_batch::reply_batch() { ++troupe::detail::tls_replies.depth; }
-
-reply_batch::~reply_batch() {
-  auto& h = troupe::detail::tls_replies;
-  if (--h.depth > 0) return;
-  auto held = std::exchange(h.per_conn, {});
+void frame_sender::flush(rpc::reply_batch& batch) {
+  auto held = std::exchange(batch.frames_->per_conn, {});
   for (auto& [c, bytes] : held) c->write(bytes.data(), bytes.size());  // closed: the I/O thread fails the calls
 }
-
-}  // namespace troupe::rpc
-
-namespace troupe::detail {
 
 frame_sender::frame_sender(std::shared_ptr<bulk_names> bulk, std::uint32_t max_body, later_fn later)
     : bulk_(std::move(bulk)), max_body_(max_body), later_(std::move(later)) {}
 
-void frame_sender::send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d) {
+void frame_sender::send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d,
+                               rpc::reply_batch* batch) {
   if (d.copies <= 0) return;
-  if (held(*c) && d.delay.count() <= 0) {  // a response, held (Note [reply batch])
-    auto& per = tls_replies.per_conn;
+  if (held(batch, *c) && d.delay.count() <= 0) {  // a response, held (Note [reply batch])
+    if (!batch->frames_) batch->frames_ = std::make_unique<rpc::reply_batch::frames>();
+    auto& per = batch->frames_->per_conn;
     auto it = std::find_if(per.begin(), per.end(), [&](const auto& p) { return p.first == c; });
     if (it == per.end()) it = per.insert(per.end(), {c, {}});
     for (int i = 0; i < d.copies; ++i) it->second.insert(it->second.end(), frame.begin(), frame.end());
@@ -71,33 +69,37 @@ void frame_sender::send_copies(const std::shared_ptr<channel_conn>& c, std::vect
 
 // Written from the scratch buffer at once in the usual case; copied only when it must be kept
 // (held replies, a delay, copies).
-void frame_sender::send_frame(const std::shared_ptr<channel_conn>& c, const std::vector<char>& frame, const transport_decision& d) {
-  if (d.copies == 1 && d.delay.count() <= 0 && !held(*c)) {
+void frame_sender::send_frame(const std::shared_ptr<channel_conn>& c, const std::vector<char>& frame, const transport_decision& d,
+                              rpc::reply_batch* batch) {
+  if (d.copies == 1 && d.delay.count() <= 0 && !held(batch, *c)) {
     c->write(frame.data(), frame.size());  // closed: the I/O thread fails the calls
     return;
   }
-  send_copies(c, frame, d);
+  send_copies(c, frame, d, batch);
 }
 
 template <class T>
-bool frame_sender::send_small(const std::shared_ptr<channel_conn>& c, frame_kind kind, T& m, const transport_decision& d) {
+bool frame_sender::send_small(const std::shared_ptr<channel_conn>& c, frame_kind kind, T& m, const transport_decision& d,
+                              rpc::reply_batch* batch) {
   auto& frame = scratch_frame();
   if (!append_frame(frame, kind, m)) return false;
-  send_frame(c, frame, d);
+  send_frame(c, frame, d, batch);
   return true;
 }
 
 bool frame_sender::send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request& m, const transport_decision& d) {
-  return send_small(c, kind, m, d);
+  return send_small(c, kind, m, d, nullptr);
 }
 
-bool frame_sender::send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response& m, const transport_decision& d) {
-  return send_small(c, kind, m, d);
+bool frame_sender::send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response& m, const transport_decision& d,
+                        rpc::reply_batch* batch) {
+  return send_small(c, kind, m, d, batch);
 }
 
-void frame_sender::send_split(const std::shared_ptr<channel_conn>& c, const split_frame& f, const transport_decision& d) {
+void frame_sender::send_split(const std::shared_ptr<channel_conn>& c, const split_frame& f, const transport_decision& d,
+                              rpc::reply_batch* batch) {
   if (d.copies <= 0) return;
-  if (held(*c) || d.delay.count() > 0) return send_copies(c, f.flat(), d);  // kept: one buffer
+  if (held(batch, *c) || d.delay.count() > 0) return send_copies(c, f.flat(), d, batch);  // kept: one buffer
   const channel_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
   const bool fragmented = f.size() - frame_header_size >= fragment_min_bytes;  // Note [fragments]
   for (int i = 0; i < d.copies; ++i)
@@ -105,7 +107,8 @@ void frame_sender::send_split(const std::shared_ptr<channel_conn>& c, const spli
 }
 
 template <class T>
-bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d) {
+bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d,
+                                  rpc::reply_batch* batch) {
   struct large {
     T msg;
     split_frame f;
@@ -114,10 +117,11 @@ bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_
   l->msg = std::move(m);
   if (!make_split_frame(l->f, kind, l->msg, max_body_)) return false;  // l->f points into l->msg, which stays put
   const bool background = l->f.size() - frame_header_size >= fragment_min_bytes && d.copies > 0 && d.delay.count() <= 0 &&
-                          !held(*c);  // held replies keep one buffer
-  // The writer thread holds no reference to the channel: stop() joins it before this goes.
-  auto send = [this, c, l, d] {
-    send_split(c, l->f, d);
+                          !held(batch, *c);  // held replies keep one buffer
+  // The writer thread holds no reference to the channel: stop() joins it before this goes. A
+  // held reply is sent on this thread (`batch` lives on it).
+  auto send = [this, c, l, d, batch = background ? nullptr : batch] {
+    send_split(c, l->f, d, batch);
     if (bulk_) bulk_->buffers().give(std::move(l->msg.payload));  // written or copied: Note [byte pool]
   };
   if (background) writer_.post(std::move(send));
@@ -126,11 +130,12 @@ bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_
 }
 
 bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d) {
-  return send_split_msg(c, kind, std::move(m), d);
+  return send_split_msg(c, kind, std::move(m), d, nullptr);
 }
 
-bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d) {
-  return send_split_msg(c, kind, std::move(m), d);
+bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d,
+                              rpc::reply_batch* batch) {
+  return send_split_msg(c, kind, std::move(m), d, batch);
 }
 
 }  // namespace troupe::detail

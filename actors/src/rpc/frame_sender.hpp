@@ -20,6 +20,7 @@
 #include "rpc/frame_writer.hpp"
 #include "rpc/wire.hpp"
 #include "troupe/actors/messages.hpp"
+#include "troupe/actors/rpc/reply_batch.hpp"
 #include "troupe/actors/transport.hpp"
 
 namespace troupe::detail {
@@ -40,25 +41,33 @@ class frame_sender {
   /// Encodes `m` as one small frame of `kind` and sends it under `d`. False: it cannot be
   /// encoded (nothing sent).
   bool send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request& m, const transport_decision& d);
-  bool send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response& m, const transport_decision& d);
+  /// A response given into `batch` is held there (Note [reply batch]).
+  bool send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response& m, const transport_decision& d,
+            rpc::reply_batch* batch = nullptr);
   /// Sends `m`, whose payload is large, as a split frame; one large enough to go in fragments is
   /// written by the writer thread (Note [fragments]). The payload buffer then goes back to the
   /// pool. False when it is larger than `max_body` (nothing sent).
   bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d);
-  bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d);
-  /// Sends a whole frame `d.copies` times, after `d.delay`, or holds it in this thread's reply
-  /// batch (a response written at once).
-  void send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d);
+  bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d,
+                  rpc::reply_batch* batch = nullptr);
+  /// Sends a whole frame `d.copies` times, after `d.delay`, or holds it in `batch` (a response
+  /// written at once).
+  void send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d,
+                   rpc::reply_batch* batch = nullptr);
+  /// Writes what `batch` holds, one write per connection (reply_batch's destructor).
+  static void flush(rpc::reply_batch& batch);
   /// Runs the queued large writes and joins the writer thread; later ones run on the caller.
   void stop() { writer_.stop(); }
 
  private:
-  void send_frame(const std::shared_ptr<channel_conn>& c, const std::vector<char>& frame, const transport_decision& d);
-  void send_split(const std::shared_ptr<channel_conn>& c, const split_frame& f, const transport_decision& d);
+  void send_frame(const std::shared_ptr<channel_conn>& c, const std::vector<char>& frame, const transport_decision& d,
+                  rpc::reply_batch* batch);
+  void send_split(const std::shared_ptr<channel_conn>& c, const split_frame& f, const transport_decision& d, rpc::reply_batch* batch);
   template <class T>
-  bool send_small(const std::shared_ptr<channel_conn>& c, frame_kind kind, T& m, const transport_decision& d);
+  bool send_small(const std::shared_ptr<channel_conn>& c, frame_kind kind, T& m, const transport_decision& d, rpc::reply_batch* batch);
   template <class T>
-  bool send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d);
+  bool send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d,
+                      rpc::reply_batch* batch);
 
   std::shared_ptr<bulk_names> bulk_;
   std::uint32_t max_body_;

@@ -1,11 +1,12 @@
 // Serving one call (rpc/serve.hpp).
 //
 // Note [deferred reply]
-// A served function may answer later: it calls rpc::defer() on its executor thread (which marks
-// the call as deferred and returns a reply_later handle) and returns rpc::deferred{}. serve_job
-// then sends nothing; whoever holds the handle answers once, from any thread:
+// A served function may answer later: it takes the served call (rpc::served_call&) as its first
+// parameter, calls call.defer() on its executor thread (which marks the call as deferred and
+// returns a reply_later handle) and returns rpc::deferred{}. serve_job then sends nothing; whoever
+// holds the handle answers once, from any thread:
 //
-//   executor: fn(args) --defer()--> handle; return deferred{}     (no response yet)
+//   executor: fn(call, args) --call.defer()--> handle; return deferred{}   (no response yet)
 //   any thread: handle.complete(v) --[codec context + caller scope + serve scope entered]--> encode --> respond
 //   last handle dropped unanswered --> respond(invalid_state "dropped its deferred reply")
 //
@@ -49,17 +50,17 @@ struct serve_context {
   std::string me;
   serve_target to;
   std::shared_ptr<rpc::call_scope> scope;
-  std::function<void(rpc_response)> respond;
+  respond_fn respond;
 };
 
 class deferred_reply final : public rpc::reply_later {
  public:
   explicit deferred_reply(std::shared_ptr<serve_context> ctx) : ctx_(std::move(ctx)) {}
   ~deferred_reply() override {
-    fail(errc::invalid_state, "function '" + ctx_->function + "' on worker " + ctx_->me + " dropped its deferred reply");
+    fail(errc::invalid_state, "function '" + ctx_->function + "' on worker " + ctx_->me + " dropped its deferred reply", nullptr);
   }
 
-  void complete_encoded(const std::function<std::vector<char>(const rpc::codec_context&)>& encode) override {
+  void complete_encoded(const std::function<std::vector<char>(const rpc::codec_context&)>& encode, rpc::reply_batch* batch) override {
     if (answered_.exchange(true)) return;
     rpc_response resp{ctx_->req.id, 0, {}, {}, {}};
     try {
@@ -76,7 +77,7 @@ class deferred_reply final : public rpc::reply_later {
                               "): its deferred result could not be encoded: " + e.what(),
                           {}, {}};
     }
-    ctx_->respond(std::move(resp));
+    ctx_->respond(std::move(resp), batch);
   }
 
   void with_context(const std::function<void(const rpc::codec_context&)>& fn) const override {
@@ -84,9 +85,9 @@ class deferred_reply final : public rpc::reply_later {
     fn(served_context(ctx_->to, answer, ctx_->scope.get()));
   }
 
-  void fail(errc code, const std::string& message) override {
+  void fail(errc code, const std::string& message, rpc::reply_batch* batch) override {
     if (answered_.exchange(true)) return;
-    ctx_->respond(rpc_response{ctx_->req.id, static_cast<std::uint8_t>(code), message, {}, {}});
+    ctx_->respond(rpc_response{ctx_->req.id, static_cast<std::uint8_t>(code), message, {}, {}}, batch);
   }
 
   /// The call answered itself (the function threw after defer()): later answers do nothing.
@@ -97,21 +98,31 @@ class deferred_reply final : public rpc::reply_later {
   std::atomic<bool> answered_{false};
 };
 
-// The served call of this executor thread, while its function runs (for rpc::defer()): what
-// serve_job was given, and the context a deferred reply keeps, made only by defer() (most calls
-// answer at once and need no copy of it). It holds the handle until the function returned, so an
-// exception that unwinds the function's own handle still answers the call with that exception,
-// not with "dropped".
-struct deferral_point {
+// The served call handed to its function (rpc::served_call): what serve_job was given, and the
+// context a deferred reply keeps, made only by defer() (most calls answer at once and need no
+// copy of it). It holds the handle until the function returned, so an exception that unwinds the
+// function's own handle still answers the call with that exception, not with "dropped".
+struct deferral_point final : rpc::served_call {
+  deferral_point(const rpc::function_entry* f, const rpc_request* r, const std::string* m, const serve_target* t,
+                 const std::shared_ptr<rpc::call_scope>* sc, const respond_fn* re)
+      : fn(f), req(r), me(m), to(t), scope(sc), respond(re) {}
+
   const rpc::function_entry* fn;
   const rpc_request* req;
   const std::string* me;
   const serve_target* to;
   const std::shared_ptr<rpc::call_scope>* scope;
-  const std::function<void(rpc_response)>* respond;
+  const respond_fn* respond;
   std::shared_ptr<serve_context> ctx;
   std::shared_ptr<deferred_reply> handle;
   bool deferred = false;
+
+  std::shared_ptr<rpc::reply_later> defer() override {
+    if (deferred) throw error(errc::invalid_state, "served_call::defer() called twice in one served call");
+    handle = std::make_shared<deferred_reply>(context());
+    deferred = true;
+    return handle;
+  }
 
   const std::shared_ptr<serve_context>& context() {
     if (!ctx)
@@ -120,10 +131,9 @@ struct deferral_point {
     return ctx;
   }
 };
-thread_local deferral_point* tls_point = nullptr;
 
 rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, flight_recorder* rec,
-                          const rpc::codec_context& codec) {
+                          const rpc::codec_context& codec, rpc::served_call& call) {
   trace_scope traced(rec, trace_kind::rpc_serve, fn.name, req.id, req.caller);
   rpc_response resp;
   resp.id = req.id;
@@ -134,7 +144,7 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
                            : text + " (on worker " + me + ")";
   };
   try {
-    resp.payload = fn.invoke(codec, req.payload, [&] { started = true; });
+    resp.payload = fn.invoke(codec, req.payload, [&] { started = true; }, &call);
   } catch (const rpc::detail::interceptor_failure& e) {
     resp.code = static_cast<std::uint8_t>(errc::remote_exception);
     resp.message = "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message();
@@ -152,18 +162,15 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
   return resp;
 }
 
-// Runs the function with this thread's deferral point set; answers unless the function deferred
+// Runs the function with `point` as its served call; answers unless the function deferred
 // (Note [deferred reply]).
 void run_and_answer(deferral_point& point, const rpc::codec_context& codec, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
-  deferral_point* previous = tls_point;
-  tls_point = &point;
-  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder, codec);
-  tls_point = previous;
+  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder, codec, point);
   if (point.deferred) {
     if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as the caller's `point` goes)
     point.handle->settle();      // the function threw after defer(): the exception answers
   }
-  (*point.respond)(take_meta_into(std::move(resp), point.scope->get()));
+  (*point.respond)(take_meta_into(std::move(resp), point.scope->get()), nullptr);
 }
 
 rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
@@ -173,11 +180,11 @@ rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
 
 // serve_job; inline tensors of the request may view its payload when `keep` is set.
 void serve_keeping(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
-                   rpc::call_interceptor* ic, const rpc::detail::payload_keeper* keep, std::function<void(rpc_response)> respond) {
+                   rpc::call_interceptor* ic, const rpc::detail::payload_keeper* keep, respond_fn respond) {
   const rpc::detail::device_scope answer;        // CUDA results keep their device (Note [rpc device map])
   rref_detail::caller_scope caller(req.caller);  // RRefs in the result know where they go
   std::shared_ptr<rpc::call_scope> scope;
-  deferral_point point{&fn, &req, &me, &to, &scope, &respond, {}, {}, false};
+  deferral_point point(&fn, &req, &me, &to, &scope, &respond);
   rpc::codec_context codec = served_context(to, answer, nullptr);  // the result may go through shared memory
   codec.keeper = keep;
   if (!ic) {
@@ -192,19 +199,20 @@ void serve_keeping(const rpc::function_entry& fn, const rpc_request& req, const 
     run_and_answer(point, codec, &with_meta);
   } catch (const rpc::detail::interceptor_failure& e) {
     respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
-                              "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}});
+                              "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}},
+            nullptr);
   }
 }
 
 }  // namespace
 
 void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
-               rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
+               rpc::call_interceptor* ic, respond_fn respond) {
   serve_keeping(fn, req, me, to, ic, nullptr, std::move(respond));
 }
 
 void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt, const std::string& me, const serve_target& to,
-                    rpc::call_interceptor* ic, std::function<void(rpc_response)> respond) {
+                    rpc::call_interceptor* ic, respond_fn respond) {
   std::shared_ptr<std::vector<char>> holder;
   {
     std::optional<rpc::detail::payload_keeper> keep;
@@ -222,17 +230,3 @@ void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt,
 }
 
 }  // namespace troupe::detail
-
-namespace troupe::rpc {
-
-std::shared_ptr<reply_later> defer() {
-  auto* point = troupe::detail::tls_point;
-  if (!point) throw error(errc::invalid_state, "rpc::defer() called outside a served call");
-  if (point->deferred) throw error(errc::invalid_state, "rpc::defer() called twice in one served call");
-  auto handle = std::make_shared<troupe::detail::deferred_reply>(point->context());
-  point->deferred = true;
-  point->handle = handle;
-  return handle;
-}
-
-}  // namespace troupe::rpc

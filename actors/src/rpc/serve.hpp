@@ -23,13 +23,17 @@ struct serve_target {
   flight_recorder* recorder = nullptr;  ///< the node's (Note [flight recorder]); records the serve
 };
 
+/// Takes a served call's response, and the reply batch it was given into (null: send it now;
+/// Note [reply batch]).
+using respond_fn = std::function<void(rpc_response, rpc::reply_batch*)>;
+
 /// Decodes, runs and encodes one call with the caller's name as rref current_caller(), under a
 /// codec context for `to` with the interceptor's serve scope (Note [codec context]), and hands the
 /// response to `respond` — at once, or later from the thread that completes a deferred reply
 /// (Note [deferred reply]). Never throws: every failure becomes the response's code
 /// (bad_argument, remote_exception, ...).
 void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
-               rpc::call_interceptor* ic, std::function<void(rpc_response)> respond);
+               rpc::call_interceptor* ic, respond_fn respond);
 
 /// serve_job for a request served once (no fault plan's copies of it), whose large inline tensors
 /// may view its payload (Note [adopted payload]): if one does, the payload (the same heap block)
@@ -37,6 +41,6 @@ void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std:
 /// pool when the last of them goes (if the node still exists). Nothing else of the request stays
 /// with them. `adopt` false: serve_job as is.
 void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt, const std::string& me, const serve_target& to,
-                    rpc::call_interceptor* ic, std::function<void(rpc_response)> respond);
+                    rpc::call_interceptor* ic, respond_fn respond);
 
 }  // namespace troupe::detail

@@ -133,8 +133,8 @@ void context_impl::value_done(const rref_id& id, rref_msg::value_set v, std::sha
   // in one write per caller (Note [reply batch]).
   {
     rpc::reply_batch together;
-    for (auto& reply : parked) answer_fetch(*reply, *published);
-    if (accept) accept->complete<bool>(true);
+    for (auto& reply : parked) answer_fetch(*reply, *published, together);
+    if (accept) accept->complete<bool>(true, together);
   }
   if (arm) caf::delayed_anon_send(courier_, opts_.release_window, accepts_atom::value);
   {
@@ -165,8 +165,8 @@ void context_impl::fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> re
   }
   if (v) {
     rpc::reply_batch together;  // one write: the creator reads both with one wake-up (Note [reply batch])
-    answer_fetch(*reply, *v);  // existing value: answered here, no actor hop
-    if (accept) accept->complete<bool>(true);  // the withheld answer follows the value
+    answer_fetch(*reply, *v, together);  // existing value: answered here, no actor hop
+    if (accept) accept->complete<bool>(true, together);  // the withheld answer follows the value
     return;
   }
   reply->fail(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + me_);
@@ -192,13 +192,15 @@ void context_impl::publish(const rref_id& id, std::shared_ptr<const published_va
   if (it != owners_.end()) it->second.snapshot = std::move(v);
 }
 
-void answer_fetch(rpc::reply_later& reply, const published_value& v) {
-  if (v.code != 0) return reply.fail(static_cast<errc>(v.code), v.message);
+void answer_fetch(rpc::reply_later& reply, const published_value& v, rpc::reply_batch& batch) {
+  if (v.code != 0) return reply.fail(static_cast<errc>(v.code), v.message, &batch);
   const auto& value = v.value;
-  reply.complete_encoded([&value](const rpc::codec_context& ctx) {
-    storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
-    return value->encode(ctx);
-  });
+  reply.complete_encoded(
+      [&value](const rpc::codec_context& ctx) {
+        storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
+        return value->encode(ctx);
+      },
+      &batch);
 }
 
 std::optional<user_rref_actor> context_impl::user_for(const fork_key& k) {

@@ -137,8 +137,8 @@ struct owner_entry {
 
 /// Answers a fetch's deferred reply with a value or its error: the value is encoded on the
 /// calling thread under the fetch's served-call scopes (Note [deferred reply]), so distributed
-/// autograd records its send there.
-void answer_fetch(rpc::reply_later& reply, const published_value& v);
+/// autograd records its send there. The answer goes into `batch` (Note [reply batch]).
+void answer_fetch(rpc::reply_later& reply, const published_value& v, rpc::reply_batch& batch);
 
 /// The peers' RRef service handles, looked up once per peer (Note [first contact]) and dropped
 /// when the service monitoring them sees them go down. Shared with the first-contact thread's

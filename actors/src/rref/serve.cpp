@@ -40,6 +40,22 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&),
       rpc::function_options{.quick = quick});
 }
 
+// The same for a handler that answers later (Note [deferred reply]).
+template <class Msg>
+void serve(context_impl& c, const char* name, rpc::deferred (*handler)(context_impl&, rpc::served_call&, Msg&), bool quick = true) {
+  std::weak_ptr<context_impl> weak = c.shared_from_this();
+  c.n_->functions().add(
+      name,
+      [weak, handler, name = std::string(name)](rpc::served_call& call, std::vector<char> bytes) -> rpc::deferred {
+        auto self = weak.lock();
+        if (!self) throw error(errc::invalid_state, name + ": the rref context of this worker is gone");
+        auto m = rref_msg::from_bytes<Msg>(*self->sys_, bytes, name.c_str());
+        binding_scope scope(self.get());
+        return handler(*self, call, m);
+      },
+      rpc::function_options{.quick = quick});
+}
+
 // Note [withheld accept]
 // The creator calls to_here right after remote(), so its thread waits in the fetch, reading its
 // connection. Answered at once, the remote_call's answer would wake it once (it reads that
@@ -85,8 +101,8 @@ void run_remote(context_impl& c, rref_msg::remote_call& m, std::shared_ptr<rpc::
 }
 
 // A deferred reply (Note [deferred reply]): answered by value_done (Note [withheld accept]).
-rpc::deferred on_remote_call(context_impl& c, rref_msg::remote_call& m) {
-  auto reply = rpc::defer();
+rpc::deferred on_remote_call(context_impl& c, rpc::served_call& call, rref_msg::remote_call& m) {
+  auto reply = call.defer();
   auto start = c.start_owner(m.id);
   if (!start) reply->complete<bool>(false);         // a late duplicate of a call whose RRef is already gone
   else if (*start) run_remote(c, m, std::move(reply));  // the function runs once per id
@@ -98,9 +114,9 @@ rpc::deferred on_remote_call(context_impl& c, rref_msg::remote_call& m) {
 // Answered at once from the published snapshot when the value exists (encoded here, under this
 // call's scopes), else parked in the router's entry and answered by the thread that finishes the
 // function (Note [deferred reply], Note [owner_rref actor]); no thread waits, no actor hop.
-rpc::deferred on_fetch(context_impl& c, rref_msg::fetch& m) {
+rpc::deferred on_fetch(context_impl& c, rpc::served_call& call, rref_msg::fetch& m) {
   ++c.stats_.fetches;
-  c.fetch(m.id, rpc::defer());
+  c.fetch(m.id, call.defer());
   return {};
 }
 

@@ -51,18 +51,26 @@ class send_function final : public grad_node {
 
 /// The receiver's end: the grad_fn of the received tensors. Its backward hands the gradients to
 /// `propagate` (which sends them to `from`) and returns no local gradients.
+/// The distributed engine's run that executes a recv function (defined by the engine).
+struct run_info;
+
 class recv_function final : public grad_node {
  public:
-  /// Sends the gradients of the received tensors back to their sender.
-  using propagate_fn = std::function<void(const tensor_list& grads)>;
+  /// Sends the gradients of the received tensors back to their sender, as part of `run` (null
+  /// when the node runs outside a distributed backward).
+  using propagate_fn = std::function<void(const tensor_list& grads, const run_info* run)>;
   recv_function(std::uint32_t num_tensors, std::string from, propagate_fn propagate);
   tensor_list apply(tensor_list&& grads) override;
   /// The worker the tensors came from.
   const std::string& from() const noexcept { return from_; }
+  /// Makes `run` the run that apply() reports to the callback (the engine sets it while it runs
+  /// this node and clears it after; the context's run lock orders the runs).
+  void bind_run(const run_info* run) noexcept { run_ = run; }
 
  private:
   std::string from_;
   propagate_fn propagate_;
+  const run_info* run_ = nullptr;
 };
 
 }  // namespace troupe::dist_autograd

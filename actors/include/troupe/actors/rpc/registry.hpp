@@ -83,12 +83,15 @@ class reply_error : public error {
   using error::error;
 };
 
-/// The return value of a served function that answers later through rpc::defer().
+/// The return value of a served function that answers later through served_call::defer().
 struct deferred {};
+
+class reply_batch;
 
 /// A reply given later (Note [deferred reply] in src/rpc/serve.cpp). Thread-safe; the first
 /// complete/fail wins, later ones do nothing. Dropping the last handle without answering answers
-/// the caller with invalid_state, so a forgotten reply never hangs a caller.
+/// the caller with invalid_state, so a forgotten reply never hangs a caller. An answer given
+/// into a reply_batch leaves when the batch ends (Note [reply batch]); any other leaves at once.
 class reply_later {
  public:
   virtual ~reply_later() = default;
@@ -98,28 +101,56 @@ class reply_later {
   void complete(const T& value) {
     complete_encoded([&value](const codec_context& ctx) { return encode_result<T>(ctx, value); });
   }
+  /// Answers with `value` into `batch`: written when the batch ends.
+  template <class T>
+  void complete(const T& value, reply_batch& batch) {
+    complete_encoded([&value](const codec_context& ctx) { return encode_result<T>(ctx, value); }, &batch);
+  }
   /// Answers with the bytes `encode(ctx)` returns (encode_result<T> of the value the caller
-  /// expects), `ctx` being the served call's codec context. An exception from `encode` answers
-  /// with remote_exception.
-  virtual void complete_encoded(const std::function<std::vector<char>(const codec_context&)>& encode) = 0;
+  /// expects), `ctx` being the served call's codec context; into `batch` when given. An exception
+  /// from `encode` answers with remote_exception.
+  virtual void complete_encoded(const std::function<std::vector<char>(const codec_context&)>& encode,
+                                reply_batch* batch = nullptr) = 0;
   /// Runs `fn` with the served call's codec context for a decode (its peer, shared memory and
   /// interceptor scope): for a payload nested in the call's arguments, decoded inside the served
   /// function on its thread, so the interceptor sees its tensors as part of the call.
   virtual void with_context(const std::function<void(const codec_context&)>& fn) const = 0;
-  /// Answers with this error code and message.
-  virtual void fail(errc code, const std::string& message) = 0;
+  /// Answers with this error code and message, into `batch` when given.
+  virtual void fail(errc code, const std::string& message, reply_batch* batch = nullptr) = 0;
 };
 
-/// Called by a served function on its executor thread: its call is answered later through the
-/// returned handle (from any thread), and the function returns `rpc::deferred{}`. Throws
-/// invalid_state outside a served call, or when called twice for one call.
-std::shared_ptr<reply_later> defer();
+/// The call a served function is answering. A registered function whose first parameter is
+/// `rpc::served_call&` receives it; the caller does not pass it. It is valid while the function
+/// runs, on its executor thread:
+///
+///   reg.add("later", [](rpc::served_call& call, int x) -> rpc::deferred {
+///     park(call.defer(), x);  // answered later, from any thread
+///     return {};
+///   });
+class served_call {
+ public:
+  /// Makes the call answered later through the returned handle (from any thread); the function
+  /// then returns `rpc::deferred{}`. Throws invalid_state when called twice for one call.
+  virtual std::shared_ptr<reply_later> defer() = 0;
+
+ protected:
+  ~served_call() = default;
+};
 
 namespace detail {
-template <class F> struct signature : signature<decltype(&F::operator())> {};
-template <class R, class... A> struct signature<R (*)(A...)> {
-  using result = R;
+// The decoded parameters of a registered function: all of them, or all after a leading served_call&.
+template <class... A> struct parameters {
+  static constexpr bool takes_call = false;
   using args = std::tuple<std::decay_t<A>...>;
+};
+template <class... A> struct parameters<served_call&, A...> {
+  static constexpr bool takes_call = true;
+  using args = std::tuple<std::decay_t<A>...>;
+};
+
+template <class F> struct signature : signature<decltype(&F::operator())> {};
+template <class R, class... A> struct signature<R (*)(A...)> : parameters<A...> {
+  using result = R;
 };
 template <class R, class... A> struct signature<R(A...)> : signature<R (*)(A...)> {};
 template <class C, class R, class... A> struct signature<R (C::*)(A...)> : signature<R (*)(A...)> {};
@@ -127,26 +158,34 @@ template <class C, class R, class... A> struct signature<R (C::*)(A...) const> :
 template <class C, class R, class... A> struct signature<R (C::*)(A...) noexcept> : signature<R (*)(A...)> {};
 template <class C, class R, class... A> struct signature<R (C::*)(A...) const noexcept> : signature<R (*)(A...)> {};
 
-template <class R, class F, class... A>
-std::vector<char> invoke_decoded(const codec_context& ctx, F& fn, std::tuple<A...>& args) {
+/// `fn(args)`, or `fn(*call, args)` for a function that takes the served call.
+template <bool TakesCall, class F, class... A>
+decltype(auto) call_decoded(F& fn, std::tuple<A...>& args, served_call* call) {
+  if constexpr (TakesCall) {
+    if (!call) throw error(errc::invalid_state, "a function that takes rpc::served_call was run outside a served call");
+    return std::apply([&](A&&... a) -> decltype(auto) { return fn(*call, std::move(a)...); }, std::move(args));
+  } else {
+    return std::apply(fn, std::move(args));
+  }
+}
+
+template <class R, bool TakesCall, class F, class... A>
+std::vector<char> invoke_decoded(const codec_context& ctx, F& fn, std::tuple<A...>& args, served_call* call) {
   if constexpr (std::is_same_v<std::decay_t<R>, encoded_result>) {
-    return std::apply(fn, std::move(args)).bytes;
-  } else if constexpr (std::is_same_v<std::decay_t<R>, deferred>) {
-    std::apply(fn, std::move(args));  // answered through rpc::defer()'s handle
-    return {};
-  } else if constexpr (std::is_void_v<R>) {
-    std::apply(fn, std::move(args));
+    return call_decoded<TakesCall>(fn, args, call).bytes;
+  } else if constexpr (std::is_same_v<std::decay_t<R>, deferred> || std::is_void_v<R>) {
+    call_decoded<TakesCall>(fn, args, call);  // a deferred one answers through served_call::defer()'s handle
     return {};
   } else {
-    return encode_result<std::decay_t<R>>(ctx, std::apply(fn, std::move(args)));
+    return encode_result<std::decay_t<R>>(ctx, call_decoded<TakesCall>(fn, args, call));
   }
 }
 
 /// Runs `fn(args)` and keeps its result as a live object (function_entry::invoke_held).
-template <class R, class F, class... A>
+template <class R, bool TakesCall, class F, class... A>
 std::shared_ptr<const held_value> invoke_held(F& fn, std::tuple<A...>& args, const std::string& name) {
-  if constexpr (std::is_same_v<std::decay_t<R>, deferred>) {
-    throw error(errc::not_supported, "function '" + name + "' answers through rpc::defer() and cannot make a stored value");
+  if constexpr (std::is_same_v<std::decay_t<R>, deferred> || TakesCall) {
+    throw error(errc::not_supported, "function '" + name + "' answers through rpc::served_call and cannot make a stored value");
   } else if constexpr (std::is_void_v<R>) {
     std::apply(fn, std::move(args));
     return hold_encoded({});
@@ -191,10 +230,13 @@ struct function_entry {
   std::string signature;  ///< "int32(int32,string)", for messages
   bool quick = false;     ///< function_options::quick
   std::shared_ptr<run_history> history = std::make_shared<run_history>();  ///< the runtime's record
-  std::function<std::vector<char>(const codec_context& ctx, const std::vector<char>& args, const std::function<void()>& before_call)>
+  /// `call` is the served call, handed to a function that takes it (null outside a served call:
+  /// such a function then throws invalid_state).
+  std::function<std::vector<char>(const codec_context& ctx, const std::vector<char>& args, const std::function<void()>& before_call,
+                                  served_call* call)>
       invoke;
   /// Like invoke, but keeps the result as a live object instead of encoding it (remote(): the
-  /// OwnerRRef stores it). Throws not_supported for a function that defers its answer.
+  /// OwnerRRef stores it). Throws not_supported for a function that takes the served call.
   std::function<std::shared_ptr<const held_value>(const codec_context& ctx, const std::vector<char>& args,
                                                   const std::function<void()>& before_call)>
       invoke_held;
@@ -213,20 +255,22 @@ class registry {
     using sig = detail::signature<std::decay_t<F>>;
     using R = typename sig::result;
     using Args = typename sig::args;
+    constexpr bool takes_call = sig::takes_call;
     function_entry e;
     e.name = name;
     e.signature = type_tag_or_void<R>() + "(" + tags_of(static_cast<Args*>(nullptr)) + ")";
     e.quick = opts.quick;
     auto shared = std::make_shared<F>(std::move(fn));  // one callable behind both entry points
-    e.invoke = [name, shared](const codec_context& ctx, const std::vector<char>& bytes, const std::function<void()>& before) {
+    e.invoke = [name, shared](const codec_context& ctx, const std::vector<char>& bytes, const std::function<void()>& before,
+                              served_call* call) {
       Args args = detail::decoder<Args>::decode(ctx, bytes, name);
       before();
-      return detail::invoke_decoded<R>(ctx, *shared, args);
+      return detail::invoke_decoded<R, takes_call>(ctx, *shared, args, call);
     };
     e.invoke_held = [name, shared](const codec_context& ctx, const std::vector<char>& bytes, const std::function<void()>& before) {
       Args args = detail::decoder<Args>::decode(ctx, bytes, name);
       before();
-      return detail::invoke_held<R>(*shared, args, name);
+      return detail::invoke_held<R, takes_call>(*shared, args, name);
     };
     put(std::move(e));
   }
