@@ -13,8 +13,9 @@
 // The encode runs under a codec context like the immediate path's (same-host bulk tensors, CUDA
 // results with their device, the interceptor's serve scope, entered again on the completing
 // thread; Note [codec context]) and the rref caller, so a deferred result is indistinguishable
-// from an immediate one for the caller and the interceptor. If the function throws after defer(), the exception answers the call and the
-// handle's later answers are ignored. The caller's deadline still bounds its wait.
+// from an immediate one for the caller and the interceptor. If the function throws after defer(),
+// the exception answers the call and the handle's later answers are ignored. The caller's
+// deadline still bounds its wait.
 #include "rpc/serve.hpp"
 
 #include "rpc/byte_pool.hpp"
