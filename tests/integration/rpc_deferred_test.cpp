@@ -155,6 +155,6 @@ TEST_CASE("a function that takes the served call, run outside a served call, is 
   const auto fn = reg.find("later");
   REQUIRE(fn);
   CHECK(fn->signature.find("(int32)") != std::string::npos);  // the served call is no argument
-  CHECK(code_of([&] { fn->invoke(troupe::rpc::encode_args(1), [] {}, nullptr); }) == errc::invalid_state);
-  CHECK(code_of([&] { fn->invoke_held(troupe::rpc::encode_args(1), [] {}); }) == errc::not_supported);
+  CHECK(code_of([&] { fn->invoke(troupe::rpc::plain_context, troupe::rpc::encode_args(1), [] {}, nullptr); }) == errc::invalid_state);
+  CHECK(code_of([&] { fn->invoke_held(troupe::rpc::plain_context, troupe::rpc::encode_args(1), [] {}); }) == errc::not_supported);
 }
