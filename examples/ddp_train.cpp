@@ -40,7 +40,7 @@
 #include "troupe/actors.hpp"
 #include "troupe/autograd.hpp"
 #include "troupe/ddp.hpp"
-#include "node_faults.hpp"
+#include "troupe/ddp/node_faults.hpp"
 
 using namespace troupe;
 
@@ -244,7 +244,7 @@ double train(node& n, const options& o) {
   const dataset train_set = spirals(6000, data_gen), held_out = spirals(3000, data_gen);
   generator init(o.seed + 100 + static_cast<std::uint64_t>(rank));  // DDP broadcasts rank 0's weights
   ddp::process_group_options po;
-  examples::use_node_faults(n, po);  // a TROUPE_FAULTS plan acts on DDP's points and payloads
+  ddp::use_node_faults(n, po);  // a TROUPE_FAULTS plan acts on DDP's points and payloads
   ddp::process_group group(n.store(), rank, world, "ddp_train", po);
   ddp::ddp_options ddp_opts;
   ddp_opts.node = &n;  // the bucket actors run on the node's actor system

@@ -24,7 +24,7 @@
 // --bed, or where namespaces cannot be made, the cut is reported as skipped.
 //
 // TROUPE_FAULTS=PLAN (docs/faults.md) reaches the faulty job's ranks, their process group
-// included (examples/node_faults.hpp); the reference job runs without it.
+// included (troupe/ddp/node_faults.hpp); the reference job runs without it.
 //
 // Under troupe-run (RANK set) the program is one rank of a job; the supervisor starts it so.
 // Exit codes: 0 when the parameters match, 1 when they differ or a job fails, 2 on bad usage.
@@ -51,7 +51,7 @@
 #include "troupe/ddp.hpp"
 #include "fault_job.hpp"
 #include "namespace_hosts.hpp"
-#include "node_faults.hpp"
+#include "troupe/ddp/node_faults.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;
@@ -219,7 +219,7 @@ void run_rank(const options& o) {
                                               std::make_shared<forward_probe>(kill), std::make_shared<nn::linear>(o.hidden, 4, init));
   ddp::process_group_options po;
   po.tcp_address = advertised_address(nopts.listen_addr, nopts.master_addr);  // this host's address
-  use_node_faults(n, po);  // a TROUPE_FAULTS plan acts on DDP's points and payloads
+  ddp::use_node_faults(n, po);  // a TROUPE_FAULTS plan acts on DDP's points and payloads
   ddp::process_group group(n.store(), rank, world, "supervised_faults", po);
   ddp::ddp_options ddp_opts;
   ddp_opts.node = &n;  // the bucket actors run on the node's actor system

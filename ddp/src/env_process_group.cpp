@@ -1,6 +1,8 @@
 // A process group from the launcher environment (env_process_group.hpp).
 #include "troupe/ddp/env_process_group.hpp"
 
+#include "troupe/ddp/node_faults.hpp"
+
 namespace troupe::ddp {
 
 env_process_group::env_process_group(std::string name, process_group_options opts)
@@ -15,8 +17,7 @@ env_process_group::env_process_group(node_options node, std::string name, proces
   if (!opts_.tls.enabled()) opts_.tls = node.tls;
   node_ = std::make_unique<troupe::node>(std::move(node));
   if (!opts_.recorder) opts_.recorder = node_->shared_recorder();
-  if (!opts_.fault_points) opts_.fault_points = [n = node_.get()](const std::string& p, std::int64_t s) { n->fault_point(p, s); };
-  if (!opts_.payload_faults && node_->has_transport_hook()) opts_.payload_faults = [n = node_.get()](envelope& msg) { return n->payload_fault(msg); };
+  use_node_faults(*node_, opts_);
   group_ = make_cpu_group(node_->store(), rank_, world_size_, std::move(name), opts_);
   if (auto* h = dynamic_cast<hierarchical_group*>(group_.get())) flat_ = &h->flat();
   else flat_ = static_cast<process_group*>(group_.get());

@@ -44,6 +44,21 @@ troupe::node_options solo() {
   return o;
 }
 
+// Rank 0 of a job of two nodes in this process: both claim the same world size (Note [worker identity]).
+troupe::node_options first_of_two() {
+  auto o = solo();
+  o.world_size = 2;
+  return o;
+}
+
+// Rank 1 of that job, joining `first`.
+troupe::node_options second_of_two(const troupe::node& first) {
+  auto o = first_of_two();
+  o.rank = 1;
+  o.master_port = first.port();
+  return o;
+}
+
 // Drops the first request it sees, duplicates the second, counts everything.
 struct counting_hook : troupe::transport_hook {
   std::atomic<int> sent{0}, received{0}, requests{0};
@@ -138,13 +153,8 @@ TEST_CASE("node options take the launcher environment as defaults", "[actors][no
 TEST_CASE("nodes with a busy direct channel shut down at once", "[actors][node][rpc]") {
   // Two nodes of one process; calls between them keep an executor thread leading on the direct
   // sockets (Note [direct channel]), which shutdown must stop without waiting for a poll timeout.
-  auto o0 = solo();
-  o0.world_size = 2;  // one job: both nodes claim the same world size (Note [worker identity])
-  troupe::node n0(o0);
-  auto o1 = o0;
-  o1.rank = 1;
-  o1.master_port = n0.port();
-  troupe::node n1(o1);
+  troupe::node n0(first_of_two());
+  troupe::node n1(second_of_two(n0));
   n0.functions().add("inc", [](int x) { return x + 1; });
   REQUIRE(n1.rpc_port() != 0);
   for (int i = 0; i < 20; ++i) REQUIRE(troupe::rpc_sync<int>(n1, "worker0", "inc", i, 2s) == i + 1);
@@ -159,13 +169,8 @@ TEST_CASE("nodes with a busy direct channel shut down at once", "[actors][node][
 TEST_CASE("two nodes of one job leave gracefully together in well under a second each", "[actors][node][shutdown]") {
   // Leaving costs the barrier and the teardown's own work: no poll period (200 ms), watch tick
   // (250 ms) or connection timeout (1 s) is waited out. About 10-30 ms on a loaded 2-core machine.
-  auto o0 = solo();
-  o0.world_size = 2;
-  troupe::node n0(o0);
-  auto o1 = o0;
-  o1.rank = 1;
-  o1.master_port = n0.port();
-  troupe::node n1(o1);
+  troupe::node n0(first_of_two());
+  troupe::node n1(second_of_two(n0));
   n0.functions().add("inc", [](int x) { return x + 1; });
   n1.functions().add("inc", [](int x) { return x + 1; });
   for (int i = 0; i < 5; ++i) {  // both directions have live connections and served calls

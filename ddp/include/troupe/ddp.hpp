@@ -12,5 +12,6 @@
 #include "troupe/ddp/file_store.hpp"
 #include "troupe/ddp/live_group.hpp"
 #include "troupe/ddp/nccl_process_group.hpp"
+#include "troupe/ddp/node_faults.hpp"
 #include "troupe/ddp/process_group.hpp"
 #include "troupe/ddp/work.hpp"

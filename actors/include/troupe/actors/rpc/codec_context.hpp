@@ -32,9 +32,7 @@ class result_devices;
 ///   * bulk, shm and peer: the node's segments and byte pool, whether tensors may go over shared
 ///     memory to `peer` (Note [tensor over shared memory]); the byte pool is used with or without
 ///     shm (Note [byte pool]);
-///   * scope: the interceptor's view of this message (Note [call interceptor]);
-///   * upper: an opaque slot through which a layer above RPC may hand its own context to the
-///     code it runs inside an encode or decode; RPC never reads it.
+///   * scope: the interceptor's view of this message (Note [call interceptor]).
 /// A nested encode (a payload inside a payload, a served function's own calls) builds its own
 /// context, so two nodes of one process encoding on one thread never see each other's settings.
 /// A context refers to what its builder owns: it must not outlive them, and it is not copied
@@ -47,7 +45,6 @@ struct codec_context {
   bool shm = false;
   const caf::node_id* peer = nullptr;
   call_scope* scope = nullptr;
-  const void* upper = nullptr;
 };
 
 /// The context of an encode or decode that nothing steers (values stored, meta bytes, tests).
