@@ -14,7 +14,8 @@
 #   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
 #                                           .tar.xz (or .tar.gz), or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
-# JSON lines of every benchmark) and summary.txt. CHECK_TIMEOUT bounds each check (default 900 s);
+# JSON lines of every benchmark), summary.txt and cases/ (one log per test case). CHECK_TIMEOUT bounds each
+# bench (default 900 s), CASE_TIMEOUT each test case (default 300 s), CASE_JOBS cases run at once (default 1);
 # GPU_BENCHES lists the GPU benches (default "tensor_bench gpu_bench"), TORCH_FIGURES=0 skips
 # PyTorch's GPU figures; CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
 # and the demo (ddp_train) with PyTorch loading its model.safetensors. Exits 2 without a visible device, 1 when a
@@ -83,6 +84,28 @@ PY
   export LD_LIBRARY_PATH="${joined}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
+# Runs every case of test binary $1 that matches filter $2, each in its own process; appends one
+# PASS or FAIL line per case to $4/summary.txt and keeps each case's output in $4/cases/.
+run_cases() {
+  local p=$1 filter=$2 label=$3 out=$4 name spec i=0 running=0
+  while IFS= read -r name; do
+    [ -n "$name" ] || continue
+    i=$((i + 1))
+    spec=$(printf '%s' "$name" | sed 's/[][,\\*]/\\&/g')  # Catch2 v2 escapes with a backslash
+    (
+      t0=$SECONDS
+      if timeout "${CASE_TIMEOUT:-300}" "$p" "$spec" --warn NoAssertions -d yes >"$out/cases/$label.$i.log" 2>&1; then
+        echo "gpu-check: PASS $label: $name ($((SECONDS - t0)) s)"
+      else
+        echo "gpu-check: FAIL $label: $name (exit $?, $((SECONDS - t0)) s, see cases/$label.$i.log)"
+      fi
+    ) | tee -a "$out/summary.txt" &
+    running=$((running + 1))
+    if [ "$running" -ge "${CASE_JOBS:-1}" ]; then wait -n; running=$((running - 1)); fi
+  done < <("$p" "$filter" --list-test-names-only 2>/dev/null)
+  wait
+}
+
 run_checks() {
   local dir=${1:-build-gpu}
   local out=${OUT:-gpu-check-out}
@@ -116,26 +139,24 @@ run_checks() {
     fi
   }
   local p
-  # Catch2 v2: a tag filter; --warn NoAssertions makes a test that skipped for lack of a device
-  # fail. [multigpu] tests need two devices: with one they are left out and named as not run.
-  # [gpu_fork] tests fork ranks that use the device, so they run apart, in a process that never
-  # initialised CUDA.
+  # Each test case runs as its own process under CASE_TIMEOUT (default 300 s), CASE_JOBS at a time
+  # (default 1): a case that hangs or crashes costs only itself, and a [gpu_fork] case always
+  # starts in a process that never initialised CUDA. --warn NoAssertions makes a case that skipped
+  # for lack of a device fail. [multigpu] cases need two devices: with one they are left out and
+  # named as not run.
   local gpus no_multi=""
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   if [ "$gpus" -lt 2 ]; then
     no_multi="~[multigpu]"
     echo "gpu-check: NOT RUN [multigpu] tests ($gpus device)" | tee -a "$out/summary.txt"
   fi
-  local filter="[cuda]~[gpu_fork]$no_multi,[nccl]~[gpu_fork]$no_multi" fork_filter="[gpu_fork]$no_multi"
+  local filter="[cuda]$no_multi,[nccl]$no_multi"
+  mkdir -p "$out/cases"
   for t in "${tests[@]}"; do
     p=$(locate "$dir" "$t") || continue
-    if [ "$("$p" "$filter" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
-      check "$t [cuda],[nccl]" "$t.log" "$p" "$filter" --warn NoAssertions -d yes
-    fi
-    if [ "$("$p" "$fork_filter" --list-test-names-only 2>/dev/null | grep -c .)" -gt 0 ]; then
-      check "$t [gpu_fork]" "$t-fork.log" "$p" "$fork_filter" --warn NoAssertions -d yes
-    fi
+    run_cases "$p" "$filter" "$t" "$out"
   done
+  grep -q '^gpu-check: FAIL' "$out/summary.txt" && failed=1
   for b in "${benches[@]}"; do
     if p=$(locate "$dir" "$b"); then
       check "$b" "$b.log" "$p"
