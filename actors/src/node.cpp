@@ -249,7 +249,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   detail::agent_config ac{me, opts.job_token, auth, bulk, store_actor, nullptr, nullptr};
   start_direct_channel(ac);
   {
-    remote = std::make_shared<detail::remote_actors>(*sys, me, channel, bulk, [this](const std::string& w, std::chrono::milliseconds t) {
+    remote = std::make_shared<detail::remote_actors>(*sys, me, channel, bulk, device_maps, [this](const std::string& w, std::chrono::milliseconds t) {
       auto l = resolve(w, t);
       return detail::actor_peer{l.agent.node(), l.conn};
     });

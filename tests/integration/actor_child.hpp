@@ -21,6 +21,7 @@ using count_atom = caf::atom_constant<caf::atom("count")>;
 using hold_atom = caf::atom_constant<caf::atom("hold")>;
 using quit_atom = caf::atom_constant<caf::atom("quit")>;
 using poke_atom = caf::atom_constant<caf::atom("poke")>;
+using device_atom = caf::atom_constant<caf::atom("device")>;
 
 /// A user struct with a tensor inside.
 struct sample {
@@ -51,7 +52,7 @@ struct echo_state {
   std::vector<caf::response_promise> held;
 };
 
-/// Echoes ints (+1), strings (reversed), samples (step+1), tensors; counts notes (one-way) and
+/// Echoes ints (+1), strings (reversed), samples (step+1), tensors; names a tensor's device (-1: CPU); counts notes (one-way) and
 /// checks their sequence; holds `hold` requests unanswered; quits on `quit`.
 inline caf::behavior echo_actor(caf::stateful_actor<echo_state>* self) {
   auto note = [self](std::int64_t seq) {
@@ -67,6 +68,7 @@ inline caf::behavior echo_actor(caf::stateful_actor<echo_state>* self) {
         return s;
       },
       [](const tensor& t) { return t; },
+      [](device_atom, const tensor& t) { return std::int32_t{t.device().is_cuda() ? t.device().index : -1}; },
       [note](note_atom, std::int64_t seq) { note(seq); },
       [note](note_atom, std::int64_t seq, const tensor&) { note(seq); },
       [self](count_atom) { return std::make_tuple(self->state.notes, self->state.out_of_order); },

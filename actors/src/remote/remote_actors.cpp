@@ -10,14 +10,17 @@
 #include <caf/sec.hpp>
 
 #include <cstdio>
+#include <optional>
 
 #include "bounded_deserializer.hpp"
 #include "remote/remote_proxy.hpp"
 #include "rpc/bulk.hpp"
+#include "rpc/device_scope.hpp"
 #include "rpc/direct_channel.hpp"
 #include "rpc/wire.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/remote_actor.hpp"
+#include "troupe/actors/rpc/device_map.hpp"
 
 namespace troupe::detail {
 
@@ -31,11 +34,21 @@ class codec_unit final : public caf::scoped_execution_unit {
     proxy_registry_ptr(base.proxy_registry_ptr());
   }
   const rpc::codec_context& codec() const { return codec_; }
+  /// The first failure a tensor's inspect noted (see note_actor_codec_failure).
+  const std::optional<error>& failure() const { return failure_; }
+  void fail(const error& e) {
+    if (!failure_) failure_ = e;
+  }
 
  private:
   const rpc::codec_context& codec_;
+  std::optional<error> failure_;
 };
 }  // namespace
+
+void note_actor_codec_failure(caf::execution_unit* unit, const error& e) {
+  if (auto* u = dynamic_cast<codec_unit*>(unit)) u->fail(e);
+}
 
 const rpc::codec_context& actor_codec_context(caf::execution_unit* unit) {
   const auto* u = dynamic_cast<const codec_unit*>(unit);
@@ -43,8 +56,15 @@ const rpc::codec_context& actor_codec_context(caf::execution_unit* unit) {
 }
 
 remote_actors::remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<direct_channel> channel, std::shared_ptr<bulk_names> bulk,
-                             resolver resolve)
-    : sys_(sys), me_(std::move(me)), channel_(std::move(channel)), bulk_(std::move(bulk)), resolve_(std::move(resolve)), ctx_(&sys), proxies_(sys, *this) {
+                             const rpc::device_maps& maps, resolver resolve)
+    : sys_(sys),
+      me_(std::move(me)),
+      channel_(std::move(channel)),
+      bulk_(std::move(bulk)),
+      maps_(maps),
+      resolve_(std::move(resolve)),
+      ctx_(&sys),
+      proxies_(sys, *this) {
   ctx_.proxy_registry_ptr(&proxies_);
 }
 
@@ -115,17 +135,27 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
   std::vector<char> frame(frame_header_size);
   caf::error err;
   {
-    rpc::codec_context codec;  // tensors go the way of `to` (Note [codec context])
+    // Tensors go the way of `to` (Note [codec context]); CUDA tensors by the device rules of the
+    // note: a response keeps its devices, anything else takes this node's map for the peer.
+    const rpc::detail::device_scope requested(maps_, c->peer, false), answering;
+    rpc::codec_context codec;
     codec.bulk = bulk_.get();
     codec.shm = same_host(to, sys_.node());
     codec.peer = &to;
+    codec.devices = mid.is_response() ? &answering : &requested;
     codec_unit unit(ctx_, codec);
     caf::binary_serializer sink{&unit, frame};
     std::uint64_t m = mid.integer_value();
     err = sink(from, dest, m, content);
+    if (const auto& failed = unit.failure()) err = to_caf_error(*failed);  // CAF may have dropped it
   }
   if (err) {
-    bounce(sender, mid, to_caf_error(errc::bad_argument, me_.name + ": cannot serialize a message to actor " + std::to_string(dest) + " on " + c->peer + ": " + sys_.render(err)));
+    const std::string what = me_.name + ": cannot serialize a message to actor " + std::to_string(dest) + " on " + c->peer + ": ";
+    const errc code = err.category() == troupe_error_atom::value ? from_caf_error(err, "").code() : errc::bad_argument;
+    const std::string why = err.category() == troupe_error_atom::value ? from_caf_error(err, "").message() : sys_.render(err);
+    if (!mid.is_request())
+      std::fprintf(stderr, "[troupe] %s%s (the message is dropped)\n", what.c_str(), why.c_str());
+    bounce(sender, mid, to_caf_error(code == errc::device_mismatch ? code : errc::bad_argument, what + why));
     return;
   }
   if (frame.size() - frame_header_size > channel_->max_body()) {  // the peer would drop the connection
@@ -191,7 +221,17 @@ bool read_control_frame(bounded_deserializer& src, actor_control_frame& frame) {
 }
 
 void remote_actors::on_message(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
-  bounded_deserializer src{&ctx_, body, n};  // Note [bounded CAF reader]
+  // A response's CUDA tensors land by the reverse of this node's map for the peer (see the note).
+  rpc::device_map reverse;  // no allocation while no map is set
+  if (!maps_.empty()) reverse = rpc::invert_device_map(c->peer, maps_.of(c->peer));
+  const rpc::detail::result_devices results(reverse, c->peer);
+  rpc::codec_context codec;  // Note [codec context]
+  codec.results = &results;
+  codec.bulk = bulk_.get();
+  codec.shm = same_host(c->peer_node, sys_.node());
+  codec.peer = &c->peer_node;
+  codec_unit unit(ctx_, codec);
+  bounded_deserializer src{&unit, body, n};  // Note [bounded CAF reader]
   actor_message_head head;
   if (!read_message_head(src, head)) {
     std::fprintf(stderr, "[troupe] %s: dropped a malformed actor message from %s\n", me_.name.c_str(), c->peer.c_str());
@@ -207,9 +247,16 @@ void remote_actors::on_message(const std::shared_ptr<channel_conn>& c, const cha
     return;
   }
   caf::message content;
-  if (const auto why = read_message_content(sys_, src, content); !why.empty()) {
+  auto why = read_message_content(sys_, src, content);
+  const auto& failed = unit.failure();  // CAF may have dropped a tensor's error (see the note)
+  if (failed) why = failed->message();
+  if (!why.empty()) {
     std::fprintf(stderr, "[troupe] %s: cannot decode an actor message from %s: %s\n", me_.name.c_str(), c->peer.c_str(), why.c_str());
-    bounce(from, mid, to_caf_error(errc::protocol_violation, "worker " + me_.name + " cannot decode a message for actor " + std::to_string(dest_id) + " from " + c->peer + ": " + why + " (is every type in it announced with add_actor_message_type on both sides?)"));
+    const errc code = failed && failed->code() == errc::device_mismatch ? errc::device_mismatch : errc::protocol_violation;
+    const auto err = to_caf_error(code, "worker " + me_.name + " cannot decode a message for actor " + std::to_string(dest_id) + " from " + c->peer + ": " + why +
+                                            (failed ? "" : " (is every type in it announced with add_actor_message_type on both sides?)"));
+    if (mid.is_response()) dst->enqueue(caf::make_mailbox_element(std::move(from), mid, {}, caf::make_message(err)), nullptr);  // the request fails at once
+    else bounce(from, mid, err);
     return;
   }
   if (intercept_link(dst, content)) return;

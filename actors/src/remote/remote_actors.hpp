@@ -33,6 +33,23 @@
 // no response yet (the requesters get the error at once, not at their timeout), and fails every
 // later request to it at once.
 //
+// CUDA tensors (Note [rpc device map], the same rules as a call's): a request or a one-way
+// message takes the sender's device map for the receiving worker, so its CUDA tensors land on
+// the mapped devices (staged through host memory, kind 3); a device without an entry fails the
+// send with device_mismatch naming the device and the worker (a request gets the error). A
+// response keeps its devices (kind 4) and lands on the requester's device by the reverse of the
+// requester's map for the responder. Actor messages never go by CUDA IPC handle: a one-way
+// message has no answer that would say when the sender may free its private copy. A received
+// CUDA tensor is ready on every stream when the actor sees it.
+//
+// Codec failures. CAF 0.17.6 drops the error of one element of a message: a tensor that cannot
+// be written would leave a truncated message, read as `()` by the peer. So a tensor's inspect
+// also notes its failure on the node's execution unit (note_actor_codec_failure). A message
+// that failed to write is not sent: a request gets the error (device_mismatch or bad_argument)
+// at once, anything else is dropped with a line on stderr. A message that failed to read is
+// not delivered: a request is answered with the error, a response becomes the error its
+// requester gets, and a one-way message is dropped with a line on stderr.
+//
 // Faults. Message frames pass the transport hook as message_kind::actor_message: a dropped
 // request leaves its requester waiting until its request timeout; a duplicated message is
 // delivered twice (a request is handled twice; the requester takes the first response and
@@ -69,6 +86,11 @@ namespace troupe::detail {
 
 class direct_channel;
 class bulk_names;
+}  // namespace troupe::detail
+namespace troupe::rpc {
+class device_maps;
+}  // namespace troupe::rpc
+namespace troupe::detail {
 
 class bounded_deserializer;
 
@@ -109,8 +131,9 @@ class remote_actors final : public caf::proxy_registry::backend,
  public:
   /// Resolves a worker by name (connects the first time); throws troupe::error.
   using resolver = std::function<actor_peer(const std::string& worker, std::chrono::milliseconds timeout)>;
+  /// `maps`: the node's device maps (Note [rpc device map]); it outlives this object.
   remote_actors(caf::actor_system& sys, worker_info me, std::shared_ptr<direct_channel> channel, std::shared_ptr<bulk_names> bulk,
-                resolver resolve);
+                const rpc::device_maps& maps, resolver resolve);
   ~remote_actors() override;
 
   /// A handle to actor `id` of `worker`; blocks to resolve the worker the first time. Throws
@@ -157,6 +180,7 @@ class remote_actors final : public caf::proxy_registry::backend,
   worker_info me_;
   std::shared_ptr<direct_channel> channel_;
   std::shared_ptr<bulk_names> bulk_;
+  const rpc::device_maps& maps_;
   resolver resolve_;
   caf::scoped_execution_unit ctx_;  // serialization context: the system and our proxy registry
   caf::proxy_registry proxies_;

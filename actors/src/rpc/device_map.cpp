@@ -46,6 +46,7 @@ void device_maps::set(const std::string& peer, device_map map) {
   validate_device_map(peer, map);
   std::lock_guard<std::mutex> lock(mu_);
   maps_[peer] = std::move(map);
+  any_.store(true, std::memory_order_release);
 }
 
 troupe::device device_maps::target(const std::string& peer, troupe::device local) const {

@@ -44,6 +44,7 @@
 #include <caf/sec.hpp>
 #include <caf/serializer.hpp>
 
+#include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/node.hpp"
 #include "troupe/actors/node_options.hpp"
 #include "troupe/actors/rpc/codec.hpp"
@@ -55,12 +56,19 @@ namespace detail {
 /// The codec context a node serializes an actor message under (Note [codec context]): the one its
 /// execution unit carries when the node writes a message to a peer, else the plain context.
 const rpc::codec_context& actor_codec_context(caf::execution_unit* unit);
+/// Records why a tensor in an actor message could not be written or read, on the execution
+/// unit the node serializes under (the first failure counts). CAF 0.17.6 drops an element's
+/// error inside a message (the sender writes a truncated message, the receiver reads `()`), so
+/// the node reads the failure from there. A unit of another kind ignores it.
+void note_actor_codec_failure(caf::execution_unit* unit, const error& e);
 }  // namespace detail
 
 /// CAF inspection of a tensor in an actor message: its bytes in RPC's tensor encoding (Note [rpc
 /// payload]), so no float goes through CAF. A serializer writes a value copy (a same-host peer
 /// gets a shared-memory segment from 1 MiB, by the codec context of the message); a deserializer
-/// makes a new tensor; any other inspector (to_string) sees a short description.
+/// makes a new tensor; any other inspector (to_string) sees a short description. A CUDA tensor
+/// follows the sender's device map for the receiving worker (Note [remote actors]): a device
+/// without an entry fails the send with device_mismatch naming the device and the worker.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor& x) {
   if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
@@ -68,18 +76,30 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
     try {
       rpc::detail::writer w(bytes, detail::actor_codec_context(f.context()));
       rpc::detail::write_tensor(w, x);
+    } catch (const error& e) {  // keeps its code: the sender tells device_mismatch apart
+      const error failure(e.code(), "cannot encode a tensor: " + e.message());
+      detail::note_actor_codec_failure(f.context(), failure);
+      return to_caf_error(failure);
     } catch (const std::exception& e) {
-      return caf::make_error(caf::sec::invalid_argument, std::string("cannot encode a tensor: ") + e.what());
+      const error failure(errc::bad_argument, std::string("cannot encode a tensor: ") + e.what());
+      detail::note_actor_codec_failure(f.context(), failure);
+      return to_caf_error(failure);
     }
     return f(bytes);
   } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
     std::vector<char> bytes;
     if (auto err = f(bytes)) return err;
     try {
-      rpc::detail::reader r(bytes.data(), bytes.size());
+      rpc::detail::reader r(bytes.data(), bytes.size(), detail::actor_codec_context(f.context()));
       x = rpc::detail::read_tensor(r);
+    } catch (const error& e) {
+      const error failure(e.code(), "cannot decode a tensor: " + e.message());
+      detail::note_actor_codec_failure(f.context(), failure);
+      return to_caf_error(failure);
     } catch (const std::exception& e) {
-      return caf::make_error(caf::sec::invalid_argument, std::string("cannot decode a tensor: ") + e.what());
+      const error failure(errc::protocol_violation, std::string("cannot decode a tensor: ") + e.what());
+      detail::note_actor_codec_failure(f.context(), failure);
+      return to_caf_error(failure);
     }
     return {};
   } else {

@@ -82,6 +82,8 @@ class device_maps {
   troupe::device target(const std::string& peer, troupe::device local) const;
   /// The map of `peer` (empty when none was set).
   device_map of(const std::string& peer) const;
+  /// Whether no map was ever set (a lock-free test for the paths that need none).
+  bool empty() const { return !any_.load(std::memory_order_acquire); }
   /// Counts one CUDA argument sent by IPC handle (`ipc`) or staged.
   void count(bool ipc) const;
   /// The transfers counted so far.
@@ -89,6 +91,7 @@ class device_maps {
 
  private:
   mutable std::atomic<std::uint64_t> ipc_{0}, staged_{0};
+  std::atomic<bool> any_{false};
   mutable std::mutex mu_;
   std::map<std::string, device_map> maps_;
 };
