@@ -6,7 +6,7 @@
 /// string.hpp as well to archive a whole state_dict.
 ///
 /// A tensor is archived as a record (Note [Tensor file format] in serialization.hpp). The record
-/// holds its version, the defined flag, dtype, rank, sizes, byte count and checksum64 of the
+/// holds the record version, the defined flag, dtype, rank, sizes, byte count and checksum64 of the
 /// bytes. Then come the bytes as one binary blob, never element by element. CUDA tensors are
 /// copied to the host for saving;
 /// loaded tensors are contiguous CPU tensors. Loading validates every field and the checksum and
