@@ -1,5 +1,5 @@
-// Supervisors across processes (Note [supervisor restart]): a child on a SIGKILLed process is
-// restarted on the next live worker of its spec, and found there by lookup; a child that may
+// Supervisors across processes (Note [supervisor restart]). A child on a SIGKILLed process is
+// restarted on the next live worker of its spec, and found there by lookup. A child that may
 // only live on the dead worker makes its supervisor give up naming the child and the worker.
 // A child that exits on a live remote worker makes one_for_all stop and start the children on
 // both workers, and each is found there again under its name.
