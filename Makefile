@@ -101,8 +101,9 @@ fuzz-seeds:
 	rm -rf fuzz/corpus
 	$(FUZZ_BUILD)/fuzz/troupe_fuzz_seeds fuzz/corpus
 
-# The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds from CHAOS_FIRST (random fork trees under random
-# fault plans), then every fault-plan test of the fault and dist_autograd suites CHAOS_REPEAT times.
+# The long chaos run: the RRef chaos test over CHAOS_SEEDS seeds from CHAOS_FIRST, with random
+# fork trees under random fault plans. Then every fault-plan test of the fault and dist_autograd
+# suites runs CHAOS_REPEAT times.
 CHAOS_SEEDS ?= 10000
 CHAOS_FIRST ?= 1000
 CHAOS_REPEAT ?= 20
@@ -125,9 +126,9 @@ GPU_BUILD ?= build-gpu
 gpu-check: deps
 	./tools/gpu_check.sh $(GPU_BUILD)
 
-# Builds the same binaries with CUDA on this machine (no GPU needed) and packs them with the
-# libraries they link into $(GPU_BUILD)/carry.tar.xz; on a GPU machine without a package registry
-# `OUT=dir tools/gpu_check.sh run $(GPU_BUILD)/carry.tar.xz` runs every check from it.
+# Builds the same binaries with CUDA on this machine (no GPU needed). It packs them with the
+# libraries they link into $(GPU_BUILD)/carry.tar.xz. On a GPU machine without a package
+# registry, `OUT=dir tools/gpu_check.sh run $(GPU_BUILD)/carry.tar.xz` runs every check from it.
 gpu-pack: deps
 	cmake -S . -B $(GPU_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTROUPE_CUDA=ON $(LAUNCHER) $(CMAKE_FLAGS)
 	cmake --build $(GPU_BUILD) -j $(JOBS) --target troupe_tensors_tests troupe_autograd_tests troupe_ddp_tests troupe_actors_tests troupe_dist_autograd_tests troupe_integration_tests tensor_bench gpu_bench rpc_bench allreduce_bench ddp_bench actor_bench ddp_train

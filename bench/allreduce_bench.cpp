@@ -1,20 +1,23 @@
-// CPU allreduce of the shared-memory process group, nccl-tests style: for 1, 25 and 100 MB of
-// float32 on 2, 3 and 4 ranks (spawned on this host), the median time of one allreduce(sum) and
-// its bus bandwidth busbw = 2 (n - 1) / n * bytes / time; memcpy bandwidth measured in the same
-// run is the limit. The first timed result is checked against the exact sum on every rank.
+// CPU allreduce of the shared-memory process group, nccl-tests style. It runs 1, 25 and 100 MB
+// of float32 on 2, 3 and 4 ranks, spawned on this host. It reports the median time of one
+// allreduce(sum) and its bus bandwidth busbw = 2 (n - 1) / n * bytes / time. memcpy bandwidth
+// measured in the same run is the limit. The first timed result is checked against the exact
+// sum on every rank.
 //
-// Metrics (BENCH.md): allreduce_busbw_100mb_2r_gbps, allreduce_1mb_2r_ms (headline), and
-// allreduce_busbw_<S>mb_<N>r_gbps / allreduce_<S>mb_<N>r_ms for every size and rank count: the
-// tensors come from process_group::empty_shared, so the allreduce works in place in the shared
-// arena (Note [shm zero copy]; DDP's bucket buffers are made this way). The same for ordinary
-// tensors (copied through the staging slots): allreduce_ordinary_busbw_<S>mb_<N>r_gbps and
-// allreduce_ordinary_<S>mb_<N>r_ms; the two kinds take turns iteration by iteration in one group,
-// so load from other processes hits both alike,
-// limit_memcpy_gbps (bytes read + written per second, as tensor_bench), limit_memcpy_copy_gbps
-// (bytes copied per second, the unit of busbw). --quick: 2 ranks, few iterations.
-// The TCP ring (transport = tcp on loopback, Note [tcp ring]) on 2 ranks:
-// allreduce_tcp_busbw_<S>mb_2r_gbps / allreduce_tcp_<S>mb_2r_ms, beside limit_tcp_stream_gbps
-// (one loopback socket pair streaming 100 MB in the same run).
+// Metrics (BENCH.md):
+//   - allreduce_busbw_100mb_2r_gbps, allreduce_1mb_2r_ms (headline);
+//   - allreduce_busbw_<S>mb_<N>r_gbps / allreduce_<S>mb_<N>r_ms for every size and rank count.
+//     The tensors come from process_group::empty_shared, so the allreduce works in place in the
+//     shared arena (Note [shm zero copy]; DDP's bucket buffers are made this way).
+//   - allreduce_ordinary_busbw_<S>mb_<N>r_gbps and allreduce_ordinary_<S>mb_<N>r_ms: the same
+//     for ordinary tensors, copied through the staging slots. The two kinds take turns
+//     iteration by iteration in one group, so load from other processes hits both alike.
+//   - limit_memcpy_gbps: bytes read + written per second, as tensor_bench;
+//   - limit_memcpy_copy_gbps: bytes copied per second, the unit of busbw.
+//   - The TCP ring (transport = tcp on loopback, Note [tcp ring]) on 2 ranks:
+//     allreduce_tcp_busbw_<S>mb_2r_gbps / allreduce_tcp_<S>mb_2r_ms. Beside them is
+//     limit_tcp_stream_gbps: one loopback socket pair streaming 100 MB in the same run.
+// --quick: 2 ranks, few iterations.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>

@@ -1,6 +1,6 @@
 // Autograd overhead: one training step (forward, backward, SGD) of an MLP 1024-1024-1024-10 at
-// batch 64 through Troupe's modules and engine, against the same GEMMs called directly through
-// cblas_sgemm in the same run (the hardware limit for this step).
+// batch 64 through Troupe's modules and engine. The limit is the same GEMMs called directly
+// through cblas_sgemm in the same run: the hardware limit for this step.
 //
 //   autograd_bench [--quick]
 //

@@ -61,8 +61,8 @@ struct flag {
   const char* help;
 };
 
-/// Checks argv before a benchmark starts. `--quick` and `--help` are always known: --help prints
-/// the usage to stdout and exits 0; an unknown flag or a missing value prints why and the usage
+/// Checks argv before a benchmark starts. `--quick` and `--help` are always known. --help prints
+/// the usage to stdout and exits 0. An unknown flag or a missing value prints why and the usage
 /// to stderr and exits 2.
 inline void check_args(int argc, char** argv, const char* name, const char* what, std::vector<flag> flags = {}) {
   flags.insert(flags.begin(), {{"--quick", "", "a few-second smoke run (the figures mean nothing)"},

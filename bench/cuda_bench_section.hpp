@@ -1,8 +1,8 @@
 #pragma once
-// The CUDA part of the tensor benchmark (included by tensor_bench.cpp under TROUPE_WITH_CUDA):
-// matmul through the tensor API against a direct cublasSgemm, and elementwise add against a
-// device-to-device cudaMemcpy, each timed with CUDA events in the same run, with the result
-// checked beside the timing. Metric names: ../shared/BENCH.md plus
+// The CUDA part of the tensor benchmark, included by tensor_bench.cpp under TROUPE_WITH_CUDA.
+// It times matmul through the tensor API against a direct cublasSgemm, and elementwise add
+// against a device-to-device cudaMemcpy. Each is timed with CUDA events in the same run, with
+// the result checked beside the timing. Metric names: ../shared/BENCH.md plus
 //   cuda_sgemm_{1024,4096}_tflops, limit_cublas_sgemm_{1024,4096}_tflops,
 //   cuda_add_gbps, limit_cuda_d2d_gbps   (GB/s count bytes read + bytes written).
 

@@ -3,18 +3,23 @@
 // rank: every rank (and the limit process) runs BLAS on cores / 2 threads, so 2 ranks x threads
 // = cores. Correctness beside the timing: after the timed steps the parameters are bitwise
 // identical on both ranks. Overlap beside the timing: each DDP step's reduction timeline
-// (distributed_data_parallel::last_timeline) gives how much of the collectives' time fell
-// before the last gradient was ready (hidden behind backward) and the tail after it.
+// (distributed_data_parallel::last_timeline) gives two figures. One is how much of the
+// collectives' time fell before the last gradient was ready, hidden behind backward. The other
+// is the tail after it.
 //
-// Metrics: ddp_step_ms (defaults: 25 MB buckets in the shared arena), limit_local_step_ms (one
-// process, cores / 2 BLAS threads: the CPU one rank has), ddp_overhead_ratio (ddp /
-// limit_local), local_step_2proc_ms and ddp_comm_overhead_ratio (the same step without DDP,
-// alternating step by step with the DDP steps in the same 2 processes: the same contention, the
-// same moment's load, no communication), local_step_all_cores_ms and
-// ddp_overhead_vs_all_cores_ratio (one process on every core: what 2 ranks on this machine are
-// up against), ddp_comm_hidden_fraction, ddp_tail_ms, ddp_step_as_view_ms
-// (gradient_as_bucket_view), ddp_step_unshared_ms (bucket buffers outside the arena: the copying
-// allreduce). --quick: few steps.
+// Metrics:
+//   - ddp_step_ms: defaults, 25 MB buckets in the shared arena;
+//   - limit_local_step_ms: one process, cores / 2 BLAS threads, the CPU one rank has;
+//   - ddp_overhead_ratio: ddp / limit_local;
+//   - local_step_2proc_ms and ddp_comm_overhead_ratio: the same step without DDP, alternating
+//     step by step with the DDP steps in the same 2 processes. It has the same contention and
+//     the same moment's load, and no communication.
+//   - local_step_all_cores_ms and ddp_overhead_vs_all_cores_ratio: one process on every core,
+//     what 2 ranks on this machine are up against;
+//   - ddp_comm_hidden_fraction, ddp_tail_ms;
+//   - ddp_step_as_view_ms: gradient_as_bucket_view;
+//   - ddp_step_unshared_ms: bucket buffers outside the arena, the copying allreduce.
+// --quick: few steps.
 #include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>
@@ -81,8 +86,8 @@ struct stepper {
   }
 };
 
-/// Step times (seconds) of each stepper over `iters` iterations, the steppers taking turns step
-/// by step (so that load changes hit them alike); `after` runs after each step of the first.
+/// Step times (seconds) of each stepper over `iters` iterations. The steppers take turns step
+/// by step, so that load changes hit them alike. `after` runs after each step of the first.
 std::vector<tb::stats> time_steps(std::vector<stepper*> steps, int warmup, int iters, const std::function<void()>& after = {}) {
   for (int i = 0; i < warmup; ++i)
     for (auto* s : steps) (*s)();
@@ -122,8 +127,8 @@ std::string describe(const ddp::reduction_timeline& tl) {
 }
 
 /// Runs `body(rank, store)` on `n` spawned ranks; rank 0 returns its result through a pipe. The
-/// bench's own process never runs BLAS, so no OpenBLAS thread pool exists when it forks (in one
-/// run, children forked after the parent had used a 2-thread pool stepped 2.8x slower).
+/// bench's own process never runs BLAS, so no OpenBLAS thread pool exists when it forks.
+/// Children forked after the parent used a 2-thread pool can step 2.8x slower.
 result run_ranks(int n, const std::function<result(int, const ddp::file_store&)>& body) {
   int fds[2];
   if (::pipe(fds) != 0) throw error(errc::io_error, "ddp_bench: pipe");
@@ -161,8 +166,8 @@ bool same_on_both(ddp::process_group& pg, nn::module& m) {
   return std::memcmp(both.data_ptr(), static_cast<char*>(both.data_ptr()) + mine.nbytes(), mine.nbytes()) == 0;
 }
 
-/// `iters` DDP steps on one rank with `opts`, with the overlap figures of each step, alternating
-/// with steps of the same model without DDP in the same process (same threads, same load).
+/// `iters` DDP steps on one rank with `opts`, with the overlap figures of each step. They
+/// alternate with steps of the same model without DDP in the same process: same threads, same load.
 result ddp_rank(int rank, const ddp::file_store& store, ddp::ddp_options opts, int threads, int warmup, int iters) {
   set_blas_threads(threads);
   ddp::process_group pg(store, rank, 2, "ddp_bench");

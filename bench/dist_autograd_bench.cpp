@@ -3,8 +3,8 @@
 // workers. One hop: x (256x256, requires grad) -> worker1: x @ W1 -> worker0: sum. Pipeline:
 // x -> worker1: h1 = x @ W1 -> worker2: h2 = h1 @ W2 -> worker0: sum(h2 @ W0). Every iteration is a
 // full context (create, forward, distributed backward, release on every worker). Limits: the
-// local fwd+bwd of the same ops, and the rpc echo of one 256x256 tensor (each hop moves one tensor
-// each way forward and one each way backward: about two echoes).
+// local fwd+bwd of the same ops, and the rpc echo of one 256x256 tensor. Each hop moves one
+// tensor each way forward and one each way backward: about two echoes.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -176,8 +176,9 @@ void echo_limit(troupe::node& n, tb::report& rep, int iters) {
 }
 
 
-/// worker0: measures and prints (a forked child like the workers: OpenBLAS's thread pool does not
-/// survive fork, so every process that runs a matmul here is a child, the local limit included).
+/// worker0: measures and prints. It is a forked child like the workers. OpenBLAS's thread pool
+/// does not survive fork, so every process that runs a matmul here is a child, the local limit
+/// included.
 void drive(std::uint16_t port, int iters) {
   tb::report rep("dist_autograd");
   troupe::node n(options(0, port));

@@ -1,7 +1,8 @@
 // GPU benchmarks beyond the tensor bench's CUDA section, each beside its limit in the same run:
-// bf16 GEMM through the tensor API vs a direct cublasGemmEx; NCCL allreduce on one GPU (world
-// size 1) vs a device-to-device copy of the same bytes; a DDP training step of the MLP
-// 1024-1024-1024-10 batch 64 over the NCCL group vs the same step without DDP.
+//   - bf16 GEMM through the tensor API vs a direct cublasGemmEx;
+//   - NCCL allreduce on one GPU (world size 1) vs a device-to-device copy of the same bytes;
+//   - a DDP training step of the MLP 1024-1024-1024-10 batch 64 over the NCCL group vs the same
+//     step without DDP.
 // Metrics: cuda_bf16_gemm_4096_tflops, limit_cublas_bf16_gemm_4096_tflops,
 //   cuda_nccl_allreduce_{1,100}mb_1r_ms, limit_cuda_d2d_100mb_ms, cuda_ddp_step_ms,
 //   limit_cuda_local_step_ms. A build without CUDA or NCCL, or a machine without a device,

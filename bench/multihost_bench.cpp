@@ -1,11 +1,14 @@
 // multihost_bench: figures between two namespace hosts of the multi-host test bed
-// (tools/netns_bed.sh; needs root): raw TCP ping-pong, stream, 64 MB echo and full-duplex stream
-// (the limits, Note [limits on one machine] in multihost_roles.hpp), rpc_sync round
-// trip, 64 MB echo (also with TLS), TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, the hierarchical
-// allreduce on 2 x 2 ranks, and the time from a cut to peer_lost (an rpc's caller; every
-// survivor of a hierarchical allreduce). The orchestrator (no --role) makes the bed, runs each role on its host
-// (this binary again) and reports what they measured. Without namespaces it prints why and
-// exits 0.
+// (tools/netns_bed.sh; needs root):
+//   - the limits: raw TCP ping-pong, stream, 64 MB echo and full-duplex stream (Note [limits on
+//     one machine] in multihost_roles.hpp);
+//   - rpc_sync round trip, 64 MB echo (also with TLS);
+//   - TCP allreduce of 100 MB on 2 hosts x 1 and 2 x 2 ranks, the hierarchical allreduce on
+//     2 x 2 ranks;
+//   - the time from a cut to peer_lost: an rpc's caller, and every survivor of a hierarchical
+//     allreduce.
+// The orchestrator (no --role) makes the bed and runs each role on its host (this binary
+// again). It reports what they measured. Without namespaces it prints why and exits 0.
 #include <fcntl.h>
 #include <sys/wait.h>
 
@@ -68,9 +71,9 @@ int role_rpc(bool quick, const std::string& tls_dir) {
   return 0;
 }
 
-// Every rank: allreduce of 100 MB over the TCP process group (or the hierarchical group: shared
-// memory within a host, TCP between the hosts' leaders); rank 0 reports busbw (the ring formula,
-// 2 (w - 1) / w bytes per rank, for both).
+// Every rank: allreduce of 100 MB over the TCP process group, or over the hierarchical group
+// (shared memory within a host, TCP between the hosts' leaders). Rank 0 reports busbw, with the
+// ring formula for both: 2 (w - 1) / w bytes per rank.
 int role_allreduce(bool quick, bool hier) {
   const auto o = role_options();
   troupe::node n(o);
@@ -109,8 +112,8 @@ long long read_cut(const std::string& marks) {
   return cut;
 }
 
-// Rank 1 (host 1) holds a call of rank 0 and creates <marks>/held; the orchestrator cuts host 1
-// and writes the cut's time (wall ms) into <marks>/cut; rank 0 reports the time to peer_lost.
+// Rank 1 (host 1) holds a call of rank 0 and creates <marks>/held. The orchestrator cuts host 1
+// and writes the cut's time (wall ms) into <marks>/cut. Rank 0 reports the time to peer_lost.
 int role_cut(const std::string& marks) {
   troupe::rpc::registry reg;
   std::promise<void> never;
@@ -144,9 +147,9 @@ int role_cut(const std::string& marks) {
   return 0;
 }
 
-// 2 hosts x 2 ranks in a hierarchical group: ranks 0, 1 (host 0) wait in an allreduce that
-// ranks 2, 3 (host 1) never issue (they create <marks>/held-<rank>); the orchestrator cuts host
-// 1; each survivor reports the time from the cut to its peer_lost.
+// 2 hosts x 2 ranks in a hierarchical group. Ranks 0, 1 (host 0) wait in an allreduce that
+// ranks 2, 3 (host 1) never issue; those create <marks>/held-<rank>. The orchestrator cuts
+// host 1. Each survivor reports the time from the cut to its peer_lost.
 int role_cut_allreduce(const std::string& marks) {
   const auto o = role_options();
   troupe::node n(o);

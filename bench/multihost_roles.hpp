@@ -1,16 +1,20 @@
 #pragma once
-// The raw TCP roles of multihost_bench: a server on one namespace host, a client on the other
-// measuring the limits of the figures between hosts: the 1-byte ping-pong, the one-way stream, a
-// 64 MB echo (the whole message there, then the whole message back: what an rpc echo of a tensor
-// must do) and a full-duplex stream (both directions at once: what a ring allreduce does).
+// The raw TCP roles of multihost_bench: a server on one namespace host, and a client on the
+// other. The client measures the limits of the figures between hosts:
+//   - the 1-byte ping-pong;
+//   - the one-way stream;
+//   - a 64 MB echo: the whole message there, then the whole message back, as an rpc echo of a
+//     tensor must do;
+//   - a full-duplex stream: both directions at once, as a ring allreduce does.
 //
 // Note [limits on one machine]
 // The namespace hosts share the machine's cores. Every byte between them is copied by the
-// sender's and the receiver's kernel, on those same cores, so traffic in both directions at once
-// (the ring's) or a request and its reply (the echo's, counted once) cannot reach the one-way
-// stream rate when the cores are the bottleneck; between real hosts each has its own. The echo and
-// the duplex limits are the like-for-like bounds of mh_tensor_echo_64mb_gbps and
-// mh_allreduce_busbw_100mb_2h_gbps (busbw: each rank sends and receives that many bytes per second).
+// sender's and the receiver's kernel, on those same cores. Traffic in both directions at once
+// (the ring's) cannot reach the one-way stream rate when the cores are the bottleneck. Nor can
+// a request and its reply (the echo's, counted once). Between real hosts each has its own
+// cores. The echo and the duplex limits are the like-for-like bounds of
+// mh_tensor_echo_64mb_gbps and mh_allreduce_busbw_100mb_2h_gbps. For busbw, each rank sends
+// and receives that many bytes per second.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -73,11 +77,13 @@ inline bool pour(int fd, const std::vector<char>& buf, std::uint64_t n) {
   return true;
 }
 
-/// Serves four connections on `port`: the first echoes single bytes until EOF (ping-pong); the
-/// second reads an 8-byte length, that many bytes, then answers one byte (stream); the third
-/// reads an 8-byte length L and count R, then R times reads L bytes whole and writes them back
-/// (echo); the fourth reads an 8-byte length L, then reads L bytes while writing L bytes, then
-/// answers one byte (duplex).
+/// Serves four connections on `port`:
+///   1. ping-pong: echoes single bytes until EOF;
+///   2. stream: reads an 8-byte length, that many bytes, then answers one byte;
+///   3. echo: reads an 8-byte length L and count R, then R times reads L bytes whole and writes
+///      them back;
+///   4. duplex: reads an 8-byte length L, then reads L bytes while writing L bytes, then answers
+///      one byte.
 inline int tcp_server(int port) {
   const int ls = ::socket(AF_INET, SOCK_STREAM, 0);
   const int one = 1;

@@ -1,14 +1,16 @@
 // The cost of the always-on flight recorder (Note [flight recorder]) and hang blame (Note [hang
-// blame]) on a DDP training step: an MLP 1024-1024-1024-10, batch 64 per rank, 2 ranks on this
-// host. Each rank trains two copies of the model in the same process, step by step in turn: one
-// over a process group with a recorder and the blame watch (the defaults a node gives), one over
-// a group with neither. So both see the same load at the same moment.
+// blame]) on a DDP training step. The step is an MLP 1024-1024-1024-10, batch 64 per rank, 2
+// ranks on this host. Each rank trains two copies of the model in the same process, step by step
+// in turn. One is over a process group with a recorder and the blame watch, the defaults a node
+// gives. The other is over a group with neither. So both see the same load at the same moment.
 // Correctness beside the timing: both copies' parameters are bitwise identical on both ranks and
 // equal to each other (the recorder changes no result).
 //
-// Metrics: recorder_overhead_ratio (step with / step without; goal <= 1.02),
-// ddp_step_recorder_on_ms, ddp_step_recorder_off_ms, recorder_begin_end_us (one recorded
-// operation, begin + end, on one thread). --quick: few steps.
+// Metrics:
+//   - recorder_overhead_ratio: step with / step without; goal <= 1.02;
+//   - ddp_step_recorder_on_ms, ddp_step_recorder_off_ms;
+//   - recorder_begin_end_us: one recorded operation, begin + end, on one thread.
+// --quick: few steps.
 #include <dlfcn.h>
 #include <poll.h>
 #include <unistd.h>

@@ -79,9 +79,9 @@ struct forked_peer {
 };
 
 // Raw TCP 1-byte ping-pong on loopback with a forked echo process; returns the round trips in us.
-// `copy_before`: each round trip comes right after a copy of that many bytes on this thread (the
-// limit for a small call made right after rpc_async copied a large tensor in: the caller has just
-// run for milliseconds and the echo process has slept as long).
+// `copy_before`: each round trip comes right after a copy of that many bytes on this thread.
+// That is the limit for a small call made right after rpc_async copied a large tensor in. The
+// caller has just run for milliseconds, and the echo process has slept as long.
 std::vector<double> tcp_pingpong(int iters, std::size_t copy_before = 0) {
   forked_peer peer([](int c) {
     char b = 0;
@@ -101,8 +101,8 @@ std::vector<double> tcp_pingpong(int iters, std::size_t copy_before = 0) {
   return out;
 }
 
-// Raw TCP echo of `bytes` on loopback (the limit for a tensor echo as bytes, --no-shm): a forked
-// process sends back everything it reads; this one sends from one thread while it reads the echo
+// Raw TCP echo of `bytes` on loopback: the limit for a tensor echo as bytes (--no-shm). A forked
+// process sends back everything it reads. This one sends from one thread while it reads the echo
 // on another. Returns the round trips in ms.
 std::vector<double> tcp_echo_ms(std::size_t bytes, int iters) {
   forked_peer peer([](int c) {
@@ -199,8 +199,8 @@ void echo_metrics(troupe::node& n, tb::report& rep, std::size_t bytes, int iters
 
 namespace {
 
-// A share_memory_() tensor travels by handle both ways (no copy at all; each side maps the
-// other's segment): the round trip is the mapping work, independent of the bytes touched later.
+// A share_memory_() tensor travels by handle both ways, with no copy at all; each side maps the
+// other's segment. So the round trip is the mapping work, independent of the bytes touched later.
 void shared_echo_metric(troupe::node& n, tb::report& rep, int iters) {
   troupe::shm_provider provider(troupe::sharing_strategy::file_descriptor, "rpcbench");
   auto t = troupe::empty({16 << 20}, troupe::dtype::float32);
@@ -238,12 +238,12 @@ void async_metrics(troupe::node& n, tb::report& rep, int calls) {
           "\"calls\": " + std::to_string(calls) + ", \"window\": " + std::to_string(window));
 }
 
-// The small call while a 64 MB transfer is in flight (the headline): 64 MB echoes run back to
-// back on another thread, and only the small calls issued while one of them is under way count
-// (its copy into the segment, the callee's side or the copy back). Then the same small call made
-// right after this thread's own rpc_async of 64 MB: that call pays for the copy that rpc_async did
-// on its thread just before (caches cold, the peer asleep for milliseconds), which the same call
-// after the same copy with no transfer at all measures, and which raw TCP pays too.
+// The small call while a 64 MB transfer is in flight (the headline). 64 MB echoes run back to
+// back on another thread. Only the small calls issued while one of them is under way count: its
+// copy into the segment, the callee's side or the copy back. Then the same small call is made
+// right after this thread's own rpc_async of 64 MB. That call pays for the copy that rpc_async
+// did on its thread just before: caches cold, the peer asleep for milliseconds. The same call
+// after the same copy with no transfer at all measures that cost. Raw TCP pays it too.
 void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds, double idle_us, bool quick) {
   auto big = troupe::empty({16 << 20}, troupe::dtype::float32);  // 64 MB
   std::memset(big.data_ptr(), 1, big.nbytes());
@@ -295,8 +295,8 @@ void during_transfer_metrics(troupe::node& n, tb::report& rep, int rounds, doubl
   rep.add("small_rtt_right_after_64mb_async_us", right_after, "us", r);
   rep.add("small_rtt_right_after_64mb_async_ratio", right_after / idle_us, "ratio", r);
   rep.add("small_rtt_right_after_64mb_async_ratio_to_tcp_after_copy", right_after / tcp_after_copy, "ratio", r);
-  // The same 64 MB copy on this thread (as rpc_async's copy-in) and the callee idle as long, but
-  // nothing in flight: the transfer's own share is the ratio of the two.
+  // The same 64 MB copy on this thread (as rpc_async's copy-in), and the callee idle as long.
+  // But nothing is in flight, so the transfer's own share is the ratio of the two.
   auto scratch = troupe::empty({16 << 20}, troupe::dtype::float32);
   std::vector<double> after;
   for (int i = 0; i < rounds; ++i) {
@@ -334,13 +334,13 @@ int main(int argc, char** argv) {
                   {"--no-shm", "", "large tensors as bytes, not through shared memory"},
                   {"--only", "small|during|async|echo", "one phase (for profiling)"}});
   const bool quick = tb::quick_mode(argc, argv);
-  // Keep freed 64 MB buffers in the heap instead of returning them to the kernel: otherwise each
-  // message pays ~16k page faults for fresh pages (measured: page faults were the top cost of
-  // the 64 MB echo). Applies to the forked children as well. Pass --no-mallopt to compare.
+  // Keep freed 64 MB buffers in the heap instead of returning them to the kernel. Otherwise each
+  // message pays ~16k page faults for fresh pages. Page faults are then the top cost of the
+  // 64 MB echo. Applies to the forked children as well. Pass --no-mallopt to compare.
   bool tune = true;
-  // --only small|during|async|echo: the small round trips only, or those plus the during-transfer
-  // phase (200 rounds), the async phase or the 1 MB and 64 MB echoes (1000 and 20 rounds), for
-  // profiling (perf, strace) and A/B runs without the others.
+  // --only small|during|async|echo: the small round trips only, or those plus one phase. The
+  // phase is the during-transfer one (200 rounds), the async one, or the 1 MB and 64 MB echoes
+  // (1000 and 20 rounds). It serves profiling (perf, strace) and A/B runs without the others.
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mallopt") == 0) tune = false;

@@ -1,8 +1,12 @@
-// RRef benchmark (../shared/BENCH.md): remote() + to_here() round trip against the small rpc_sync
-// round trip measured in the same run, create/fork/delete rates, owner memory per live RRef at
-// 100,000, time for the owner to reach zero after release, and control messages per RRef
-// lifetime in each sharing scenario against the protocol's minimum. Two nodes in one process
-// (two actor systems, loopback TCP between them); results are checked beside the timings.
+// RRef benchmark (../shared/BENCH.md). It measures:
+//   - remote() + to_here() round trip against the small rpc_sync round trip measured in the
+//     same run;
+//   - create/fork/delete rates;
+//   - owner memory per live RRef at 100,000;
+//   - time for the owner to reach zero after release;
+//   - control messages per RRef lifetime in each sharing scenario against the protocol's minimum.
+// Two nodes in one process (two actor systems, loopback TCP between them); results are checked
+// beside the timings.
 #include <malloc.h>
 
 #include <cstdio>

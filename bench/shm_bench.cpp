@@ -1,6 +1,6 @@
-// Shared-memory tensor transfer on one host (file_descriptor strategy): a 64 MB CPU tensor is
-// copied into a fresh memfd segment (share_memory_), its fd crosses to a child process over a
-// Unix socket, the child maps it, copies it out into its own buffer and checks it, then acks.
+// Shared-memory tensor transfer on one host (file_descriptor strategy). A 64 MB CPU tensor is
+// copied into a fresh memfd segment (share_memory_). Its fd crosses to a child process over a
+// Unix socket. The child maps it, copies it out into its own buffer and checks it, then acks.
 // The limit is memcpy between two warm buffers in the same run.
 
 #include <poll.h>

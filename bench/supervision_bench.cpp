@@ -1,20 +1,22 @@
-// supervision_bench: the time from a rank's death to training resumed, when the job restarts
-// from its last complete checkpoint (troupe-run --max-restarts, ddp::checkpointer) and when a
-// replacement joins the live job (troupe-run --restart rank, ddp::live_group), and the size of
-// the checkpoint.
+// supervision_bench: the time from a rank's death to training resumed, and the size of the
+// checkpoint. It measures two ways back: the job restarts from its last complete checkpoint
+// (troupe-run --max-restarts, ddp::checkpointer), or a replacement joins the live job
+// (troupe-run --restart rank, ddp::live_group).
 //
 // Each run starts examples/supervised_faults as a 2-rank job under troupe-run with one fault:
-// rank 1 dies by SIGKILL in its forward pass. The ranks write a timeline (wall clock, one file);
+// rank 1 dies by SIGKILL in its forward pass. The ranks write a timeline (wall clock, one file).
 // restart_resume_s is the time from the "killed" line to the "training resumed" line of the next
-// attempt: the launcher seeing the death, stopping the survivor, starting both ranks, the job
-// forming again, and the checkpoint being found, checked and loaded. checkpoint_bytes is the size
-// of one complete checkpoint (every part and the manifest). The final parameters are checked
-// against an undisturbed run beside the timing (supervised_faults does that and exits 1 if not).
+// attempt. It covers the launcher seeing the death, stopping the survivor and starting both
+// ranks. It covers the job forming again, and the checkpoint being found, checked and loaded.
+// checkpoint_bytes is the size of one complete checkpoint: every part and the manifest. The
+// final parameters are checked against an undisturbed run beside the timing; supervised_faults
+// does that and exits 1 if not.
 //
-// live_recovery_s runs examples/live_recovery the same way (rank 1 killed in its forward pass at
-// step 25): the time from the "killed" line to rank 0's "the first after the recovery" line,
-// i.e. the survivor seeing peer_lost, the replacement starting and joining, the next generation
-// of the group forming, the state broadcast from rank 0, and the replayed step completing.
+// live_recovery_s runs examples/live_recovery the same way, rank 1 killed in its forward pass at
+// step 25. It is the time from the "killed" line to rank 0's "the first after the recovery"
+// line. It covers the survivor seeing peer_lost, the replacement starting and joining, and the
+// next generation of the group forming. It covers the state broadcast from rank 0 and the
+// replayed step completing.
 // live_recovery checks both ranks' final parameters against an undisturbed run (exit 1 if not).
 #include <unistd.h>
 

@@ -1,6 +1,8 @@
-// Tensor op throughput against the hardware limits measured in the same run: sgemm through
-// troupe::matmul vs cblas_sgemm on the same buffers, elementwise add/relu vs memcpy bandwidth,
-// and add with one transposed (strided) operand. Every timed op is checked against a reference.
+// Tensor op throughput against the hardware limits measured in the same run:
+//   - sgemm through troupe::matmul vs cblas_sgemm on the same buffers;
+//   - elementwise add/relu vs memcpy bandwidth;
+//   - add with one transposed (strided) operand.
+// Every timed op is checked against a reference.
 //
 //   tensor_bench [--quick]
 //

@@ -1,7 +1,7 @@
 #pragma once
 // Helpers shared by the examples that run a job under the launcher, kill its ranks and compare
-// the result with an undisturbed run (supervised_faults, live_recovery): flag parsing, the job's
-// timeline file, shell quoting and the bitwise comparison of final parameters.
+// the result with an undisturbed run (supervised_faults, live_recovery). They cover flag
+// parsing, the job's timeline file, shell quoting and the bitwise comparison of final parameters.
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -7,13 +7,13 @@
 //   2. the faulty run: the same training under `troupe-run --restart rank`, with kills on a
 //      schedule (default: kill rank 1 in its allreduce at step 40).
 //
-// When rank 1 dies, rank 0 keeps its state: its step fails with peer_lost, it forms the next
-// generation of the group, and troupe-run starts a replacement for rank 1 alone. The
+// When rank 1 dies, rank 0 keeps its state. Its step fails with peer_lost and it forms the next
+// generation of the group. troupe-run starts a replacement for rank 1 alone. The
 // replacement receives the parameters, the optimizer state, the step and the data position
 // from rank 0, and the job replays the failed step. No checkpoint is written or read. The
-// program prints the timeline, checks that it shows live recoveries (rank 0 started once, one
-// replacement per kill) and compares the final parameters of both ranks with the reference, bit
-// for bit.
+// program prints the timeline and checks that it shows live recoveries: rank 0 started once,
+// one replacement per kill. It compares the final parameters of both ranks with the reference,
+// bit for bit.
 //
 // A fault is 1:STEP:POINT, POINT one of forward, backward, allreduce (rank 0 hosts the store, so
 // only rank 1 is killed). The k-th fault fires in the k-th incarnation of rank 1.
@@ -156,8 +156,8 @@ struct sampler {
   }
 };
 
-/// Joins the job. A replacement may reach rank 0 before rank 0 saw its predecessor die (the
-/// identity is still held, unauthorized); it tries again until rank 0 released it, up to 30 s.
+/// Joins the job. A replacement may reach rank 0 before rank 0 saw its predecessor die; the
+/// identity is then still held (unauthorized). It tries again until rank 0 released it, up to 30 s.
 node join_node(bool replacement) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
@@ -275,9 +275,9 @@ int run_job(const options& o, const std::string& self, const std::string& dir, b
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
-/// Why the timeline in `dir` does not show `kills` live recoveries (empty when it does): rank 0
-/// must have started once, and each kill must have brought a replacement that got its state
-/// from a live peer.
+/// Why the timeline in `dir` does not show `kills` live recoveries; empty when it does. Rank 0
+/// must have started once. Each kill must have brought a replacement that got its state from a
+/// live peer.
 std::string not_live(const std::string& dir, std::size_t kills) {
   std::ifstream in(fs::path(dir) / "timeline.txt");
   std::size_t starts = 0, joins = 0;

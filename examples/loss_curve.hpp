@@ -1,7 +1,7 @@
 #pragma once
 // loss_curve: the training record of an example, written as CSV (one row per step) and as an SVG
-// plot that any browser opens: the training loss per step, the held-out loss and the held-out
-// accuracy at each evaluation. Header-only, standard library only.
+// plot that any browser opens. It shows the training loss per step, and the held-out loss and
+// held-out accuracy at each evaluation. Header-only, standard library only.
 #include <algorithm>
 #include <climits>
 #include <cmath>

@@ -1,7 +1,7 @@
 #pragma once
-// Two hosts made of Linux network namespaces by tools/netns_bed.sh (root), for the examples that
-// run a job with one troupe-run per host: the bed goes with the object; launchers started on it
-// are killed and reaped with it.
+// Two hosts made of Linux network namespaces by tools/netns_bed.sh (root). They serve the
+// examples that run a job with one troupe-run per host. The bed goes with the object; launchers
+// started on it are killed and reaped with it.
 
 #include <signal.h>
 #include <sys/wait.h>

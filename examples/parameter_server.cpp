@@ -1,8 +1,8 @@
 // parameter_server: a parameter server (worker0) and N trainers (worker1..N) in forked processes.
-// The server owns the weights of a linear regression as dist_autograd parameters and serves the
-// forward pass as a method of an rref<server>; each trainer holds rrefs to the server and to the
-// weights, runs forward through the rref method inside a distributed autograd context, the
-// distributed backward, and DistributedOptimizer.step, and prints its loss, which must fall.
+// The server owns the weights of a linear regression as dist_autograd parameters. It serves the
+// forward pass as a method of an rref<server>. Each trainer holds rrefs to the server and to
+// the weights. Inside a distributed autograd context it runs forward through the rref method,
+// the distributed backward, and DistributedOptimizer.step. It prints its loss, which must fall.
 //
 //   parameter_server [--trainers N] [--steps S] [--lr LR] [--help]
 #include <poll.h>

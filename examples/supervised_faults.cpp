@@ -17,8 +17,8 @@
 // fault fires once.
 //
 // With --bed tools/netns_bed.sh (root), both jobs run on two namespace hosts, one rank and one
-// troupe-run per host, and the attempt after the kills cuts host 1 off at step 90: rank 1 asks
-// for the cut and waits until it is in; the supervisor cuts the host (nftables), waits until
+// troupe-run per host. The attempt after the kills cuts host 1 off at step 90. Rank 1 asks for
+// the cut and waits until it is in. The supervisor cuts the host (nftables), waits until
 // rank 0 failed with peer_lost naming rank 1, and heals it. The launchers restart the job (the
 // master's --max-restarts is the job's budget) and it resumes from the last checkpoint. Without
 // --bed, or where namespaces cannot be made, the cut is reported as skipped.
@@ -191,8 +191,8 @@ struct sampler {
   }
 };
 
-/// Rank 1 of the attempt that cuts its host: asks the supervisor for the cut and waits (at most
-/// 30 s) until it is in, so the step's allreduce runs across the cut.
+/// Rank 1 of the attempt that cuts its host. It asks the supervisor for the cut and waits (at
+/// most 30 s) until it is in, so the step's allreduce runs across the cut.
 void request_cut(const options& o, int rank, int attempt, int step) {
   if (rank != 1 || attempt != o.cut_attempt || step != cut_step) return;
   timeline(o.out, "rank 1 asks for its host to be cut off at step " + std::to_string(step));
@@ -286,8 +286,8 @@ std::vector<std::string> rank_command(const options& o, const std::string& self,
   return a;
 }
 
-/// The cut of host 1 in the faulty job on namespace hosts: cut when rank 1 asks, heal once
-/// rank 0 failed (it saw the loss) or 20 s after the cut.
+/// The cut of host 1 in the faulty job on namespace hosts. It cuts when rank 1 asks. It heals
+/// once rank 0 failed (it saw the loss) or 20 s after the cut.
 struct host_cut {
   bool in = false, healed = false;
   std::chrono::steady_clock::time_point at{};
@@ -347,8 +347,8 @@ int run_job(const options& o, const std::string& self, const std::string& dir, b
   fs::remove_all(dir);
   fs::create_directories(dir);
   if (hosts) return run_on_hosts(o, self, dir, faults, *hosts);
-  // One restart beyond the schedule absorbs a failure outside it (a port taken by another
-  // program between troupe-run picking it and rank 0 binding it); the timeline shows any such
+  // One restart beyond the schedule absorbs a failure outside it: a port taken by another
+  // program between troupe-run picking it and rank 0 binding it. The timeline shows any such
   // extra attempt, and the result must still match bit for bit.
   std::string cmd = faults ? "" : "env -u TROUPE_FAULTS ";  // the reference runs without the plan
   cmd += quote(o.launcher) + " --nproc-per-node 2 --timeout-s 300 --max-restarts " +

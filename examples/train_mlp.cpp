@@ -3,11 +3,10 @@
 //   train_mlp [--epochs N] [--checkpoint PATH] [--resume] [--seed S] [--help]
 //
 // Prints one line per epoch (loss, train accuracy, steps/s). With --checkpoint the full training
-// state (model, optimizer, epoch, generator) is saved atomically after every epoch; --resume
+// state (model, optimizer, epoch, generator) is saved atomically after every epoch. --resume
 // continues from it to --epochs total and gives the same result as an uninterrupted run.
-// Exits 1 when the held-out accuracy stays below 95% after a full run, or near chance after a
-// short one (it did not learn), 2 on bad arguments or
-// a troupe::error.
+// Exits 1 when it did not learn: the held-out accuracy stays below 95% after a full run, or
+// near chance after a short one. Exits 2 on bad arguments or a troupe::error.
 #include <chrono>
 #include <cmath>
 #include <cstdio>

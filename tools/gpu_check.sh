@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU checks CI cannot run (it has no GPU): every [cuda] and [nccl] test, the tensor bench's
-# CUDA section, gpu_bench (bf16 GEMM vs cuBLAS, NCCL allreduce on one GPU, DDP step over NCCL)
-# and, where PyTorch is installed, the same figures through PyTorch (tools/gpu_torch_bench.py).
+# The GPU checks CI cannot run, since it has no GPU:
+#   - every [cuda] and [nccl] test;
+#   - the tensor bench's CUDA section;
+#   - gpu_bench: bf16 GEMM vs cuBLAS, NCCL allreduce on one GPU, DDP step over NCCL;
+#   - where PyTorch is installed, the same figures through PyTorch (tools/gpu_torch_bench.py).
 #
 # Usage:
 #   tools/gpu_check.sh [build-dir]          build with TROUPE_CUDA=ON (default build-gpu), then run
@@ -14,12 +16,15 @@
 #   tools/gpu_check.sh run [dir]            run from prebuilt binaries: a packed dir or its
 #                                           .tar.xz (or .tar.gz), or a build dir; nothing is built or installed
 # Results go to $OUT (default ./gpu-check-out): device.txt, one log per check, bench.jsonl (the
-# JSON lines of every benchmark), summary.txt and cases/ (one log per test case). CHECK_TIMEOUT bounds each
-# bench (default 900 s), CASE_TIMEOUT each test case (default 300 s), CASE_JOBS cases run at once (default 1);
-# GPU_BENCHES lists the GPU benches (default "tensor_bench gpu_bench"), TORCH_FIGURES=0 skips
-# PyTorch's GPU figures; CPU_BENCHES=1 adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU figures,
-# and the demo (ddp_train) with PyTorch loading its model.safetensors. Exits 2 without a visible device, 1 when a
-# check failed, 0 otherwise.
+# JSON lines of every benchmark), summary.txt and cases/ (one log per test case).
+#   CHECK_TIMEOUT   bounds each bench (default 900 s)
+#   CASE_TIMEOUT    bounds each test case (default 300 s)
+#   CASE_JOBS       test cases run at once (default 1)
+#   GPU_BENCHES     the GPU benches (default "tensor_bench gpu_bench")
+#   TORCH_FIGURES=0 skips PyTorch's GPU figures
+#   CPU_BENCHES=1   adds rpc_bench, allreduce_bench, ddp_bench, actor_bench, PyTorch's CPU
+#                   figures, and the demo (ddp_train) with PyTorch loading its model.safetensors
+# Exits 2 without a visible device, 1 when a check failed, 0 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

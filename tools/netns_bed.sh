@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A multi-host test bed on one Linux machine: N network namespaces ("hosts") joined by a bridge
-# that lives in a namespace of its own, so nothing is added to the caller's namespace.
+# A multi-host test bed on one Linux machine: N network namespaces ("hosts") joined by a bridge.
+# The bridge lives in a namespace of its own, so nothing is added to the caller's namespace.
 #
 #   netns_bed.sh up   PREFIX N     hosts PREFIX-h0..h{N-1} at 10.77.0.1..N/24 (eth0), bridge PREFIX-sw
 #   netns_bed.sh down PREFIX       deletes every namespace of the bed (and stops what runs in them)
@@ -86,10 +86,10 @@ up() {
 # The rules of a cut, one nft transaction.
 cut_rules='add table inet troupe_cut; add chain inet troupe_cut in { type filter hook input priority -100; policy accept; }; add chain inet troupe_cut out { type filter hook output priority -100; policy accept; }; add rule inet troupe_cut in iifname "eth0" drop; add rule inet troupe_cut out oifname "eth0" drop'
 
-# Runs in the host's namespace: starts `nft -i`, waits (bounded) until it answers, then feeds it
-# the cut, waits $2 seconds (a builtin wait on an idle pipe, no process started) and, when $2 is
-# not empty, the heal. Fails unless nft listed the cut's table while it was in. Prints the
-# wall-clock millisecond just before the cut went in.
+# Runs in the host's namespace. It starts `nft -i` and waits (bounded) until it answers. Then it
+# feeds it the cut and waits $2 seconds: a builtin wait on an idle pipe, no process started.
+# When $2 is not empty it then feeds the heal. Fails unless nft listed the cut's table while it
+# was in. Prints the wall-clock millisecond just before the cut went in.
 nft_cut_script='
   dir=$(mktemp -d) || exit 1
   trap "rm -rf $dir" EXIT

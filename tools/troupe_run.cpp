@@ -8,12 +8,14 @@
 //
 // Note [launcher]
 // Each local rank is a child process (troupe::spawn) that execs `prog` with the launcher
-// conventions in its environment: RANK = node_rank * nproc + local rank, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TROUPE_JOB_TOKEN (random for a single-node job
-// when not given, so two jobs on one host never join each other; required for several nodes),
-// TROUPE_LISTEN_ADDR, TROUPE_RESTART_COUNT and TROUPE_REPLACEMENT (1 in a rank restarted alone,
-// Note [rank restart]). Rank 0 hosts the store. A master port of 0 picks
-// a free one (one node only).
+// conventions in its environment:
+//   - RANK = node_rank * nproc + local rank, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE;
+//   - MASTER_ADDR, MASTER_PORT;
+//   - TROUPE_JOB_TOKEN: random for a single-node job when not given, so two jobs on one host
+//     never join each other; required for several nodes;
+//   - TROUPE_LISTEN_ADDR, TROUPE_RESTART_COUNT;
+//   - TROUPE_REPLACEMENT: 1 in a rank restarted alone (Note [rank restart]).
+// Rank 0 hosts the store. A master port of 0 picks a free one (one node only).
 //
 //   launcher --spawn--> rank i: exec prog (env) ... exit
 //   any rank fails (exit != 0 / signal) --> the others get SIGTERM, then SIGKILL (spawn)
@@ -21,11 +23,11 @@
 //       resumes from its checkpoint, ddp::checkpointer) : print the failure (rank, pid, cause), exit 1
 //
 // Several nodes: the launchers meet on the master's --master-port (Note [launcher channel] in
-// launcher/channel.hpp); rank 0's store gets a port of its own, which the master's launcher
-// picks and hands out. A failure on any node stops the ranks of every node. With --max-restarts R
-// (the master's counts) the job restarts on every node, at most R times in all (Note [job
-// restart] in launcher/channel.hpp); then every launcher prints "troupe-run: job failed: rank R
-// ... on host H ..." and exits 1.
+// launcher/channel.hpp). Rank 0's store gets a port of its own, which the master's launcher
+// picks and hands out. A failure on any node stops the ranks of every node. With
+// --max-restarts R the job restarts on every node, at most R times in all; the master's R
+// counts (Note [job restart] in launcher/channel.hpp). Then every launcher prints
+// "troupe-run: job failed: rank R ... on host H ..." and exits 1.
 //
 // --restart rank restarts only the rank that died (Note [rank restart] below).
 //

@@ -92,9 +92,15 @@ struct node::impl {
   void open_gate();
   hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
   caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
-  caf::actor attempt(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);
+  // A failed dial: why, and whether the peer's gate admitted us (a live process answered).
+  struct dial_failure {
+    std::string why;
+    bool admitted = false;
+  };
+  caf::actor attempt(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, dial_failure& failed);
   caf::actor connect_once(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
   hello_ack greet(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, bool once);
+  hello_ack readmit(const std::string& name, std::string& addr, const std::string& lost_because, std::chrono::milliseconds timeout);
   caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
   link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
@@ -133,10 +139,12 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
 
 // Note [CAF port gate]: the gate hello first, then the socket goes to our BASP broker, which
 // answers with the agent published behind the peer's gate. One attempt, bounded by `timeout`;
-// null (and `why`) when it fails. An unauthorized gate throws.
-caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, std::string& why) {
+// null (and `failed`) when it fails. An unauthorized gate throws.
+caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, dial_failure& failed) {
+  std::string& why = failed.why;
   try {
     const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout, tls.get());
+    failed.admitted = true;
     caf::scoped_actor self{*sys};
     caf::actor result;
     self->request(basp, timeout, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
@@ -163,16 +171,22 @@ caf::actor node::impl::connect(const std::string& host, std::uint16_t p, std::ch
     // fails at once.
     const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()),
                                std::chrono::milliseconds(1000));
-    std::string why;
-    if (auto result = attempt(host, p, left, why)) return result;
+    dial_failure failed;
+    if (auto result = attempt(host, p, left, failed)) return result;
     if (std::chrono::steady_clock::now() + backoff >= end)
-      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + why);
+      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + failed.why);
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
 }
 
 namespace {
+// "host:port", as a node publishes its address in the store, split in two.
+std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
+  const auto colon = addr.rfind(':');
+  return {addr.substr(0, colon), static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)))};
+}
+
 bool loopback(const std::string& addr) { return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0; }
 
 // Note [job token]: an empty token admits any process that can reach the port.
@@ -185,12 +199,32 @@ void check_token(const node_options& o, const std::string& me) {
 }
 }  // namespace
 
-// One connection attempt through the gate, bounded by `timeout`: a frozen peer's kernel still
-// accepts the TCP connection, so only the bound ends it.
+// Note [CAF connect tick]
+// CAF 0.17.6's BASP broker keeps a pending connect in a context whose last_seen is the clock's
+// epoch until the peer's first bytes arrive. Its heartbeat tick drops every context not seen
+// within connection_timeout. So a connect fails with connection_timeout when the peer's server
+// handshake comes after the next tick, though the peer is alive. The tick comes 0 to
+// heartbeat_interval after the dial: a slow peer (a fresh process, a loaded host) meets it now
+// and then. connect() dials again after any failure; connect_once() after this one.
+//   us --gate hello--> peer --admitted--> us --client handshake--> peer
+//   our tick: pending context "last seen" at the epoch --> connection_timeout
+//   peer --server handshake--> (too late: the socket is closed)
+
+// Dials through the gate until `timeout`. A dial that the gate refused or left unanswered
+// ends the try: a frozen peer's kernel still accepts the TCP connection, so only the bound ends
+// that wait. A dial that the gate admitted reached a live process, so a failed CAF handshake
+// behind it is dialled again (Note [CAF connect tick]).
 caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
-  std::string why;
-  if (auto remote = attempt(host, p, timeout, why)) return remote;
-  throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + why);
+  using clock = std::chrono::steady_clock;
+  const auto end = clock::now() + timeout;
+  for (;;) {
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1));
+    dial_failure failed;
+    if (auto remote = attempt(host, p, left, failed)) return remote;
+    if (!failed.admitted || clock::now() + std::chrono::milliseconds(5) >= end)
+      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + failed.why);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a retry pace
+  }
 }
 
 // Note [hello retry]
@@ -205,7 +239,7 @@ caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, st
 //   A --dial--> B    A <--dial-- B     (both at once)
 //   A --hello--X (its connection closed by B)
 //   A --dial--> B --hello--> B --ack--> A   (the retry, within the same deadline)
-// `once`: the peer was lost before (Note [lost peer re-admission]): each dial is one attempt.
+// `once`: the peer was lost before (Note [lost peer re-admission]): each dial is connect_once.
 hello_ack node::impl::greet(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, bool once) {
   using clock = std::chrono::steady_clock;
   const auto end = clock::now() + timeout;
@@ -374,26 +408,49 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
     if (it != peers.end()) return it->second;
     if (auto l = lost.find(name); l != lost.end()) lost_because = l->second;
   }
-  const auto addr = store->get("troupe/addr/" + name, timeout);
-  const auto colon = addr.rfind(':');
-  const auto host = addr.substr(0, colon);
-  const auto peer_port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
+  auto addr = store->get("troupe/addr/" + name, timeout);
   hello_ack ack;
-  if (lost_because) {  // Note [lost peer re-admission]: one bounded try, it was up before
-    try {
-      ack = greet(host, peer_port, std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000))), true);
-    } catch (const error& e) {
-      if (e.code() == errc::unauthorized) throw;
-      throw error(errc::peer_lost, "worker " + name + " was lost (" + *lost_because + ") and does not answer: " + e.message());
-    }
+  if (lost_because) {
+    ack = readmit(name, addr, *lost_because, timeout);
   } else {
+    const auto [host, peer_port] = split_address(addr);
     ack = greet(host, peer_port, timeout, false);  // Note [hello retry]
   }
-  auto l = make_link(ack, addr.substr(0, colon), timeout);
+  auto l = make_link(ack, split_address(addr).first, timeout);
   std::lock_guard<std::mutex> lock(peers_mutex);
   peers[name] = l;
   lost.erase(name);
   return l;
+}
+
+// Note [lost peer re-admission]: a peer lost before gets one bounded window, not the start-up
+// retries, so a call to a dead peer fails at once. A dial that fails is made again at the
+// store's newer address when a replacement published one after `addr` was read (`addr` then
+// names it). The window: connection_timeout, at least 1 s, at most `timeout`.
+hello_ack node::impl::readmit(const std::string& name, std::string& addr, const std::string& lost_because, std::chrono::milliseconds timeout) {
+  using clock = std::chrono::steady_clock;
+  const auto end = clock::now() + std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000)));
+  auto left = [&] { return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1)); };
+  for (;;) {
+    std::string why;
+    try {
+      const auto [host, peer_port] = split_address(addr);
+      return greet(host, peer_port, left(), true);
+    } catch (const error& e) {
+      if (e.code() == errc::unauthorized) throw;
+      why = e.message();
+    }
+    std::string newer;
+    if (name != events->store_host() && clock::now() < end) {  // a lost store host has no newer address
+      try {
+        newer = store->get("troupe/addr/" + name, left());
+      } catch (const error&) {  // the store is unreachable: the dial's failure is the answer
+      }
+    }
+    if (newer.empty() || newer == addr)
+      throw error(errc::peer_lost, "worker " + name + " was lost (" + lost_because + ") and does not answer at " + addr + ": " + why);
+    addr = std::move(newer);
+  }
 }
 
 // Calls to this node take a direct connection to its own channel, so they keep every guarantee

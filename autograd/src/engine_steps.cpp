@@ -20,9 +20,9 @@ void accumulate(tensor& slot, tensor g) {
 }
 
 #if defined(TROUPE_WITH_CUDA)
-// Note [Backward streams]: a CUDA gradient made by `producer` is consumed on `consumer`'s stream
-// (a node runs on its forward stream; nodes without one, such as AccumulateGrad, on the engine
-// thread's current stream). When the two streams differ, the consumer's stream waits on an event
+// Note [Backward streams]: a CUDA gradient made by `producer` is consumed on `consumer`'s stream.
+// A node runs on its forward stream. Nodes without one, such as AccumulateGrad, run on the engine
+// thread's current stream. When the two streams differ, the consumer's stream waits on an event
 // recorded on the producer's, and the accumulation into the input buffer runs on the consumer's.
 void order_streams(const grad_node& producer, const grad_node& consumer, const tensor& g,
                    std::optional<cuda::stream_guard>& guard) {

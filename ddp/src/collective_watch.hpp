@@ -1,6 +1,6 @@
 #pragma once
-// Hang blame of one process group: records each collective in the flight recorder, publishes
-// where this rank is, and tells who is where when a collective waits too long or fails.
+// Hang blame of one process group. It records each collective in the flight recorder and
+// publishes where this rank is. When a collective waits too long or fails, it tells who is where.
 //
 // Note [hang blame]
 // Every rank numbers its group collectives alike (the sequence number of Note [shm collectives]),
@@ -17,8 +17,8 @@
 //
 // When the collective fails, this rank publishes its position, its error message gets a report
 // made then, and the recorder writes its trace (node_options::trace_dir).
-// Guarantees: a rank that waits at least blame_after has published its position, so a report
-// made by another waiting rank counts it in; a rank that never entered shows its position of at
+// Guarantees: a rank that waits at least blame_after has published its position. So a report
+// made by another waiting rank counts it in. A rank that never entered shows its position of at
 // most blame_after / 2 plus one tick earlier. Failure: a rank whose position cannot be read in
 // time is reported as not answering. Costs on the collective path: a mutex and a recorder entry.
 

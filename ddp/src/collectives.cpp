@@ -1,6 +1,6 @@
 // CPU collectives over the shared-memory transport. Every function follows the chunk protocol
-// of Note [shm collectives]: each chunk g ends with in_cnt = red_cnt = out_cnt = g+1 on every
-// rank, whatever the collective, so the counters stay aligned across collectives.
+// of Note [shm collectives]. Each chunk g ends with in_cnt = red_cnt = out_cnt = g+1 on every
+// rank, whatever the collective. So the counters stay aligned across collectives.
 #include "collectives.hpp"
 
 #include <algorithm>

@@ -3,8 +3,8 @@
 //
 // Note [composed collectives]
 // ---------------------------
-// Each of these enters with its own fingerprint (kind, op, root, dtype and numel of the
-// per-rank block), so ranks that disagree fail with collective_mismatch before any byte
+// Each of these enters with its own fingerprint: kind, op, root, dtype and numel of the
+// per-rank block. So ranks that disagree fail with collective_mismatch before any byte
 // moves, exactly as the primitive collectives do. Then it runs the data movement of a
 // primitive collective, which waits through the same transport calls:
 //

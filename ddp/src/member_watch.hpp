@@ -5,8 +5,9 @@
 // Note [group peer loss]
 // A group built on a node's store (every shm, tcp and NCCL group, and new_group subgroups) uses
 // the node's peer-loss detection (Note [peer loss events]). At construction each rank publishes
-// its worker name, learns every member's, subscribes to the node's losses and watches every
-// member (connects to it, so its node monitors it even when it never calls it).
+// its worker name and learns every member's. It subscribes to the node's losses and watches
+// every member. Watching connects to the member, so its node monitors it even when it never
+// calls it.
 //   member frozen/dead --> node declares it lost (about connection_timeout) --> on_lost(rank, loss)
 //     shm/tcp: transport.peer_lost(why) --> every wait fails with peer_lost naming rank and worker
 //     nccl:    the watchdog aborts the communicator --> every work fails with peer_lost

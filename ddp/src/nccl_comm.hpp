@@ -48,9 +48,9 @@ class backoff {
   int rounds_ = 0;
 };
 
-/// The NCCL communicator of one group. Every NCCL call on it is made under `mu` (NCCL does not
-/// allow concurrent calls on one communicator, and a non-blocking one must be polled out of
-/// ncclInProgress before the next call). Lock order: work state mutex, then `mu`.
+/// The NCCL communicator of one group. Every NCCL call on it is made under `mu`. NCCL does not
+/// allow concurrent calls on one communicator. A non-blocking one must be polled out of
+/// ncclInProgress before the next call. Lock order: work state mutex, then `mu`.
 struct communicator {
   std::mutex mu;
   ncclComm_t comm = nullptr;

@@ -17,7 +17,7 @@ namespace troupe::ddp::detail {
 namespace {
 
 /// CAF 0.17 keeps the actor system's logger in a thread-local of every thread that spawns an
-/// actor or makes a scoped_actor, and ~actor_system waits for it: the user thread drops it.
+/// actor or makes a scoped_actor. ~actor_system waits for it, so the user thread drops it.
 struct logger_release {
   logger_release() = default;
   logger_release(const logger_release&) = delete;

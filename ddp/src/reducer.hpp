@@ -3,14 +3,15 @@
 //
 // Note [DDP reducer]
 // ------------------
-// Buckets: parameters are taken in reverse order of parameters() (after the first iteration: in
-// the order their gradients became ready on rank 0, broadcast to every rank) and packed into
-// buckets of one dtype; a bucket is closed once it holds >= its cap (first bucket:
-// first_bucket_cap_mb, later ones bucket_cap_mb). Every bucket owns a flat buffer.
+// Buckets: parameters are packed into buckets of one dtype. The first iteration takes them in
+// reverse order of parameters(). Later ones take the order their gradients became ready on
+// rank 0, broadcast to every rank. A bucket is closed once it holds >= its cap:
+// first_bucket_cap_mb for the first bucket, bucket_cap_mb for later ones. Every bucket owns a
+// flat buffer.
 //
-// One typed bucket actor per bucket (Note [bucket actor]), on the node's actor system when
-// ddp_options::node names one, else on a one-thread actor system the reducer owns (the group
-// alone does not reach a node). States of a bucket actor:
+// There is one typed bucket actor per bucket (Note [bucket actor]). It runs on the node's actor
+// system when ddp_options::node names one. Else it runs on a one-thread actor system the reducer
+// owns; the group alone does not reach a node. States of a bucket actor:
 //
 //   waiting(pending = n, turn = index == 0)
 //      --ready(param)--> pending - 1        --turn--> turn = true
@@ -27,22 +28,23 @@
 //              wait works, then-steps, write averaged grads to .grad
 //
 // find_unused_parameters (PyTorch's semantics): prepare() marks the parameters the forward's
-// outputs do not reach ready at once; their bucket slice gets their current .grad (zeros when
-// undefined), so a rank that did not use a parameter contributes zero (or what no_sync
-// accumulated). Each rank keeps a locally-used map (a gradient arrived since the last
-// synchronised backward, no_sync passes included); after every bucket launched, finalize()
-// allreduces it (max), always after the buckets, so the order is the same on every rank. A
-// parameter used on some rank gets the average; one unused on every rank keeps its .grad
-// untouched (undefined stays undefined).
+// outputs do not reach ready at once. Their bucket slice gets their current .grad, zeros when
+// undefined. So a rank that did not use a parameter contributes zero, or what no_sync
+// accumulated. Each rank keeps a locally-used map: a gradient arrived since the last
+// synchronised backward, no_sync passes included. After every bucket launched, finalize()
+// allreduces it (max). It always runs after the buckets, so the order is the same on every
+// rank. A parameter used on some rank gets the average. One unused on every rank keeps its
+// .grad untouched (undefined stays undefined).
 //
-// The last post-accumulate-grad hook of the pass (every parameter ready or marked unused)
-// blocks the backward thread until every bucket launched and every work completed, so backward
-// returns with averaged gradients; it waits bucket by bucket in index order and copies each
-// bucket's averages to .grad as soon as that bucket is done (so the copy overlaps the next
-// bucket's reduction; with find_unused_parameters all copies wait for the used map). Failures
-// (peer_lost, timeout) surface there, as the error of backward (the .grad of later buckets then
-// keep their local values). A backward that left parameters unready is detected at the next forward
-// (autograd_error naming them); the launched works are drained and the actors reset first.
+// The last post-accumulate-grad hook of the pass runs once every parameter is ready or marked
+// unused. It blocks the backward thread until every bucket launched and every work completed.
+// So backward returns with averaged gradients. It waits bucket by bucket in index order. It
+// copies each bucket's averages to .grad as soon as that bucket is done, so the copy overlaps
+// the next bucket's reduction. With find_unused_parameters all copies wait for the used map.
+// Failures (peer_lost, timeout) surface there, as the error of backward; the .grad of later
+// buckets then keep their local values. A backward that left parameters unready is detected at
+// the next forward (autograd_error naming them). The launched works are drained and the actors
+// reset first.
 // Assumes: every rank runs the same number of forward/backward pairs with the same buckets.
 
 #include <atomic>

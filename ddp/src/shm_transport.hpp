@@ -4,15 +4,16 @@
 //
 // Note [shm collectives]
 // ----------------------
-// Segment of rank r:  | control (64 KiB) | slot 0 | slot 1 | p2p mailbox per destination |
-// control holds r's pid, an abort flag + reason, two fingerprint slots, and counters that only r
-// writes and everyone reads (each on its own cache line, each a futex word):
+//   Segment of rank r:  | control (64 KiB) | slot 0 | slot 1 | p2p mailbox per destination |
+// The control part holds r's pid, an abort flag + reason, two fingerprint slots, and counters.
+// Only r writes the counters and everyone reads them. Each is on its own cache line; each is a
+// futex word:
 //   fp_seq   collectives r has entered            in_cnt  chunks r has staged into its slot
 //   red_cnt  chunks whose shard r has reduced     out_cnt chunks r has finished consuming
-// A collective #s first writes its fingerprint (kind, op, dtype, numel, root) into fp[s % 2],
-// then sets fp_seq = s, and waits until every rank's fp_seq >= s; then it compares all
-// fingerprints (every rank sees the same set, so every rank raises the same collective_mismatch
-// — nobody waits for a partner that took another path). A rank cannot overwrite fp[s % 2]
+// A collective #s first writes its fingerprint (kind, op, dtype, numel, root) into fp[s % 2].
+// Then it sets fp_seq = s and waits until every rank's fp_seq >= s. Then it compares all
+// fingerprints. Every rank sees the same set, so every rank raises the same collective_mismatch;
+// nobody waits for a partner that took another path. A rank cannot overwrite fp[s % 2]
 // (collective s+2) before every rank has passed collective s+1's entry, which it reaches only
 // after reading s's fingerprints.
 // Data moves in chunks; chunk g (counted over the group's life, identical on every rank since the
@@ -23,15 +24,17 @@
 //            wait all red_cnt >= g+1 -> copy the other shards out -> out_cnt = g+1
 //
 // Every shard is reduced by exactly one rank in rank order, so every rank ends with the same
-// bits. Waiting: spin briefly, then FUTEX_WAIT (1 ms slices) on the peer's counter; every few
-// ms the waiter checks that peer's pidfd (readable once the process died, zombie or not) and
-// abort flag, and the deadline. Only the awaited peer is checked: a rank that finished its part
-// and exited (its segment stays mapped here) is no failure. A dead peer -> peer_lost naming it; a peer that aborted ->
-// peer_lost with its reason; the deadline -> timeout naming the ranks not yet there. Any of these
-// marks this rank aborted too (the group is broken: later collectives fail at once).
-// A rank that destroys its group sets `left`: a peer still waiting for it (it issued more
-// collectives than the leaver) fails with collective_mismatch naming the leaver, the last
-// collective it entered and the one this rank waits in — so a rank that skipped a collective
+// bits. Waiting: spin briefly, then FUTEX_WAIT (1 ms slices) on the peer's counter. Every few
+// ms the waiter checks that peer's pidfd, its abort flag, and the deadline. The pidfd is
+// readable once the process died, zombie or not. Only the awaited peer is checked: a rank that
+// finished its part and exited (its segment stays mapped here) is no failure.
+//   - a dead peer -> peer_lost naming it;
+//   - a peer that aborted -> peer_lost with its reason;
+//   - the deadline -> timeout naming the ranks not yet there.
+// Any of these marks this rank aborted too (the group is broken: later collectives fail at once).
+// A rank that destroys its group sets `left`. A peer still waiting for it, having issued more
+// collectives than the leaver, fails with collective_mismatch. The error names the leaver, the
+// last collective it entered and the one this rank waits in. So a rank that skipped a collective
 // ends the others' wait with a mismatch, not a timeout. Before throwing, the waiter re-reads
 // the counter: a peer that published its last value and then left or died is no failure.
 // Assumes: one host, the same binary layout on every rank, collectives issued in the same order.
@@ -50,11 +53,12 @@
 //                                         from k's tensor into r's        -> out_cnt = g_j + 1
 //            wait every out_cnt >= g_last + 1 (no peer still reads r's tensor), return
 //
-// Rank r writes only shard r of its own tensor before peers finished folding shard k (which reads
-// shard k only), and overwrites shard k only after k published it folded: no byte is read while
-// it is written. The chunk counters advance exactly as in the slot protocol (g = the group's
-// chunk number, same on every rank), so both kinds mix freely. Per rank and byte of tensor this
-// moves (2w-1)/w reads and (2w-2)/w + 1/w writes, against about twice that through the slots.
+// Rank r writes only shard r of its own tensor before peers finished folding shard k, which
+// reads shard k only. It overwrites shard k only after k published it folded. So no byte is
+// read while it is written. The chunk counters advance exactly as in the slot protocol, with
+// g = the group's chunk number, same on every rank. So both kinds mix freely. Per rank and byte
+// of tensor this moves (2w-1)/w reads and (2w-2)/w + 1/w writes, against about twice that
+// through the slots.
 // Ordinary tensors take the slot path (one copy in, one out).
 
 #include <sys/types.h>

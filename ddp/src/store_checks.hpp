@@ -4,9 +4,9 @@
 //
 // Note [NCCL fingerprints]
 // ------------------------
-// Before a collective launches, every rank publishes its fingerprint (sequence number, op,
-// dtype, shape) under "<prefix>/fp/<seq>/<rank>" and reads every other rank's key of the same
-// sequence number:
+// Before a collective launches, every rank publishes its fingerprint under
+// "<prefix>/fp/<seq>/<rank>": sequence number, op, dtype, shape. It reads every other rank's
+// key of the same sequence number:
 //
 //   rank 0: set fp/7/0 "allreduce(sum) float32[16]"   get fp/7/1  -> compare -> launch or fail
 //   rank 1: set fp/7/1 "allreduce(sum) float32[16]"   get fp/7/0  -> compare -> launch or fail
@@ -16,8 +16,8 @@
 //   naming both ranks and both fingerprints. Nothing launched, so the group stays usable.
 // - A key that does not come by the deadline: timeout naming the ranks that never issued the
 //   collective (dead or hung). The caller aborts the communicator.
-// Keys stay bounded: once every rank published sequence n, all of them read this rank's key of
-// n - 1, so it is erased (stores without erase keep them in their directory).
+// Keys stay bounded. Once every rank published sequence n, all of them read this rank's key of
+// n - 1, so it is erased. Stores without erase keep them in their directory.
 // - A rank whose payload the fault plan dropped (Note [collective payload faults]) publishes
 //   "<seq> !lost <reason>" instead: every rank that reads it fails with peer_lost and the reason.
 //   A repeated payload sets the same key again; each rank reads a key once, so nothing changes.

@@ -26,9 +26,9 @@ void for_chunks(std::size_t lo, std::size_t hi, std::size_t chunk, Fn&& fn) {
 /// The element count of one chunk (at least one element).
 std::size_t chunk_elems(const tcp_transport& tp, std::size_t es) { return std::max<std::size_t>(1, tp.chunk_bytes() / es); }
 
-/// Folds the partial received from prev() with the local block, in rank order when the partial
-/// holds only lower ranks (the chain of that block started at `start`): with 2 ranks this is
-/// exactly the shared-memory order.
+/// Folds the partial received from prev() with the local block. The fold is in rank order when
+/// the partial holds only lower ranks, that is when the chain of that block started at `start`.
+/// With 2 ranks this is exactly the shared-memory order.
 void fold(dtype dt, reduce_op op, int divisor, const std::byte* partial, const std::byte* local, std::byte* out,
           std::size_t n, bool partial_first) {
   const std::byte* srcs[2] = {partial_first ? partial : local, partial_first ? local : partial};

@@ -323,8 +323,8 @@ frame_header tcp_transport::read_header(const lane_operation& op, tcp_socket& fd
 void tcp_transport::check_sender(const lane_operation& op) {
   auto e = sender_->error();
   if (!e) return;
-  // next() is gone. When that is the echo of an earlier failure, prev() is about to pass on an
-  // abort frame naming the first one: read ahead briefly (dropping data) and raise that instead.
+  // next() is gone. That may be the echo of an earlier failure. Then prev() is about to pass on
+  // an abort frame naming the first one: read ahead briefly (dropping data) and raise that.
   const lane_operation grace{op.what, clock::now() + std::chrono::milliseconds(300), {}};
   std::vector<std::byte> sink(64 << 10);
   try {
@@ -380,8 +380,8 @@ void tcp_transport::abort(const std::string& reason) noexcept {
     first = abort_reason_;
   }
   aborted_.store(true, std::memory_order_release);
-  // Only the outgoing side closes (after the abort frame): prev() learns of the failure from the
-  // frames coming around the ring, not from a reset that would hide the first failure's name.
+  // Only the outgoing side closes, after the abort frame. So prev() learns of the failure from
+  // the frames coming around the ring. A reset would hide the first failure's name.
   if (sender_) sender_->abort(first);
 }
 

@@ -6,31 +6,35 @@
 // Each rank listens on an ephemeral port of opts.tcp_address and publishes
 // "troupe/pg/<name>/tcp/<rank>" = "<address> <port> <nonce>"; rank 0's random nonce is the
 // group's. Rank r connects to r+1 (mod w), the ring, and accepts from r-1. Every connection
-// starts with a hello {magic, kind (ring | p2p), rank, nonce, group name}; the listener closes
-// and logs a connection whose hello is wrong (like the job token rule), and keeps accepting.
+// starts with a hello {magic, kind (ring | p2p), rank, nonce, group name}. The listener closes
+// and logs a connection whose hello is wrong, like the job token rule, and keeps accepting.
 // The sockets carry frames {type, length, payload}; nothing else (no CAF, no control traffic).
 //
 //   rank r-1 --ring--> rank r --ring--> rank r+1        send_next: queued to a sender thread
 //            frames: fingerprint | data | abort          recv_prev: read on the worker thread
 //
-// A collective first passes the fingerprints around the ring (w-1 hops: every rank holds all of
-// them, compares the same set and raises the same collective_mismatch), then its data in chunks
-// of opts.tcp_chunk_bytes: allreduce = reduce-scatter + allgather, the chunk just reduced is
-// queued to the sender thread at once, so sending chunk k overlaps receiving and reducing k+1.
-// Failure: EOF / ECONNRESET on a ring socket -> peer_lost naming that neighbour, at once; a rank
-// that fails sends an abort frame carrying its reason to r+1 before closing, so ranks further on
-// name the rank that died first; every wait polls in short slices against the collective's
-// deadline (-> timeout). A rank that destroys its group sends a leave frame (the fingerprint
-// it entered last) to r+1 first: a rank that then reads it where it waits for a fingerprint or
-// data fails with collective_mismatch (the ranks issued different numbers of collectives) and
-// passes it on in an abort frame marked as a mismatch, so every rank fails alike, not at the
-// deadline. Send/recv use a separate connection per ordered pair, made lazily by
-// the sender (hello kind p2p); each message's meta carries its number on that connection (from
-// 1), and a receiver drops a number it has taken (Note [collective payload faults]). A sender
-// whose payload the plan drops sends an abort frame there instead, so the recv fails at once.
-// Reduction order: shard k is folded along the ring starting at the rank that holds it first;
-// with 2 ranks the operands are put in rank order, so the bits equal the shared-memory path's;
-// with more ranks float results may differ in the last bits.
+// A collective first passes the fingerprints around the ring in w-1 hops. Every rank then holds
+// all of them, compares the same set and raises the same collective_mismatch. Then the data
+// follow in chunks of opts.tcp_chunk_bytes: allreduce = reduce-scatter + allgather. The chunk
+// just reduced is queued to the sender thread at once, so sending chunk k overlaps receiving
+// and reducing k+1.
+// Failure:
+//   - EOF / ECONNRESET on a ring socket -> peer_lost naming that neighbour, at once.
+//   - A rank that fails sends an abort frame carrying its reason to r+1 before closing. So ranks
+//     further on name the rank that died first.
+//   - Every wait polls in short slices against the collective's deadline (-> timeout).
+//   - A rank that destroys its group first sends a leave frame to r+1: the fingerprint it
+//     entered last. A rank that reads it where it waits for a fingerprint or data fails with
+//     collective_mismatch: the ranks issued different numbers of collectives. It passes the
+//     failure on in an abort frame marked as a mismatch. So every rank fails alike, not at the
+//     deadline.
+// Send/recv use a separate connection per ordered pair, made lazily by the sender (hello kind
+// p2p). Each message's meta carries its number on that connection, from 1. A receiver drops a
+// number it has taken (Note [collective payload faults]). A sender whose payload the plan drops
+// sends an abort frame there instead, so the recv fails at once.
+// Reduction order: shard k is folded along the ring starting at the rank that holds it first.
+// With 2 ranks the operands are put in rank order, so the bits equal the shared-memory path's.
+// With more ranks float results may differ in the last bits.
 // TLS (Note [tls] in troupe/actors/tls_context.hpp, opts.tls set): every connection is mutual
 // TLS and the hello travels inside it. The listener runs the server handshake (2 s at most) in
 // accept_one; a peer whose certificate does not verify is closed and logged like a wrong hello.

@@ -1,7 +1,7 @@
-// container::impl: the contexts of one worker, their records, their actors and peers, the
-// handler of PropagateGradients (Note [FAST mode backward] in fast_engine.hpp) and the release of
-// a context on every worker involved (Note [context actor] in context_actor.hpp; a peer's release
-// is served by the service, Note [dist autograd service]).
+// container::impl: the contexts of one worker, their records, their actors and peers. It holds
+// the handler of PropagateGradients (Note [FAST mode backward] in fast_engine.hpp). It releases
+// a context on every worker involved (Note [context actor] in context_actor.hpp). A peer's
+// release is served by the service (Note [dist autograd service]).
 #include "container_impl.hpp"
 
 #include <caf/all.hpp>

@@ -29,10 +29,12 @@
 
 namespace troupe::dist_autograd {
 
-/// States of a PropagateGradients answer: finished here (and everything it started), a duplicate /
-/// retry that found the first attempt still running (the sender polls again after a backoff), or
-/// failed with the error code and text of the worker where it failed (kept across hops, so a
-/// worker lost two hops away is peer_lost at the root too).
+/// States of a PropagateGradients answer:
+/// - finished here, and everything it started;
+/// - a duplicate / retry that found the first attempt still running; the sender polls again
+///   after a backoff;
+/// - failed, with the error code and text of the worker where it failed. They are kept across
+///   hops, so a worker lost two hops away is peer_lost at the root too.
 inline constexpr std::int32_t propagate_done = 0;
 inline constexpr std::int32_t propagate_running = 1;
 inline constexpr std::int32_t propagate_failed = 2;
@@ -41,9 +43,9 @@ inline constexpr std::int32_t propagate_attempt_failed = 3;
 /// The answer of PropagateGradients: (state, errc, message).
 using propagate_answer = std::tuple<std::int32_t, std::int32_t, std::string>;
 
-/// A PropagateGradients answer delivered exactly once (Note [context actor]): a callback that,
-/// dropped unanswered (its message went to an actor that ended, or the actor ended with it parked),
-/// answers `fallback` instead, so no waiter is ever left without an answer.
+/// A PropagateGradients answer delivered exactly once (Note [context actor]). It is a callback
+/// that answers `fallback` when dropped unanswered: its message went to an actor that ended, or
+/// the actor ended with it parked. So no waiter is ever left without an answer.
 template <class T>
 class answer_once {
  public:
@@ -102,9 +104,9 @@ class answer_waiter {
   std::shared_ptr<shared> st_ = std::make_shared<shared>();
 };
 
-/// What an engine run hands its PropagateGradients to: the context's actor (which sends, retries
-/// and awaits them, Note [context actor]) under the run's group id; the run's caller tells the
-/// actor how many were started (ctx_await) when the run ended.
+/// What an engine run hands its PropagateGradients to: the context's actor under the run's group
+/// id. The actor sends, retries and awaits them (Note [context actor]). When the run ended, the
+/// run's caller tells the actor how many were started (ctx_await).
 struct propagation_outbox {
   caf::actor actor;
   std::uint64_t group = 0;
@@ -150,9 +152,10 @@ struct context_state {
   gradient_map grads;
   std::set<std::string> workers;  ///< workers this context exchanged messages with
   std::set<std::string> lost;     ///< workers found dead (no release is sent to them)
-  /// Incoming propagations seen here, by (message, pass) (Note [context actor]): the outcome once
-  /// known without the actor (a run that started nothing answers from the service thread), and
-  /// whether a duplicate went to the actor meanwhile (which then must learn the outcome).
+  /// Incoming propagations seen here, by (message, pass) (Note [context actor]). Each holds the
+  /// outcome once known without the actor; a run that started nothing answers from the service
+  /// thread. It also holds whether a duplicate went to the actor meanwhile, which then must
+  /// learn the outcome.
   std::map<std::pair<message_id, std::uint64_t>, seen_propagation> handled;
   std::mutex run;   ///< serialises engine runs of this context here
   graph_pass pass;  ///< guarded by `run`
@@ -193,19 +196,19 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   std::shared_ptr<recv_function> record_recv(context_state& ctx, message_id msg, const std::string& from,
                                              std::uint32_t num);
 
-  /// The actor of context `id`, spawned the first time something needs it: a propagation or
-  /// release the calling thread did not finish itself (Note [direct requests]); null when the
+  /// The actor of context `id`, spawned the first time something needs it. That is a propagation
+  /// or release the calling thread did not finish itself (Note [direct requests]). Null when the
   /// context is unknown here.
   caf::actor actor_of(context_id id);
-  /// The service actor of `worker` (Note [dist autograd service]): this worker's own for its
-  /// name, else looked up the first time (blocks on one store round trip and a connect) and
-  /// kept. Throws troupe::error naming the worker.
+  /// The service actor of `worker` (Note [dist autograd service]). For its own name it is this
+  /// worker's own. Else it is looked up the first time and kept; the lookup blocks on one store
+  /// round trip and a connect. Throws troupe::error naming the worker.
   caf::actor peer(const std::string& worker);
   /// The services of `workers`; a worker whose lookup fails is left out.
   std::map<std::string, caf::actor> peers_of(const std::set<std::string>& workers);
-  /// Handler of PropagateGradients (deduplicated by (msg, pass)): runs the local part on this
-  /// (the service's) thread; `done` gets the answer, now or once what it started ended (Note
-  /// [context actor]); never throws.
+  /// Handler of PropagateGradients, deduplicated by (msg, pass). It runs the local part on this
+  /// thread, the service's. `done` gets the answer, now or once what it started ended (Note
+  /// [context actor]). Never throws.
   void on_propagate(context_id id, message_id msg, std::uint64_t pass, const tensor_list& grads, bool retain,
                     answer_ptr<propagate_answer> done);
   /// Handler of a release from `from`: drops the context here and forwards the release to its
@@ -239,9 +242,9 @@ struct container_access {
 
 /// Creates the owner-side state of the distributed optimizer (optimizer.cpp).
 void add_optimizer_state(container::impl& c);
-/// The owner side of the distributed optimizer, run by the service (optimizer.cpp): create
-/// optimizer `id` over the parameters `keys` owned here, apply a context's gradients with it
-/// (returns the parameters updated), forget it. Throw troupe::error naming what was wrong.
+/// The owner side of the distributed optimizer, run by the service (optimizer.cpp). It creates
+/// optimizer `id` over the parameters `keys` owned here. It applies a context's gradients with
+/// it, returning the parameters updated. It forgets it. Throw troupe::error naming what was wrong.
 void create_optimizer(container::impl& c, std::uint64_t id, std::int32_t kind, const std::vector<double>& h,
                       const std::vector<std::string>& keys);
 std::int32_t step_optimizer(container::impl& c, std::uint64_t id, context_id ctx);

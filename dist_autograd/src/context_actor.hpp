@@ -2,21 +2,23 @@
 // The distributed autograd context actor: one per context on each worker that took part.
 //
 // Note [context actor]
-// The actor owns the context's record (context_state: send and recv functions by message id, the
-// gradients accumulated here, the pass in progress, the workers involved and those found dead) and
-// drives the context's control exchanges with the same context on its peers: PropagateGradients
-// (send, retry, await, dedupe the answers) and the release. They are typed requests to the peers'
+// The actor owns the context's record, context_state. It holds the send and recv functions by
+// message id, the gradients accumulated here, the pass in progress, the workers involved and
+// those found dead. The actor drives the context's control exchanges with the same context on
+// its peers: PropagateGradients (send, retry, await, dedupe the answers) and the release. They
+// are typed requests to the peers'
 // service actors (Note [dist autograd service]), so the fault plan applies to them as actor
 // messages. The engine and user hooks never run inside it (they run on the thread that called
 // backward or on the service's thread, for the local part only). The hot path stays off its
-// mailbox: recording (every RPC) writes the record under its mutex, and the (message, pass) a
+// mailbox. Recording (every RPC) writes the record under its mutex. The (message, pass) a
 // worker has already started is decided under that mutex too. Everything that sends, waits,
 // retries, polls or parks is the actor's (timers, never a sleep). It monitors every peer service
 // it sent to: a down_msg fails at once what it waits for from that worker (peer_lost naming it)
 // and marks the worker lost. First attempts go from the thread that has the data, as the
-// container's companion (Note [direct requests]): the actor is spawned only when a context has
-// work for it (a first attempt that did not end done, a nested run's propagations, a parked
-// duplicate, a release to retry), lazily initialised, so the common path spawns none.
+// container's companion (Note [direct requests]). The actor is spawned, lazily initialised,
+// only when a context has work for it. Such work is a first attempt that did not end done, a
+// nested run's propagations, a parked duplicate, or a release to retry. So the common path
+// spawns none.
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
@@ -57,15 +59,18 @@
 //   worker0 ctx actor ──release_request──> worker1 service ──ctx_release{worker0}──> worker1
 //          ^  reply (ok | timeout: timer, retry)     (promise)              ctx actor ──release──> worker2
 //
-// Guarantees: every waiter gets exactly one answer (answer_once: an answer dropped with a message
-// or with the ending actor answers invalid_state), every wait is bounded (propagation_bound for a
-// group; attempts × release_timeout + backoffs for a release), a send function runs at most once
-// per (message, pass), no thread waits for another worker inside a propagation's local part (so
-// nested chains A -> B -> C -> A need one service thread), release is idempotent (an unknown id
-// is answered at once). Assumes: the container outlives no node (it exits every context actor
-// and its service, and waits for them, before the node goes). Fails: an exit before a release
-// completed drops the remaining attempts (those peers keep the context until their own container
-// goes).
+// Guarantees:
+// - Every waiter gets exactly one answer (answer_once): an answer dropped with a message or
+//   with the ending actor answers invalid_state.
+// - Every wait is bounded: propagation_bound for a group; attempts × release_timeout + backoffs
+//   for a release.
+// - A send function runs at most once per (message, pass).
+// - No thread waits for another worker inside a propagation's local part. So nested chains
+//   A -> B -> C -> A need one service thread.
+// - Release is idempotent: an unknown id is answered at once.
+// Assumes: the container outlives no node. It exits every context actor and its service, and
+// waits for them, before the node goes. Fails: an exit before a release completed drops the
+// remaining attempts. Those peers keep the context until their own container goes.
 
 #include <cstdint>
 #include <map>
@@ -93,9 +98,9 @@ struct ctx_release {
   bool final = true;
   answer_ptr<std::int32_t> done;
   std::map<std::string, caf::actor> peers;
-  /// Workers whose first attempt the sender made itself (Note [direct requests]): `settled`
-  /// answered or gave up (nothing more goes there), `retry` timed out (the actor retries after a
-  /// backoff, counting that attempt).
+  /// Workers whose first attempt the sender made itself (Note [direct requests]). `settled`
+  /// answered or gave up; nothing more goes there. `retry` timed out; the actor retries after a
+  /// backoff, counting that attempt.
   std::set<std::string> settled;
   std::set<std::string> retry;
 };

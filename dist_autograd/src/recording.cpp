@@ -14,15 +14,16 @@ namespace {
 /// requires-grad flag per tensor of the payload, in codec order.
 using wire_meta = std::tuple<std::uint64_t, std::uint64_t, std::string, std::vector<std::uint8_t>>;
 
-/// One message exchange seen by distributed autograd: a call on the caller (`serving` false) or
-/// a served call on the callee (`serving` true: the caller's context is current while it runs).
+/// One message exchange seen by distributed autograd. It is a call on the caller (`serving`
+/// false) or a served call on the callee (`serving` true: the caller's context is current while
+/// it runs).
 class exchange_scope final : public rpc::call_scope {
  public:
   exchange_scope(std::shared_ptr<container::impl> c, std::shared_ptr<context_state> ctx, std::string peer, bool serving)
       : c_(std::move(c)), ctx_(std::move(ctx)), peer_(std::move(peer)), serving_(serving) {}
 
   // A call whose response was never decoded (it failed, or its future was dropped) cannot bring
-  // gradients back for what it sent: its send function goes, so FAST mode does not wait for it.
+  // gradients back for what it sent. So its send function goes, and FAST mode does not wait for it.
   ~exchange_scope() override {
     if (serving_ || sent_ == 0 || answered_) return;
     std::lock_guard<std::mutex> lock(ctx_->m);

@@ -18,9 +18,9 @@ struct service_state {
 };
 using service_self = service_local::stateful_pointer<service_state>;
 
-/// An answer_once that answers the request being handled with the converted answer, from the
-/// thread that knows it (the service's own, or a context actor's): the reply goes straight to the
-/// requester, as a response promise's would, with no hop back through the service.
+/// An answer_once that answers the request being handled with the converted answer. It answers
+/// from the thread that knows it: the service's own, or a context actor's. The reply goes
+/// straight to the requester, as a response promise's would, with no hop back through the service.
 template <class T, class Convert>
 answer_ptr<T> deliverer(service_self self, T fallback, Convert convert) {
   caf::strong_actor_ptr to = self->current_sender();

@@ -5,9 +5,9 @@
 // Note [dist autograd service]
 // Each container spawns one service actor on its node's actor system and publishes it under
 // "troupe.dist_autograd.service" (troupe/actors/remote_actor.hpp). A peer looks it up once per
-// worker and keeps the handle (container::impl::peer). The context actors, and the first attempts
-// sent by the calling threads (Note [direct requests]), exchange typed messages with it; no
-// reserved RPC function is involved, so the fault plan sees them as actor
+// worker and keeps the handle (container::impl::peer). The context actors exchange typed
+// messages with it, and so do the first attempts sent by the calling threads (Note [direct
+// requests]). No reserved RPC function is involved. So the fault plan sees them as actor
 // messages (`actor:troupe.dist_autograd.*`).
 //
 //   worker S ctx actor ──request(propagate_request{ctx, msg, pass, grads})──> worker R service
@@ -17,12 +17,12 @@
 //   trainer (scoped_actor) ──request(optim_create / optim_step / optim_drop)──> owner service
 //            <────────────────────────── optim_reply{value} ──  (Note [distributed optimizer])
 //
-// The service is a detached actor: it runs the local part of a propagation (the engine, user
-// hooks) on its own thread, never on a scheduler thread, and it may block on a first lookup of a
-// peer. The local part never waits for another worker, so one thread serves every context. An
-// answer that is known later (a propagation that started others, a forwarded release) goes to
-// the requester from the context actor that learnt it (a delegated reply: the request's sender
-// and id travel with the answer), without a hop back through the service.
+// The service is a detached actor. It runs the local part of a propagation (the engine, user
+// hooks) on its own thread, never on a scheduler thread. It may block on a first lookup of a
+// peer. The local part never waits for another worker, so one thread serves every context. Some
+// answers are known later: a propagation that started others, a forwarded release. Such an
+// answer goes to the requester from the context actor that learnt it, without a hop back
+// through the service. It is a delegated reply: the request's sender and id travel with the answer.
 // Message types are announced by dist_autograd::add_message_types before the node starts.
 
 #include <cstdint>

@@ -80,9 +80,9 @@ void uniform(const tensor& out, std::uint64_t seed, std::uint64_t offset, double
 void normal(const tensor& out, std::uint64_t seed, std::uint64_t offset, double mean, double std);
 void randint(const tensor& out, std::uint64_t seed, std::uint64_t offset, std::int64_t low, std::int64_t high);
 /// Copies between host and device or between devices: same shape and dtype, both contiguous.
-/// Host->device / device->host are asynchronous on the current stream of the CUDA side, staged
-/// through pinned memory when the host side is pageable; the call returns once the host buffer
-/// may be reused (device->host: after the copy completed).
+/// Host->device and device->host copies are asynchronous on the current stream of the CUDA side.
+/// A pageable host side is staged through pinned memory. The call returns once the host buffer
+/// may be reused; for device->host that is after the copy completed.
 void copy_between_devices(const tensor& dst, const tensor& src);
 }  // namespace cuda
 

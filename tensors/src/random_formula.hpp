@@ -20,9 +20,9 @@
 // randint(low, high), range = high - low (>= 1):
 //     x(i) = low + ((uint64(w(i)) * range) >> 32)     (multiply-shift, no division; for ranges
 //   above 2^32 only 2^32 distinct values are reachable: documented limitation)
-// Everything is double arithmetic on the host and on the device, so results agree to the last
-// bit where libm and CUDA's sqrt/log/sincos agree (they are correctly rounded or within 1 ulp;
-// normals may differ in the last bit of float64, never after rounding to float32 in practice).
+// Everything is double arithmetic on the host and on the device. So results agree to the last
+// bit where libm and CUDA's sqrt/log/sincos agree; both are correctly rounded or within 1 ulp.
+// Normals may differ in the last bit of float64, never after rounding to float32 in practice.
 
 #include <cmath>
 #include <cstdint>

@@ -169,7 +169,7 @@ struct duplicate_on_receive : troupe::transport_hook {
 };
 
 // "record": notes the first float of each tensor it is called with, then changes that float in
-// place; each run of a duplicated request must still see the bytes that were sent.
+// place. Each run of a duplicated request must still see the bytes that were sent.
 struct first_values {
   std::mutex m;
   std::vector<float> seen;

@@ -1,5 +1,6 @@
-// RPC device maps (Note [rpc device map]): validation at set time, refusal of unmapped CUDA
-// devices at call time, the wire form of a mapped tensor, and ([cuda]) a real transfer.
+// RPC device maps (Note [rpc device map]). The tests cover validation at set time and refusal
+// of unmapped CUDA devices at call time. They cover the wire form of a mapped tensor, and
+// ([cuda]) a real transfer.
 #include <catch2/catch.hpp>
 
 #include <chrono>

@@ -1,6 +1,6 @@
 // Note [frame codec] (rpc/wire.hpp): requests and responses are written and read without CAF's
-// serializer, in exactly CAF's bytes, so the two can be mixed (the split large-payload paths and
-// any peer that uses CAF's own loader).
+// serializer, in exactly CAF's bytes. So the two can be mixed: the split large-payload paths,
+// and any peer that uses CAF's own loader.
 #include <catch2/catch.hpp>
 
 #include <cstring>

@@ -25,7 +25,7 @@ int thread_count() {
   return n;
 }
 
-// The thread count once it is back to `want` (or what it is after 1 s): pthread_join returns when
+// The thread count once it is back to `want`, or what it is after 1 s. pthread_join returns when
 // the exiting thread clears its tid, a moment before the kernel drops it from /proc/self/task.
 int thread_count_settled(int want) {
   const auto end = std::chrono::steady_clock::now() + 1s;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/node.hpp"
@@ -165,6 +166,25 @@ TEST_CASE("a supervisor past its restart intensity stops its children in reverse
   CHECK_THAT(reason.message(), Catch::Contains("'top'") && Catch::Contains("child 'a'") && Catch::Contains("child crashed on request") &&
                                    Catch::Contains("restart intensity"));
   CHECK(tail(f.log.wait_for("xa"), before) == std::vector<std::string>{"!a", "~c", "-c", "~b", "-b", "xa"});
+}
+
+TEST_CASE("restarts older than the period no longer count against the restart intensity", "[actors][supervisor]") {
+  // At most 1 restart in 300 ms: a second crash well after the first restart is restarted, where
+  // a count over all time would make the supervisor give up.
+  fixture f;
+  auto o = f.options(troupe::restart_strategy::one_for_one, {"a"});
+  o.max_restarts = 1;
+  o.period = 300ms;
+  auto sup = troupe::spawn_supervisor(f.n, o);
+  f.log.wait_for("+a");
+  caf::anon_send(f.child("a"), crash_atom::value);
+  f.log.wait_for("+a", 2);  // the first restart was recorded before this line was logged
+  std::this_thread::sleep_for(400ms);  // the period passes: the behaviour under test, not a synchronisation
+  caf::anon_send(f.child("a"), crash_atom::value);
+  const auto lines = f.log.wait_for("+a", 3);
+  CHECK(std::count(lines.begin(), lines.end(), "+a") == 3);
+  CHECK(std::count(lines.begin(), lines.end(), "xa") == 0);
+  f.stop(sup);
 }
 
 TEST_CASE("restart types: permanent children always restart, transient ones only after a crash, temporary ones never",

@@ -1,6 +1,7 @@
-// Fault plans on collective payloads (Note [collective payload faults]): the `collective...` rule
-// keys, a dropped payload that fails the collective at once on every rank naming the rank, a
-// delayed payload that changes no bit and gets the late rank named, on both CPU transports.
+// Fault plans on collective payloads (Note [collective payload faults]), on both CPU transports:
+// - the `collective...` rule keys;
+// - a dropped payload fails the collective at once on every rank, naming the rank;
+// - a delayed payload changes no bit and gets the late rank named.
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,9 @@
 // DDP with CUDA parameters over the CPU groups (Note [Host-staged collectives]): 2 ranks on one
 // device against single-process training on that device. The [gpu_fork] tests fork ranks that
-// use the device, so their parent never touches CUDA (a process that initialised CUDA cannot
-// fork children that use it): the device is probed in a child, and the references are computed
-// in the ranks. Run them in a process of their own ("[gpu_fork]"), not after other [cuda] tests.
+// use the device, so their parent never touches CUDA. A process that initialised CUDA cannot
+// fork children that use it. So the device is probed in a child, and the references are
+// computed in the ranks. Run them in a process of their own ("[gpu_fork]"), not after other
+// [cuda] tests.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -138,9 +139,10 @@ std::shared_ptr<nn::sequential> make_wide(std::uint64_t seed) {
   return m;
 }
 
-/// DDP steps whose forward and backward run on a side stream (non-blocking, so the legacy default
-/// stream of the bucket actor's thread is not ordered after it implicitly: only the gradient
-/// events order the bucket's copy to the host), against one process on the device.
+/// DDP steps whose forward and backward run on a side stream, against one process on the
+/// device. The stream is non-blocking, so the legacy default stream of the bucket actor's
+/// thread is not ordered after it implicitly. Only the gradient events order the bucket's copy
+/// to the host.
 void train_on_side_stream(int rank, ddp::process_group& pg) {
   const device dev = cuda_device(0);
   cuda::stream side(0);  // outlives every tensor used on it

@@ -1,6 +1,7 @@
-// The library's DDP fault points report the loop's step: the n-th forward of a rank is step n,
-// for the forward point and for the backward and allreduce points of the backward it armed, on
-// every rank and every bucket thread; a plan's kill at a DDP point fires at that step.
+// The library's DDP fault points report the loop's step. The n-th forward of a rank is step n
+// for the forward point, and for the backward and allreduce points of the backward it armed.
+// That holds on every rank and every bucket thread. A plan's kill at a DDP point fires at that
+// step.
 
 #include <sys/mman.h>
 

@@ -1,8 +1,10 @@
 #pragma once
-// Helpers of the ddp tests: run a function on N spawned ranks, each with its own process group
-// (rendezvous through a file_store, so no runtime node is needed); a pipe that carries small
-// results from the children to the parent; a free loopback port. Children report failures by
-// throwing (spawn's join rethrows the text).
+// Helpers of the ddp tests:
+// - run a function on N spawned ranks, each with its own process group; the rendezvous goes
+//   through a file_store, so no runtime node is needed;
+// - a pipe that carries small results from the children to the parent;
+// - a free loopback port.
+// Children report failures by throwing (spawn's join rethrows the text).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -37,9 +39,9 @@ inline void expect(bool cond, const std::string& what) {
   if (!cond) throw error(errc::bad_argument, "check failed: " + what);
 }
 
-/// Under ASan, runs LeakSanitizer inside a spawned child before it `_exit`s (an `_exit` skips the
-/// at-exit leak check, so the ddp code that runs only in children would never be checked) and fails
-/// the rank when something leaked; the report goes to stderr. A no-op in other builds.
+/// Under ASan, runs LeakSanitizer inside a spawned child before it `_exit`s, and fails the rank
+/// when something leaked; the report goes to stderr. An `_exit` skips the at-exit leak check, so
+/// the ddp code that runs only in children would never be checked. A no-op in other builds.
 inline void check_child_leaks(int rank) {
 #if defined(__SANITIZE_ADDRESS__)
   if (__lsan_do_recoverable_leak_check() != 0)
@@ -119,8 +121,8 @@ struct loss_report {
   char text[300] = {};
 };
 
-/// Measures SIGKILL -> error across forked ranks (the peer-loss tests): the victim stamps the
-/// kill time into a shared page right before it dies, each survivor reports the error its `fn`
+/// Measures SIGKILL -> error across forked ranks (the peer-loss tests). The victim stamps the
+/// kill time into a shared page right before it dies. Each survivor reports the error its `fn`
 /// threw and how long after the kill. Create it in the parent before spawning; RAII over the page.
 class peer_loss_probe {
  public:
@@ -176,8 +178,8 @@ inline void check_peer_lost(peer_loss_probe& probe, int survivors, int victim, c
 }
 
 /// Rank body of the size-mismatch tests (every transport): rank 1 allreduces 20 elements, the
-/// others 10; every rank must fail with collective_mismatch naming rank 1 and both sizes, and the
-/// group must stay usable (the next allreduce of 3 ranks sums to 3).
+/// others 10. Every rank must fail with collective_mismatch naming rank 1 and both sizes. The
+/// group must stay usable: the next allreduce of 3 ranks sums to 3.
 inline void expect_size_mismatch_reported(int rank, ddp::process_group& pg) {
   tensor t = ones({rank == 1 ? 20 : 10});
   bool failed = false;
@@ -197,8 +199,8 @@ inline void expect_size_mismatch_reported(int rank, ddp::process_group& pg) {
   expect(ok.data<float>()[0] == 3.0f, "next allreduce sums");
 }
 
-/// Rank body of the monitored-barrier tests (every transport, 3 ranks): rank 2 arrives only after
-/// ranks 0 and 1 timed out, and each of them must get `timeout` with a message containing
+/// Rank body of the monitored-barrier tests (every transport, 3 ranks). Rank 2 arrives only
+/// after ranks 0 and 1 timed out. Each of them must get `timeout` with a message containing
 /// `names_rank_2`. Every rank stays until the others are done (an early exit looks like a death).
 inline void expect_late_rank_named(int rank, const ddp::file_store& st, ddp::process_group& pg, const std::string& names_rank_2) {
   using std::chrono::seconds;

@@ -39,8 +39,9 @@ struct temp_dir {
   }
 };
 
-/// True when python3 parses `file` as a Chrome trace: a traceEvents list whose complete events
-/// all have ph, ts, dur, pid and tid, with at least one event of each name prefix in `names`.
+/// True when python3 parses `file` as a Chrome trace. That is a traceEvents list whose complete
+/// events all have ph, ts, dur, pid and tid. It holds at least one event of each name prefix in
+/// `names`.
 bool chrome_trace_holds(const fs::path& file, const std::vector<std::string>& names) {
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "'" : ",'") + n + "'";

@@ -1,6 +1,6 @@
-// The NCCL process group. Without a device (or without NCCL) only the failure paths run; the
-// [cuda] tests run world size 1 on cuda:0 (a real run of bootstrap, streams, events, launches
-// and completion polling) against CPU references, and skip cleanly without a device.
+// The NCCL process group. Without a device (or without NCCL) only the failure paths run. The
+// [cuda] tests run world size 1 on cuda:0 against CPU references, and skip cleanly without a
+// device. That is a real run of bootstrap, streams, events, launches and completion polling.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

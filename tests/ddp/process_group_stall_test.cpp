@@ -1,5 +1,5 @@
 // Process groups built on a node's store use the node's peer-loss detection (Note [group peer
-// loss]): a frozen rank fails the collectives of every other rank within the rpc bound, and a
+// loss]). A frozen rank fails the collectives of every other rank within the rpc bound. A
 // stall shorter than the peer timeout loses nothing. Three nodes: the parent is rank 0.
 #include <catch2/catch.hpp>
 #include <optional>

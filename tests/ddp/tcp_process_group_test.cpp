@@ -141,8 +141,8 @@ TEST_CASE("a connection with a wrong hello is refused and the tcp group still fo
     pg.allreduce(t).wait(20s);
     test::expect(t.data<float>()[0] == 3.0f, "rank 1 sums");
   });
-  // Before rank 0 exists, an intruder connects to rank 1 with a hello of the wrong nonce (rank 1
-  // published its port and waits for rank 0's key, so the connection waits in its backlog).
+  // Before rank 0 exists, an intruder connects to rank 1 with a hello of the wrong nonce. Rank 1
+  // published its port and waits for rank 0's key, so the connection waits in its backlog.
   std::istringstream in(store.get("troupe/pg/test/tcp/1", 20s));
   std::string host;
   int port = 0;

@@ -1,5 +1,5 @@
-// The TCP process group with mutual TLS (Note [tls]): collectives and send/recv over it, a peer
-// of another CA refused while the group forms, and clear errors for bad key files.
+// The TCP process group with mutual TLS (Note [tls]). It covers collectives and send/recv over
+// it, a peer of another CA refused while the group forms, and clear errors for bad key files.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,8 +1,9 @@
 #pragma once
-// In-process jobs of N nodes with one dist_autograd container per node: dist_job builds on the
-// RRef tests' cluster (tests/fault/rref_cluster.hpp: one actor system each, loopback TCP between
-// them, one switchable fault injector); small_job has nodes with a chosen number of executor
-// threads (no fault hook), for the tests of nested chains on a small executor.
+// In-process jobs of N nodes with one dist_autograd container per node.
+// - dist_job builds on the RRef tests' cluster (tests/fault/rref_cluster.hpp): one actor system
+//   each, loopback TCP between them, one switchable fault injector.
+// - small_job has nodes with a chosen number of executor threads and no fault hook. It serves
+//   the tests of nested chains on a small executor.
 
 #include <cstddef>
 #include <memory>

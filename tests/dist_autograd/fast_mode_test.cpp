@@ -85,10 +85,10 @@ std::shared_ptr<troupe::fault_injector> inject(three_workers& t, const std::stri
   return injector;
 }
 
-/// Rules that give the control messages of distributed autograd (requests and replies of the
-/// propagation and the release, Note [dist autograd service]) the fault `field=value` with its
-/// meaning for an RPC: fail_first and drop lose requests, drop_reply loses replies, the others
-/// apply to both.
+/// Rules that give the control messages of distributed autograd the fault `field=value`, with
+/// its meaning for an RPC. The messages are the requests and replies of the propagation and the
+/// release (Note [dist autograd service]). fail_first and drop lose requests, drop_reply loses
+/// replies, the others apply to both.
 std::string control_rules(const std::string& fault) {
   const std::string prefix = "rule actor:troupe.dist_autograd.";
   const bool requests_only = fault.rfind("fail_first=", 0) == 0 || fault.rfind("drop=", 0) == 0;

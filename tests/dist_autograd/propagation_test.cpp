@@ -1,7 +1,7 @@
-// PropagateGradients driven by the context actors (Note [context actor]): a chain that visits
-// every worker twice runs on two executor threads per worker (no executor thread waits for
-// another worker), and a propagation whose request or reply never gets through fails the
-// backward with timeout, bounded, and releases the contexts.
+// PropagateGradients driven by the context actors (Note [context actor]). A chain that visits
+// every worker twice runs on two executor threads per worker: no executor thread waits for
+// another worker. A propagation whose request or reply never gets through fails the backward
+// with timeout, bounded, and releases the contexts.
 #include <atomic>
 #include <chrono>
 
@@ -30,8 +30,9 @@ tensor leaf(std::uint64_t seed) {
   return t;
 }
 
-/// worker0 -> worker1 "f" -> worker2 "g" -> worker0 "h" -> worker1 "k": every worker serves a
-/// call while one of its own is still open, in the forward and in the backward.
+/// worker0 -> worker1 "f" -> worker2 "g" -> worker0 "h" -> worker1 "k".
+/// Every worker serves a call while one of its own is still open, in the forward and in the
+/// backward.
 struct chain {
   troupe::test::small_job job;
   tensor a1 = leaf(21), a2 = leaf(22);

@@ -1,6 +1,6 @@
-// Distributed backward through plain RPCs recorded automatically (Note [dist autograd recording]):
-// forwards split over in-process workers equal the local computation bitwise, nested calls,
-// errors, retain_graph, concurrent contexts, release on every worker.
+// Distributed backward through plain RPCs recorded automatically (Note [dist autograd
+// recording]). Forwards split over in-process workers equal the local computation bitwise.
+// Also: nested calls, errors, retain_graph, concurrent contexts, release on every worker.
 #include <algorithm>
 #include <atomic>
 #include <stdexcept>
@@ -36,7 +36,7 @@ tensor leaf(tensor t) {
   return t;
 }
 
-/// worker1 holds w: "fwd" computes x @ w (with `fail`, its backward throws); "fwd_nested"
+/// worker1 holds w. "fwd" computes x @ w; with `fail`, its backward throws. "fwd_nested"
 /// computes y = x @ w, sends y back to worker0's "square" and returns square(y) * y.
 struct two_workers {
   troupe::test::dist_job job{2};

@@ -1,6 +1,7 @@
-// Three-process tests of the distributed backward with automatic recording: a diamond (worker0
-// fans x out to worker1 and worker2, joins their results) 1000 times with no context left on any
-// worker, and a worker SIGKILLed in the middle of the backward.
+// Three-process tests of the distributed backward with automatic recording:
+// - a diamond 1000 times, with no context left on any worker: worker0 fans x out to worker1 and
+//   worker2 and joins their results;
+// - a worker SIGKILLed in the middle of the backward.
 #include <signal.h>
 
 #include <chrono>

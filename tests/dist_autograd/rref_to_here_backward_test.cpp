@@ -1,8 +1,8 @@
-// Gradients through RRefs (issue 6): remote() + to_here(), a user -> user forked rref, and a
-// method called with remote() semantics record send/recv functions like any RPC, so a distributed
-// backward gives the local gradients bitwise (Note [owner_rref actor]: the owner keeps the live
-// value and encodes it under the fetch's scope). Also: owner-local to_here / local_value return
-// the live tensor itself.
+// Gradients through RRefs (issue 6). remote() + to_here(), a user -> user forked rref, and a
+// method called with remote() semantics record send/recv functions like any RPC. So a
+// distributed backward gives the local gradients bitwise (Note [owner_rref actor]: the owner
+// keeps the live value and encodes it under the fetch's scope). Also: owner-local to_here /
+// local_value return the live tensor itself.
 #include <functional>
 
 #include <catch2/catch.hpp>
@@ -44,8 +44,8 @@ std::pair<tensor, tensor> local_reference(double k) {
   return {xl, wl};
 }
 
-/// worker1 holds the leaf w: "fwd"(x) = x @ w (for remote()), "weight" returns an rref to w,
-/// method "mm" of rref<tensor> computes x @ w; worker2's "use"(r) = r.to_here() * 2.
+/// worker1 holds the leaf w. "fwd"(x) = x @ w, for remote(). "weight" returns an rref to w.
+/// Method "mm" of rref<tensor> computes x @ w. worker2's "use"(r) = r.to_here() * 2.
 struct rref_job {
   troupe::test::dist_job job;
   tensor w = make_w();

@@ -1,7 +1,7 @@
 # Checks that a TROUPE_FAULTS plan reaches ddp_train's process group. A delay at rank 1's
-# allreduce point and a delayed allreduce payload of rank 0 are applied (the plan's log says so)
-# and the model ends bit for bit as in a run without a plan; a dropped allreduce payload of
-# rank 1 makes the job fail at once, naming the rank and the collective.
+# allreduce point and a delayed allreduce payload of rank 0 are applied; the plan's log says so.
+# The model ends bit for bit as in a run without a plan. A dropped allreduce payload of rank 1
+# makes the job fail at once, naming the rank and the collective.
 # Run with cmake -P -DPROGRAM=<ddp_train> -DOUT=<scratch dir>.
 cmake_minimum_required(VERSION 3.24)
 if(NOT DEFINED PROGRAM OR NOT DEFINED OUT)

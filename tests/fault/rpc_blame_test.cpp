@@ -1,5 +1,5 @@
-// Hang blame for slow RPCs (Note [rpc blame]): a call waiting past blame_after gets a report
-// naming the caller, the callee, the function and where the callee is; a call that then times
+// Hang blame for slow RPCs (Note [rpc blame]). A call waiting past blame_after gets a report
+// naming the caller, the callee, the function and where the callee is. A call that then times
 // out carries it in its error. One node calling itself: the callee's recorder is its own.
 #include <signal.h>
 

@@ -1,6 +1,8 @@
-// The RRef protocol as actors: tombstones are freed after rref_options::tombstone_ttl, parked
-// to_here calls wait in the owner's router entry (not on its executor), the timeout-last API, and
-// rref<T> as an identity object with an explicit share() (Note [RRef protocol]).
+// The RRef protocol as actors (Note [RRef protocol]):
+// - tombstones are freed after rref_options::tombstone_ttl;
+// - parked to_here calls wait in the owner's router entry, not on its executor;
+// - the timeout-last API;
+// - rref<T> as an identity object with an explicit share().
 #include <future>
 #include <thread>
 

@@ -1,6 +1,6 @@
 #pragma once
-// An in-process job of N nodes (one actor system each, real loopback TCP between them) with one
-// rref_context per node and one switchable fault injector shared by all, for the RRef tests.
+// An in-process job of N nodes for the RRef tests: one actor system each, real loopback TCP
+// between them. It has one rref_context per node and one switchable fault injector shared by all.
 
 #include <functional>
 #include <memory>

@@ -13,9 +13,9 @@ using troupe::rref;
 
 namespace {
 
-// Faults on the retried control messages, actor messages to the peers' RRef services (drop, fail
-// first N, lost answers: "actor:troupe.rref.answer"), and on everything (duplicate, delay, reorder
-// are harmless to user calls that carry no RRef twice).
+// Faults on the retried control messages, which are actor messages to the peers' RRef services:
+// drop, fail first N, lost answers ("actor:troupe.rref.answer"). Faults on everything too:
+// duplicate, delay and reorder are harmless to user calls that carry no RRef twice.
 const char* const plans[] = {
     "seed 1\n",
     "seed 2\nrule actor:troupe.rref.fork_request fail_first=2\nrule actor:troupe.rref.child_ack fail_first=2\n"

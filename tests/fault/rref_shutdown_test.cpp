@@ -18,8 +18,8 @@ TEST_CASE("shutdown waits for released rrefs and reports the ones still alive by
   CHECK_NOTHROW(c[0].shutdown(5s));  // everything released: returns once the delete is through
   CHECK_NOTHROW(c[1].shutdown(5s));
 
-  // A lost user call that carried an rref: the sender probes the callee, which never got it, and
-  // drops its hold, so nothing leaks; a late copy of that call would be refused.
+  // A lost user call that carried an rref. The sender probes the callee, which never got it, and
+  // drops its hold, so nothing leaks. A late copy of that call would be refused.
   c.hook->use(std::make_shared<troupe::fault_injector>(troupe::fault_plan::parse("rule take drop=1\nrule mint drop_reply=1\n")));
   {
     auto kept = troupe::make_rref(c[0], 5);

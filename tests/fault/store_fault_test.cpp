@@ -1,7 +1,9 @@
-// Fault plans on store traffic (Note [store faults] in actors/src/store_client.cpp): a lost
-// store request or answer ends the call with a timeout naming the operation, the key and the
-// store host; duplicates and delays reach the store; rules match by operation, key or kind, and
-// partitions cut store messages like any others.
+// Fault plans on store traffic (Note [store faults] in actors/src/store_client.cpp):
+// - a lost store request or answer ends the call with a timeout naming the operation, the key
+//   and the store host;
+// - duplicates and delays reach the store;
+// - rules match by operation, key or kind;
+// - partitions cut store messages like any others.
 #include <catch2/catch.hpp>
 
 #include <chrono>

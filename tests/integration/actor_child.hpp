@@ -1,6 +1,6 @@
 #pragma once
-// The remote actor tests' child process: rank 1 hosts an echo actor ("echo", untyped) and a typed
-// adder ("adder"), serves until rank 0 sets "done", then exits its actors and shuts down.
+// The remote actor tests' child process. Rank 1 hosts an echo actor ("echo", untyped) and a
+// typed adder ("adder"). It serves until rank 0 sets "done", then exits its actors and shuts down.
 
 #include <caf/all.hpp>
 

@@ -1,6 +1,6 @@
-// Note [cuBLAS on demand]: cuBLAS is opened on a process's first GPU matrix product. A fresh
-// process (exec'd, so nothing loaded before) that multiplies only on the CPU never maps it; one
-// that multiplies on a GPU maps it then and gets the right product.
+// Note [cuBLAS on demand]: cuBLAS is opened on a process's first GPU matrix product. The test
+// uses fresh processes, exec'd, so nothing is loaded before. One that multiplies only on the
+// CPU never maps it. One that multiplies on a GPU maps it then and gets the right product.
 #include <chrono>
 #include <fstream>
 #include <string>

@@ -1,7 +1,8 @@
 // Multi-process tests of the caller side of the direct channel (Note [direct channel], "the caller
-// reads its own response"): a waiting caller reads its response on its own thread, calls nobody
-// waits on still complete (continuations, a late waiter, a waiter that gave up), and several
-// threads waiting on one connection all get their answers.
+// reads its own response"):
+// - a waiting caller reads its response on its own thread;
+// - calls nobody waits on still complete: continuations, a late waiter, a waiter that gave up;
+// - several threads waiting on one connection all get their answers.
 #include <atomic>
 #include <future>
 #include <mutex>
@@ -84,7 +85,7 @@ TEST_CASE("a caller that waits reads its own response; calls nobody waits on sti
   CHECK(polled.get() == 2);
 
   // Note [blocking first read]: a caller waiting in its first recv still sees its deadline pass
-  // promptly (the I/O thread's sweep completes the call; the wait notices within its 1 ms slice).
+  // promptly. The I/O thread's sweep completes the call; the wait notices within its 1 ms slice.
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     try {

@@ -1,10 +1,10 @@
 #pragma once
 // Child processes for tests that use CUDA in the children. CUDA does not survive fork(): a child
 // forked after the parent touched CUDA (a device count is enough) cannot use the device. So the
-// child is a fresh process: fork, then exec this same test executable running one hidden test
-// (tagged [.], named without commas or brackets) that reads its rank and parameters from the
-// environment. spawn_children's guarantees hold (the parent's death kills the child, join()
-// reports a failed child); a child's Catch2 run exits non-zero when an assertion failed.
+// child is a fresh process: fork, then exec this same test executable running one hidden test.
+// That test is tagged [.], named without commas or brackets, and reads its rank and parameters
+// from the environment. spawn_children's guarantees hold: the parent's death kills the child,
+// and join() reports a failed child. A child's Catch2 run exits non-zero when an assertion failed.
 
 #include <fcntl.h>
 #include <unistd.h>

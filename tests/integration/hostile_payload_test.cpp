@@ -53,8 +53,8 @@ class rewriter final : public troupe::transport_hook {
   std::function<void(std::vector<char>&)> fn_;
 };
 
-// Says that everything from worker0 to worker1 is lost from the moment stall() was called on
-// (a peer that stopped sending), which worker1's node turns into worker0's loss after the peer
+// Says that everything from worker0 to worker1 is lost from the moment stall() was called on:
+// a peer that stopped sending. worker1's node turns that into worker0's loss after the peer
 // timeout (Note [silent peers]).
 class staller final : public troupe::transport_hook {
  public:
@@ -164,7 +164,7 @@ long peak_kib() {
 
 TEST_CASE("a tensor argument whose shape overflows int64 is refused and the callee keeps serving", "[actors][security]") {
   three_nodes t;
-  // A [1, 4] float32 tensor's header, its first size made 2^62 + 1: the element count wraps to
+  // A [1, 4] float32 tensor's header, its first size made 2^62 + 1. The element count wraps to
   // 4 in 64 bits, so its 16 bytes would pass an unchecked product.
   t.hook->arm(troupe::message_kind::rpc_request, [](std::vector<char>& p) {
     replace_bytes(p, raw(std::int64_t{1}, std::int64_t{4}, std::uint64_t{16}),
@@ -202,8 +202,9 @@ TEST_CASE("a request frame announcing a 4 GiB meta allocates nothing and drops o
   three_nodes t;
   CHECK(troupe::rpc_sync<int>(*t.n0, "worker1", "add", 1, 2, 10s) == 3);
   auto sink = troupe::lookup_actor(*t.n0, "worker1", "sink", 10s);
-  // A whole request frame of 64 KiB and more (the size read in parts): id, function, caller,
-  // a 64 KiB payload, then a meta whose length says 4 GiB - 1 and whose bytes are 4.
+  // A whole request frame of 64 KiB and more, so the size is read in parts. It holds id,
+  // function, caller, a 64 KiB payload, then a meta whose length says 4 GiB - 1 and whose bytes
+  // are 4.
   t.hook->arm(troupe::message_kind::actor_message, [](std::vector<char>& frame) {
     std::vector<char> body(8, 0);
     for (const char* s : {"add", "worker0"}) {

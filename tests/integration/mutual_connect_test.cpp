@@ -1,5 +1,5 @@
 // Every node of a job connecting to every other at the same moment (Note [hello retry] in
-// actors/src/node.cpp): pairs of processes dial each other at once, as the members of a new
+// actors/src/node.cpp). Pairs of processes dial each other at once, as the members of a new
 // process group do. No connection waits out its deadline, no peer is lost, in any round.
 #include <catch2/catch.hpp>
 #include <algorithm>

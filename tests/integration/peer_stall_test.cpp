@@ -1,7 +1,8 @@
-// A frozen or dead store host (rank 0) across processes: a 2 s stall is re-admitted on both
-// sides (Note [lost peer re-admission]), a real freeze fails every call and store call with
-// peer_lost naming it, and losing the store host is an event every node sees at once (Note
-// [peer loss events]). The parent runs no node: it freezes, resumes and kills the ranks.
+// A frozen or dead store host (rank 0) across processes:
+// - a 2 s stall is re-admitted on both sides (Note [lost peer re-admission]);
+// - a real freeze fails every call and store call with peer_lost naming it;
+// - losing the store host is an event every node sees at once (Note [peer loss events]).
+// The parent runs no node: it freezes, resumes and kills the ranks.
 #include <catch2/catch.hpp>
 #include <future>
 #include <thread>
@@ -73,8 +74,8 @@ void caller_through_stall(troupe::test::port_pipe& pipe, troupe::test::stall_pro
   n.store().set("done/1", "1");
 }
 
-// Rank 1 while rank 0 stays frozen: the call it starts once the parent froze rank 0, the
-// store-host event, a store call and a later call all end in peer_lost.
+// Rank 1 while rank 0 stays frozen. All end in peer_lost: the call it starts once the parent
+// froze rank 0, the store-host event, a store call and a later call.
 void caller_of_frozen_host(troupe::test::port_pipe& pipe, troupe::test::port_pipe& frozen, troupe::test::stall_probe& probe) {
   troupe::node n(troupe::test::test_options(1, 2, pipe.read()));
   if (troupe::rpc_sync<int>(n, "worker0", "echo", 7) != 7) throw error(errc::invalid_state, "first call is wrong");

@@ -1,6 +1,6 @@
-// Multi-process tests of the pooled shared-memory bulk channel (Note [tensor over shared memory]):
-// many large echoes in a row and from several threads at once come back bit-exact, and no
-// segment is left in /dev/shm once the nodes are gone, even after a SIGKILLed peer.
+// Multi-process tests of the pooled shared-memory bulk channel (Note [tensor over shared memory]).
+// Many large echoes in a row and from several threads at once come back bit-exact. No segment
+// is left in /dev/shm once the nodes are gone, even after a SIGKILLed peer.
 #include <csignal>
 #include <cstring>
 #include <string>
@@ -106,9 +106,10 @@ TEST_CASE("a SIGKILLed peer leaves no shared-memory segment once the survivor te
   CHECK(segments_of(child) == 0);
 }
 
-// Note [fragments], Note [direct fragment data]: without shared memory a tensor travels as bytes,
-// frames of 4 MB or more in 256 KiB fragments, later fragments read straight into their stream's
-// (pooled, reused) buffer; several streams interleave on one connection with small calls between.
+// Note [fragments], Note [direct fragment data]: without shared memory a tensor travels as bytes.
+// Frames of 4 MB or more go in 256 KiB fragments. Later fragments are read straight into their
+// stream's buffer, pooled and reused. Several streams interleave on one connection with small
+// calls between.
 TEST_CASE("large tensors sent as bytes from several threads at once, with small calls between, come back bit-exact", "[actors][rpc][bulk]") {
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) { serve(pipe.read(), false); });

@@ -1,6 +1,6 @@
-// Note [codec context] (troupe/actors/rpc/codec_context.hpp): every encode and decode follows the
-// context its node built for it, also when a served function, whose answer goes to one peer, calls
-// another peer with other settings on the same thread.
+// Note [codec context] (troupe/actors/rpc/codec_context.hpp): every encode and decode follows
+// the context its node built for it. That holds also when a served function calls another peer
+// with other settings on the same thread, while its answer goes to the first peer.
 #include <memory>
 #include <mutex>
 #include <string>

@@ -1,6 +1,6 @@
-// CUDA tensors between two processes of one host (Note [rpc device map]): arguments go by CUDA
-// IPC handle, bit-exact, results come back on the caller's device by the reverse map, and a
-// result on a device without a reverse entry fails naming it. Needs a GPU: skips visibly without.
+// CUDA tensors between two processes of one host (Note [rpc device map]). Arguments go by CUDA
+// IPC handle, bit-exact. Results come back on the caller's device by the reverse map. A result
+// on a device without a reverse entry fails naming it. Needs a GPU: skips visibly without.
 #include <unistd.h>
 
 #include <cstring>

@@ -1,5 +1,5 @@
 // Served functions that encode their own result (rpc::encoded_result) or choose their error code
-// (rpc::reply_error): the caller's interceptor sees the result; the callee's sees only what the
+// (rpc::reply_error). The caller's interceptor sees the result. The callee's sees only what the
 // codec writes under the served call's context (Note [codec context]), not bytes made beforehand.
 #include <atomic>
 

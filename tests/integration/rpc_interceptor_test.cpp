@@ -1,6 +1,8 @@
-// Multi-process tests of the call interceptor seam (Note [call interceptor]): tensors reported
-// both ways, a tensor rewritten on read, meta bytes in both directions (also through the
-// transport hook), the served scope entered around a nested call, and interceptor errors.
+// Multi-process tests of the call interceptor seam (Note [call interceptor]):
+// - tensors reported both ways, a tensor rewritten on read;
+// - meta bytes in both directions, also through the transport hook;
+// - the served scope entered around a nested call;
+// - interceptor errors.
 #include <atomic>
 #include <future>
 #include <mutex>

@@ -126,7 +126,7 @@ TEST_CASE("a SIGSTOPped peer is detected by the heartbeat and its calls fail wit
   REQUIRE(troupe::rpc_sync<int>(n, "worker1", "add", 1, 2) == 3);
   children.kill(0, SIGSTOP);
   // kill() only queues the stop: a thread running on the other core can still answer a call
-  // that arrives at once, so wait (WUNTRACED reports the stop without reaping) until it is stopped.
+  // that arrives at once. So wait until it is stopped; WUNTRACED reports the stop without reaping.
   int status = 0;
   REQUIRE(::waitpid(children.pids()[0], &status, WUNTRACED) == children.pids()[0]);
   REQUIRE(WIFSTOPPED(status));

@@ -1,7 +1,7 @@
-// Multi-process tests of Note [predicted quick] (actors/src/executor.hpp): a function whose recent
-// runs were all short is run by the executor's leader without waking a follower; when such a
-// prediction fails (the function blocks this time, or makes a nested call), the calls behind it
-// are still served promptly.
+// Multi-process tests of Note [predicted quick] (actors/src/executor.hpp). A function whose
+// recent runs were all short is run by the executor's leader without waking a follower. Such a
+// prediction may fail: the function blocks this time, or makes a nested call. Then the calls
+// behind it are still served promptly.
 #include <chrono>
 #include <thread>
 
@@ -54,9 +54,10 @@ TEST_CASE("a function predicted short that blocks this time does not hold up the
 }
 
 TEST_CASE("a function predicted short that makes a nested call back through its caller completes promptly", "[actors][rpc]") {
-  // worker0 calls relay on worker1; relay (predicted short from its earlier runs) calls bounce on
-  // worker0, which calls inner on worker1 again: worker1's leader is inside relay, so a follower of
-  // worker1 must take the lead to read inner (long_work_ahead() before relay blocks on its call).
+  // worker0 calls relay on worker1. relay, predicted short from its earlier runs, calls bounce on
+  // worker0, which calls inner on worker1 again. worker1's leader is inside relay, so a
+  // follower of worker1 must take the lead to read inner (long_work_ahead() before relay blocks
+  // on its call).
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) {
     troupe::node n(troupe::test::test_options(1, 2, pipe.read()));

@@ -1,8 +1,8 @@
-// Multi-process tests of Note [shm reachability] (actors/src/rpc/bulk.hpp): a large tensor goes
+// Multi-process tests of Note [shm reachability] (actors/src/rpc/bulk.hpp). A large tensor goes
 // through shared memory only toward a peer that showed, at the first contact, that it can open
-// this process's memory (told by that peer, even to a node that never said hello to it);
-// otherwise it travels as bytes. Every call must succeed bit-exact either
-// way, in both directions of the connection (requests and responses).
+// this process's memory. That peer tells it, even to a node that never said hello to it.
+// Otherwise the tensor travels as bytes. Every call must succeed bit-exact either way, in both
+// directions of the connection (requests and responses).
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -37,9 +37,9 @@ int arrived(const troupe::tensor& t, int seed) {
   return troupe::is_shared(t) ? 1 : 0;
 }
 
-// Whether this process may open another's descriptors: reading the link of one of its
-// /proc/<pid>/fd entries takes the same ptrace-read check as opening a peer's segment (listing
-// the directory does not).
+// Whether this process may open another's descriptors. Reading the link of one of its
+// /proc/<pid>/fd entries takes the same ptrace-read check as opening a peer's segment. Listing
+// the directory does not.
 bool may_open_fds_of(pid_t pid) {
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
   DIR* d = ::opendir(dir.c_str());
@@ -56,9 +56,9 @@ bool may_open_fds_of(pid_t pid) {
 }
 
 // Makes this process unable to open its parent's memory while the parent can still open its
-// own, or the reverse: as root, by dropping every capability (a process may not read one whose
-// capabilities are not a subset of its own); otherwise by becoming non-dumpable (nobody without
-// CAP_SYS_PTRACE may read it).
+// own, or the reverse. As root, it drops every capability: a process may not read one whose
+// capabilities are not a subset of its own. Otherwise it becomes non-dumpable: nobody without
+// CAP_SYS_PTRACE may read it.
 void become_asymmetric() {
   if (::geteuid() == 0) {
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -169,8 +169,8 @@ TEST_CASE("when only one of two processes can open the other's memory, each dire
   const seen s = run(mode::asymmetric, child_can, parent_can);
   INFO("child may open rank 0's memory: " << child_can << ", rank 0 the child's: " << parent_can);
   REQUIRE(child_can != parent_can);  // the setup did make access one-sided
-  // Rank 0's requests use shared memory only if the child can open rank 0's segments, and the
-  // child's only if rank 0 can open the child's; anything else would fail to decode.
+  // Rank 0's requests use shared memory only if the child can open rank 0's segments. The
+  // child's use it only if rank 0 can open the child's. Anything else would fail to decode.
   expect_paths(s, child_can ? 1 : 0, parent_can ? 1 : 0);
 }
 
@@ -226,8 +226,9 @@ TEST_CASE("as bytes, large echoes and small calls from several threads at once c
 }
 
 TEST_CASE("as bytes, 64 MB echoes reuse their buffers on both sides instead of faulting fresh pages in each time", "[actors][rpc][bulk]") {
-  // Note [byte pool]: glibc maps every buffer of 64 MB or more afresh (on the callee's executor
-  // threads; on any thread above its mmap threshold), 16k page faults per buffer per message.
+  // Note [byte pool]: glibc maps every buffer of 64 MB or more afresh. That happens on the
+  // callee's executor threads, and on any thread above its mmap threshold. It costs 16k page
+  // faults per buffer per message.
   with_bytes_peer([&](troupe::node& n) {
     const auto t = troupe::test::byte_pattern((64 << 20) + 12, 91);
     for (int i = 0; i < 2; ++i) REQUIRE(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo", t), t));

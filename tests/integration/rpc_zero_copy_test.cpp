@@ -1,7 +1,9 @@
-// Multi-process tests of the zero-copy bulk channel (Note [tensor over shared memory]): a large
-// received tensor is the sender's segment, sending it on (echo, forward) passes a reference
-// instead of copying, ordinary tensors keep value semantics, shared ones are shared, duplicated
-// frames keep the reference counts exact, and a SIGKILLed peer leaves nothing mapped or named.
+// Multi-process tests of the zero-copy bulk channel (Note [tensor over shared memory]):
+// - a large received tensor is the sender's segment;
+// - sending it on (echo, forward) passes a reference instead of copying;
+// - ordinary tensors keep value semantics, shared ones are shared;
+// - duplicated frames keep the reference counts exact;
+// - a SIGKILLed peer leaves nothing mapped or named.
 #include <csignal>
 #include <cstdint>
 #include <cstring>

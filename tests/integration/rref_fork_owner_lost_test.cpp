@@ -1,6 +1,7 @@
-// A SIGKILLed owner while a user -> user fork is in flight (its fork_request held back, the parent
-// holding its reference for G2) and after it: the child's to_here and method calls fail with
-// owner_lost naming the owner, the parent's hold is released, and the survivors shut down cleanly.
+// A SIGKILLed owner while a user -> user fork is in flight, and after it. In flight means its
+// fork_request is held back and the parent holds its reference for G2. The child's to_here and
+// method calls fail with owner_lost naming the owner. The parent's hold is released. The
+// survivors shut down cleanly.
 #include <signal.h>
 
 #include <future>

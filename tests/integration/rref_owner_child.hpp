@@ -1,7 +1,7 @@
 #pragma once
 // The owner process of the RRef owner-loss tests (rref_owner_lost_test.cpp,
-// rref_fork_owner_lost_test.cpp): worker1 serves "seven", "never" (waits 20 s for a store key),
-// "tally" and the method "inc" of tally, then waits to be SIGKILLed.
+// rref_fork_owner_lost_test.cpp). worker1 serves "seven", "never" (waits 20 s for a store key),
+// "tally" and the method "inc" of tally. Then it waits to be SIGKILLed.
 
 #include <chrono>
 #include <cstdint>

@@ -46,8 +46,8 @@ TEST_CASE("a node with a wrong job token is refused and the others keep being se
   pipe.publish(n.port(), 2);
   n.store().wait({"ready/1"}, 10s);
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 2, 3) == 5);
-  // The intruder must have been turned away by this node, not found it gone: wait for it before
-  // shutting down (on a loaded machine it may not even have connected yet).
+  // The intruder must have been turned away by this node, not found it gone. So wait for it
+  // before shutting down; on a loaded machine it may not even have connected yet.
   CHECK(children.wait_any(30s) == std::optional<int>(0));  // exits 0 only if it got unauthorized
   CHECK(troupe::rpc_sync<int>(n, "worker1", "add", 4, 5) == 9);  // and the others are still served
   troupe::test::release_children(n);

@@ -91,8 +91,8 @@ bool wait_exit_of(pid_t pid, std::chrono::milliseconds timeout) {
   return exited;
 }
 
-// Allocates and drops a few blocks (in a frame of its own, so no stale register or stack slot of
-// the caller still points at them when the leak check runs).
+// Allocates and drops a few blocks in a frame of its own. So no stale register or stack slot of
+// the caller still points at them when the leak check runs.
 __attribute__((noinline)) void leak_some() {
   for (int i = 0; i < 10; ++i) {
     auto* lost = new char[100];

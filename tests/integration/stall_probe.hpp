@@ -1,6 +1,6 @@
 #pragma once
-// Helpers of the stall tests: the parent freezes a rank (SIGSTOP, confirmed by waitpid) and
-// stamps the moment in a shared page; the ranks report what they saw, and when, over a pipe.
+// Helpers of the stall tests. The parent freezes a rank (SIGSTOP, confirmed by waitpid) and
+// stamps the moment in a shared page. The ranks report what they saw, and when, over a pipe.
 // Every wait is bounded.
 
 #include <poll.h>

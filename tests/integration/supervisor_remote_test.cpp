@@ -1,6 +1,8 @@
-// Supervisors across processes (Note [supervisor restart]): a child on a SIGKILLed process is
-// restarted on the next live worker of its spec, and found there by lookup; a child that may
+// Supervisors across processes (Note [supervisor restart]). A child on a SIGKILLed process is
+// restarted on the next live worker of its spec, and found there by lookup. A child that may
 // only live on the dead worker makes its supervisor give up naming the child and the worker.
+// A child that exits on a live remote worker makes one_for_all stop and start the children on
+// both workers, and each is found there again under its name.
 #include <signal.h>
 
 #include <condition_variable>
@@ -35,15 +37,19 @@ struct started_log {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::string> started;  // "child@worker"
+  std::vector<std::string> events;   // "+child@worker" started, "!child" exited, "-child" stopped
   troupe::supervisor_options options(std::string name, std::string child, std::vector<std::string> workers) {
     troupe::supervisor_options o;
     o.name = std::move(name);
     o.spawn_timeout = 5s;
     o.children = {{std::move(child), "echo", std::move(workers), troupe::restart_type::permanent}};
     o.on_event = [this](const troupe::supervisor_event& e) {
-      if (e.kind != troupe::supervisor_event::kind_type::started) return;
+      using k = troupe::supervisor_event::kind_type;
       std::lock_guard<std::mutex> lock(mu);
+      if (e.kind == k::stopped || e.kind == k::exited) events.push_back((e.kind == k::stopped ? "-" : "!") + e.child);
+      if (e.kind != k::started) return;
       started.push_back(e.child + "@" + e.worker);
+      events.push_back("+" + e.child + "@" + e.worker);
       cv.notify_all();
     };
     return o;
@@ -93,4 +99,51 @@ TEST_CASE("a child on a SIGKILLed process restarts on the next live worker and l
   CHECK(mobile_down);
   n.store().set("done", "1");
   CHECK_THROWS_AS(children.join(30s), troupe::error);  // rank 1 was killed
+}
+
+TEST_CASE("one_for_all across two workers restarts both children when one exits on its live worker, and lookup finds each new one",
+          "[actors][integration][supervisor]") {
+  port_pipe pipe;
+  auto children = troupe::spawn(2, [&](int i) { hosting_child(pipe, i + 1); });
+  troupe::node n(actor_options(0, 3, 0));
+  pipe.publish(n.port(), 2);
+  n.store().get("ready/1", 20s);
+  n.store().get("ready/2", 20s);
+  started_log log;
+  auto o = log.options("pair_sup", "left", {"worker1"});
+  o.strategy = troupe::restart_strategy::one_for_all;
+  o.children.push_back({"right", "echo", {"worker2"}, troupe::restart_type::permanent});
+  auto sup = troupe::spawn_supervisor(n, o);
+  REQUIRE(log.wait(2) == std::vector<std::string>{"left@worker1", "right@worker2"});
+  {
+    caf::scoped_actor self{n.system()};
+    auto ask = [&](const caf::actor& a, std::int32_t x) {
+      std::int32_t y = 0;
+      self->request(a, 5s, x).receive([&](std::int32_t r) { y = r; }, [](caf::error& e) { FAIL(caf::to_string(e)); });
+      return y;
+    };
+    const auto left = troupe::lookup_actor(n, "worker1", "left", 5s), right = troupe::lookup_actor(n, "worker2", "right", 5s);
+    CHECK(ask(left, 1) == 2);
+    // The right child exits normally on its worker, which lives on: the supervisor sees it
+    // through its remote monitor; permanent children restart after any exit.
+    self->request(right, 5s, quit_atom::value).receive([](std::int32_t) {}, [](caf::error&) {});
+    REQUIRE(log.wait(4).size() == 4);
+    {
+      std::lock_guard<std::mutex> lock(log.mu);
+      CHECK(log.events == std::vector<std::string>{"+left@worker1", "+right@worker2", "!right", "-left", "+left@worker1", "+right@worker2"});
+    }
+    const auto left2 = troupe::lookup_actor(n, "worker1", "left", 5s), right2 = troupe::lookup_actor(n, "worker2", "right", 5s);
+    CHECK(left2 != left);
+    CHECK(right2 != right);
+    CHECK(ask(left2, 10) == 11);
+    CHECK(ask(right2, 20) == 21);
+    self->monitor(sup);
+    self->send_exit(sup, caf::exit_reason::user_shutdown);
+    bool down = false;
+    self->receive([&](const caf::down_msg& d) { down = d.source == sup.address(); }, caf::after(20s) >> [] {});
+    CHECK(down);
+  }
+  sup = nullptr;  // a handle of the detached supervisor would hold up the actor system's end
+  release_children(n);  // every rank leaves gracefully together
+  CHECK(children.join(30s));
 }

@@ -1,5 +1,5 @@
-// Nodes with mutual TLS (Note [tls relay]): RPC, remote actors and the store between TLS nodes;
-// peers without a valid certificate, or without TLS, are refused and the others keep working.
+// Nodes with mutual TLS (Note [tls relay]): RPC, remote actors and the store between TLS nodes.
+// Peers without a valid certificate, or without TLS, are refused and the others keep working.
 #include <catch2/catch.hpp>
 
 #include <optional>

@@ -1,6 +1,6 @@
-// DistributedDataParallel on 2 namespace hosts x 2 ranks: the process group picks TCP between
-// hosts (each host has its own identity), parameters equal single-process training (<= 1e-6)
-// and are bitwise identical on every rank.
+// DistributedDataParallel on 2 namespace hosts x 2 ranks. The process group picks TCP between
+// hosts, since each host has its own identity. Parameters equal single-process training
+// (<= 1e-6) and are bitwise identical on every rank.
 #include <catch2/catch.hpp>
 
 #include "ddp/ddp_test_util.hpp"

@@ -1,7 +1,7 @@
 #pragma once
-// Ranks of a 2-host x 2-rank job started one by one with the launcher conventions (no launcher:
-// the partition tests cut the hosts off each other, launchers included), and marker files the
-// ranks and the test use to tell each other how far they got.
+// Ranks of a 2-host x 2-rank job started one by one with the launcher conventions. Marker files
+// let the ranks and the test tell each other how far they got. There is no launcher:
+// the partition tests cut the hosts off each other, launchers included.
 
 #include <sys/stat.h>
 

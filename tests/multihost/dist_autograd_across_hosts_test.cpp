@@ -54,8 +54,9 @@ std::pair<tensor, tensor> local_reference() {
 
 }  // namespace
 
-// One rank (hidden). worker0 (host 0) holds x and runs the backward; worker2 (host 1) holds w and
-// sends y back to worker1 (host 0) to be squared: host 0 -> host 1 -> host 0 -> host 1 -> host 0.
+// One rank (hidden). worker0 (host 0) holds x and runs the backward. worker2 (host 1) holds w and
+// sends y back to worker1 (host 0) to be squared. The path: host 0 -> host 1 -> host 0 -> host 1
+// -> host 0.
 TEST_CASE("multihost dist autograd rank: a forward over both hosts, backward on worker0", "[.mh_dist_autograd_rank]") {
   auto o = troupe::test::rank_options();
   da::add_message_types(o);

@@ -1,7 +1,9 @@
-// The hierarchical group on 2 namespace hosts x 2 ranks: make_cpu_group picks it, DDP on it
-// equals single-process training (<= 1e-6) bitwise identically on every rank; a host cut off
-// during an allreduce fails both survivors with peer_lost naming the host's ranks within 2 s; a
-// cut of 200 ms loses no allreduce.
+// The hierarchical group on 2 namespace hosts x 2 ranks:
+// - make_cpu_group picks it;
+// - DDP on it equals single-process training (<= 1e-6), bitwise identically on every rank;
+// - a host cut off during an allreduce fails both survivors with peer_lost naming the host's
+//   ranks within 2 s;
+// - a cut of 200 ms loses no allreduce.
 #include <sstream>
 
 #include <catch2/catch.hpp>
@@ -33,8 +35,8 @@ void require_marks(const std::string& marks, const std::vector<std::string>& nam
   REQUIRE(up);
 }
 
-// Cuts host 1 while ranks 0, 1 wait in an allreduce of the rank program `tag`; checks that both
-// survivors failed with peer_lost within 2 s of the cut and returns their error texts.
+// Cuts host 1 while ranks 0, 1 wait in an allreduce of the rank program `tag`. Checks that both
+// survivors failed with peer_lost within 2 s of the cut, and returns their error texts.
 std::vector<std::string> survivors_lost(test::netns_bed& bed, const std::string& tag) {
   const auto marks = test::mark_dir(bed);
   auto ranks = test::start_direct_ranks(bed, tag);
@@ -105,8 +107,9 @@ TEST_CASE("a cut of 200 ms loses no hierarchical allreduce in flight or later", 
 
 // Hidden rank programs.
 
-// One rank: make_cpu_group gives the hierarchical group; 10 SGD steps of DDP on it, compared
-// with one process on the 4 batches; then every reduce op on int and float tensors.
+// One rank: make_cpu_group gives the hierarchical group. It runs 10 SGD steps of DDP on it,
+// compared with one process on the 4 batches. Then it runs every reduce op on int and float
+// tensors.
 TEST_CASE("multihost hierarchical rank: train and compare", "[.mh_hier_rank]") {
   const auto o = test::rank_options();
   troupe::node n(o);

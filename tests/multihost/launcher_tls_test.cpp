@@ -1,6 +1,8 @@
-// The launchers' channel under mutual TLS (Note [launcher channel]): two launchers with TLS form
-// a job between namespace hosts, intruders without TLS or with a certificate of another CA are
-// refused while the job's launchers keep waiting, and the join token never goes out in clear.
+// The launchers' channel under mutual TLS (Note [launcher channel]):
+// - two launchers with TLS form a job between namespace hosts;
+// - intruders without TLS or with a certificate of another CA are refused while the job's
+//   launchers keep waiting;
+// - the join token never goes out in clear.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>

@@ -1,7 +1,8 @@
-// Partitions and freezes between namespace hosts: a host cut off (nftables drop, both directions)
-// or frozen (SIGSTOP) during an rpc fails every caller on the other host with peer_lost naming the
-// callee within 2 s; after a heal, a new job on the same hosts runs; a cut shorter than the
-// connection timeout loses nothing.
+// Partitions and freezes between namespace hosts:
+// - a host cut off (nftables drop, both directions) or frozen (SIGSTOP) during an rpc fails
+//   every caller on the other host with peer_lost naming the callee within 2 s;
+// - after a heal, a new job on the same hosts runs;
+// - a cut shorter than the connection timeout loses nothing.
 #include <deque>
 #include <future>
 #include <sstream>
@@ -145,8 +146,9 @@ TEST_CASE("multihost hold rank", "[.mh_hold_rank]") {
   n.shutdown(troupe::shutdown_mode::immediate);
 }
 
-// Ranks 0, 1 call ranks 2, 3: a window of 8 rpc_async in flight, until the "healed" mark and 50
-// calls more (bounded by 90 s); every call must succeed (mark calling-<rank> after the first 20).
+// Ranks 0, 1 call ranks 2, 3 with a window of 8 rpc_async in flight. They call until the
+// "healed" mark and 50 calls more, bounded by 90 s. Every call must succeed. The mark
+// calling-<rank> comes after the first 20.
 TEST_CASE("multihost blip rank", "[.mh_blip_rank]") {
   const std::string marks = troupe::test::rank_marks();
   troupe::rpc::registry reg;

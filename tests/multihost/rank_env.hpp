@@ -1,6 +1,6 @@
 #pragma once
 // The rank side of the multi-host jobs: a node from the launcher environment, this host's name,
-// and the end of a rank (every rank reaches the same barrier, then shuts down).
+// and the end of a rank. At its end every rank reaches the same barrier, then shuts down.
 
 #include <unistd.h>
 

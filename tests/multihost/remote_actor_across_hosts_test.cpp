@@ -1,6 +1,6 @@
-// Remote CAF actors between namespace hosts: every rank publishes an actor,
-// every rank reaches every other rank's actor by name with tensors in the
-// messages, and a monitor across hosts reports the actor's exit.
+// Remote CAF actors between namespace hosts. Every rank publishes an actor. Every rank reaches
+// every other rank's actor by name with tensors in the messages. A monitor across hosts reports
+// the actor's exit.
 #include <caf/all.hpp>
 #include <catch2/catch.hpp>
 

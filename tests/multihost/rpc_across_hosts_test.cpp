@@ -59,7 +59,8 @@ TEST_CASE("multihost rpc rank: call every rank, echo 4 MB and 64 MB across hosts
   CHECK(troupe::equal(troupe::rpc_sync<troupe::tensor>(n, worker(peer), "echo", big), big));
   if (me == 0) {
     // Note [fragments]: small calls written while a 64 MB request goes out in fragments pass
-    // between them, are read and served before the request is whole, and answer before the echo.
+    // between them. They are read and served before the request is whole, and answer before
+    // the echo.
     const auto huge = troupe::randn({16 << 20}, g);
     auto echo = troupe::rpc_async<troupe::tensor>(n, worker(peer), "echo_after_pings", huge);
     for (int i = 0; i < 3; ++i) CHECK(troupe::rpc_sync<int>(n, worker(peer), "ping", i) == i + 1);

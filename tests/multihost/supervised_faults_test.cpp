@@ -1,6 +1,6 @@
-// examples/supervised_faults on two namespace hosts, one troupe-run per host: a kill at step 40,
-// then host 1 cut off at step 90; the launchers restart the job (a job-wide budget), it resumes
-// from the checkpoint and ends with the undisturbed run's parameters.
+// examples/supervised_faults on two namespace hosts, one troupe-run per host. A kill comes at
+// step 40, then host 1 is cut off at step 90. The launchers restart the job (a job-wide
+// budget). It resumes from the checkpoint and ends with the undisturbed run's parameters.
 #ifdef TROUPE_SUPERVISED_FAULTS_PATH
 #include <filesystem>
 

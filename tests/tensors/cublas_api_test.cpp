@@ -1,5 +1,5 @@
 // Note [cuBLAS on demand]: the entry points the tensor layer uses are looked up by name in the
-// toolkit's cuBLAS. Opening the library needs no device, so a wrong name or a missing library
+// toolkit's cuBLAS. Opening the library needs no device. So a wrong name or a missing library
 // shows here on every machine that builds the CUDA code, not only on one with a GPU.
 #include <string>
 

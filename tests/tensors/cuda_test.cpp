@@ -1,6 +1,7 @@
 // The CUDA backend against the CPU backend: every op through the public API on cuda:0 versus
-// the same op on CPU, over shapes (broadcasting, zero-size), layouts (transposed, strided,
-// expanded) and dtypes; random draws; streams, events, the caching allocator and transfers.
+// the same op on CPU. They run over shapes (broadcasting, zero-size), layouts (transposed,
+// strided, expanded) and dtypes. Also: random draws; streams, events, the caching allocator
+// and transfers.
 // Every test skips cleanly (with a warning) when no CUDA device is visible.
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,8 @@
 // Every differentiable op's backward formula against central finite differences.
-// The autograd layer is replaced by a metadata object that captures the op_record, so the
-// formulas are checked on their own (Note [Op recording]): L = sum(op(inputs) * g) with a fixed
-// random g, dL/dx from the recorded backward vs (L(x + h e_j) - L(x - h e_j)) / 2h in float64.
+// The autograd layer is replaced by a metadata object that captures the op_record. So the
+// formulas are checked on their own (Note [Op recording]). L = sum(op(inputs) * g) with a fixed
+// random g. dL/dx from the recorded backward is compared with
+// (L(x + h e_j) - L(x - h e_j)) / 2h in float64.
 #include <catch2/catch.hpp>
 
 #include <functional>

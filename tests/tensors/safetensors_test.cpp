@@ -209,8 +209,8 @@ TEST_CASE("every truncation and byte flip of a safetensors file either loads or 
     bad[i] = static_cast<char>(bad[i] ^ 0x5a);
     write_all(path, bad);
     CAPTURE(i);
-    // safetensors has no checksum: a flip in the data or inside a name or metadata string can
-    // load, but the structure must still be the one written; anything else is a troupe::error.
+    // safetensors has no checksum. A flip in the data or inside a name or metadata string can
+    // load, but the structure must still be the one written. Anything else is a troupe::error.
     state_dict got;
     bool loaded = false;
     try {

@@ -88,8 +88,9 @@ inline std::string to_string(layout l) {
 }
 
 /// A tensor of `shape` and dtype `t` with test values, in the given memory layout:
-/// transposed = a permuted view of reversed-shape storage; strided = every second element of
-/// the last dim; expanded = dim 0 broadcast from size 1 (0-stride).
+/// - transposed: a permuted view of reversed-shape storage;
+/// - strided: every second element of the last dim;
+/// - expanded: dim 0 broadcast from size 1 (0-stride).
 inline tensor make_input(const shape_t& shape, dtype t, layout l, std::int64_t seed = 0, bool positive = false) {
   if (shape.empty() || l == layout::contiguous) {
     tensor x = empty(shape, t);

@@ -17,22 +17,23 @@
 //   done <attempt>                  ->   every rank of node k exited with 0
 //                                 <- end                  once every node is done
 //
-// With TLS configured (--tls-* or TROUPE_TLS_*, the files the ranks use), every connection of
-// the channel is mutual TLS through the nodes' relays (Note [tls relay] in actors/src/tls_relay.hpp):
-// the join line, and so the token, goes out only after both certificates verified. The master
-// refuses a launcher that speaks no TLS or whose certificate its CA did not sign: it logs the
-// peer's address and OpenSSL's reason, closes that connection and keeps waiting for the job's
-// nodes. A launcher refused so fails with a message that says why (the master's certificate,
-// its own, or TLS on one side only). A master without TLS refuses a launcher that speaks TLS.
+// TLS is configured by --tls-* or TROUPE_TLS_*, the files the ranks use. With it, every
+// connection of the channel is mutual TLS through the nodes' relays (Note [tls relay] in
+// actors/src/tls_relay.hpp). The join line, and so the token, goes out only after both
+// certificates verified. The master refuses a launcher that speaks no TLS or whose certificate
+// its CA did not sign. It logs the peer's address and OpenSSL's reason, closes that connection
+// and keeps waiting for the job's nodes. A launcher refused so fails with a message that says
+// why: the master's certificate, its own, or TLS on one side only. A master without TLS refuses
+// a launcher that speaks TLS.
 //
-// A launcher whose connection breaks before `end` is a failure too: the master stops the others
-// naming the lost node and its host; a node that loses the master stops its ranks. So a failure
+// A launcher whose connection breaks before `end` is a failure too. The master stops the others
+// naming the lost node and its host. A node that loses the master stops its ranks. So a failure
 // anywhere stops the job on every host, and every launcher prints who failed, where and why.
 //
 // Note [job restart]
 // The master holds the job's restart budget (--max-restarts, given to the master). A failure in
 // attempt n, on any node, reaches the master; the first one of attempt n decides. With restarts
-// left, the master picks a new store port and sends `restart n+1 <port>` to every node; each
+// left, the master picks a new store port and sends `restart n+1 <port>` to every node. Each
 // launcher stops its ranks and starts them again with TROUPE_RESTART_COUNT = n+1. Later failures
 // of attempt n (ranks that lost their peers) are stale and ignored, so the budget goes down once
 // per job restart, not once per rank or host. Without restarts left the master sends `stop`. A

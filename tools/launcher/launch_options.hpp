@@ -9,9 +9,11 @@
 //   --rdzv-endpoint A:P (master address and port)   --rdzv-backend static|c10d   --rdzv-id ID
 //   --standalone (one node on loopback, a free port)   --max-restarts R
 // --restart job|rank: what a restart starts again (Note [rank restart] in troupe_run.cpp).
-// troupe-run's own: --job-token T (or TROUPE_JOB_TOKEN), --listen-addr A (or TROUPE_LISTEN_ADDR;
-// default: the local address that routes to the master), --tls-cert F --tls-key F --tls-ca F (or
-// TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA), --timeout-s S, --join-timeout-s S.
+// troupe-run's own:
+//   --job-token T (or TROUPE_JOB_TOKEN)
+//   --listen-addr A (or TROUPE_LISTEN_ADDR; default: the local address that routes to the master)
+//   --tls-cert F --tls-key F --tls-ca F (or TROUPE_TLS_CERT, TROUPE_TLS_KEY, TROUPE_TLS_CA)
+//   --timeout-s S   --join-timeout-s S
 // Bad usage exits with code 2, as torchrun's argument parser does.
 
 #include <string>

@@ -34,9 +34,9 @@ linear::linear(std::int64_t in_features, std::int64_t out_features, generator& g
 
 namespace {
 
-// y = x W^T + b for a 2-d x as one recorded op, so that the weight gradient comes out as one
-// contiguous GEMM g^T x of W's shape (through the transpose view it would be a strided
-// transpose of x^T g, which makes accumulating it into .grad a slow strided add).
+// y = x W^T + b for a 2-d x as one recorded op. So the weight gradient comes out as one
+// contiguous GEMM g^T x of W's shape. Through the transpose view it would be a strided
+// transpose of x^T g, and accumulating that into .grad is a slow strided add.
 tensor linear_2d(const tensor& x, const tensor& w, const tensor& b) {
   tensor out;
   {

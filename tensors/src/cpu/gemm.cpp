@@ -1,9 +1,9 @@
 // CPU kernels: batched matrix products.
 // float32/float64 go to CBLAS (OpenBLAS). A 2-d operand that is a transpose of a contiguous
-// matrix is passed as CblasTrans with its own leading dimension instead of being copied; any
-// other layout is made contiguous once. Other dtypes use a plain triple loop accumulating in
-// float (16-bit floats), double or int64, with a k-inner order over a transposed copy of b so
-// the inner loop is unit-stride.
+// matrix is passed as CblasTrans with its own leading dimension, not copied. Any other layout
+// is made contiguous once. Other dtypes use a plain triple loop. It accumulates in float
+// (16-bit floats), double or int64. It runs k-inner over a transposed copy of b, so the inner
+// loop is unit-stride.
 #include <cblas.h>
 
 #include <vector>

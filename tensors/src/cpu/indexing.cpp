@@ -1,6 +1,6 @@
 // CPU kernels: index_select, gather, scatter_add, index_add.
 // Slice-wise ops (index_select, index_add) reuse the copy/binary kernels on strided views of
-// one slice, so they inherit their fast paths; element-wise ops (gather, scatter_add) walk the
+// one slice, so they inherit their fast paths. Element-wise ops (gather, scatter_add) walk the
 // index tensor with an N-d counter. Indices are int64 and already range-checked by the op layer.
 #include "../kernels.hpp"
 #include "loops.hpp"

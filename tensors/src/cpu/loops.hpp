@@ -7,9 +7,10 @@
 // expand included). `make_plan` drops size-1 dims and coalesces adjacent dims that are
 // contiguous with each other in *every* operand, so a contiguous (or contiguous-after-expand)
 // tensor becomes one long row. `for_each_row` then walks the outer dims with a small N-d index
-// counter and hands each innermost row (pointers, length, inner strides) to the kernel, which
-// takes a fast path when all inner strides are 1 (plain `for (i..n) o[i] = f(a[i], b[i])` loops
-// over __restrict pointers that GCC auto-vectorises at -O3) and a strided loop otherwise.
+// counter. It hands each innermost row (pointers, length, inner strides) to the kernel. The
+// kernel takes a fast path when all inner strides are 1, else a strided loop. The fast path is
+// a plain `for (i..n) o[i] = f(a[i], b[i])` loop over __restrict pointers; GCC auto-vectorises
+// it at -O3.
 //
 //      sizes [2,3,4] strides {12,4,1}  ->  sizes [24] strides {1}      (one row of 24)
 //      sizes [2,3,4] out {12,4,1} b {0,4,1} -> sizes [2,12] out {12,1} b {0,1}

@@ -1,12 +1,12 @@
 // CPU kernels: reductions (sum, mean, max, min), arg-reductions and variance.
 //
 // Layout: the op layer passes `out` in keepdim form. The kept dims are walked with the row
-// machinery of Note [CPU loops]; for each output element the reduced dims (coalesced into as
-// few rows as possible) are folded. float32 sums use float accumulators in 8 independent lanes
-// with pairwise splitting above 256 elements: error grows like O(log n) instead of O(n), and
-// the 8-lane block loop is vectorised — -fopt-info-vec-optimized (g++ 12, -O3, SSE2) reports
-// it "vectorized using 16 byte vectors" for float and double. float64 sums in double; 16-bit
-// floats in float; integers in int64.
+// machinery of Note [CPU loops]. For each output element the reduced dims are folded; they are
+// coalesced into as few rows as possible. float32 sums use float accumulators in 8 independent
+// lanes, with pairwise splitting above 256 elements. So error grows like O(log n) instead of
+// O(n). The 8-lane block loop is vectorised: -fopt-info-vec-optimized (g++ 12, -O3, SSE2)
+// reports it "vectorized using 16 byte vectors" for float and double. float64 sums in double;
+// 16-bit floats in float; integers in int64.
 #include <cmath>
 #include <limits>
 

@@ -9,8 +9,8 @@
 //                   cudaMalloc out of memory -> release every cached block, retry once,
 //                   then throw cuda_failure ("out of memory") naming the device and size
 //   free(p):      live_[p] -> free_[its stream][its size]   (no cudaFree, no synchronisation)
-// Guarantee: a block is only handed out again for the stream it was allocated on, so kernels
-// that used the old tensor are ordered before kernels that use the new one (same stream).
+// Guarantee: a block is only handed out again for the stream it was allocated on. So kernels
+// that used the old tensor run before kernels that use the new one, on that same stream.
 // Assumes: a tensor used on another stream is synchronised by the user (events); there is no
 // record_stream. All state is guarded by one mutex per device; the deleter never throws.
 #include <map>

@@ -1,7 +1,8 @@
 #pragma once
-// Private: what every CUDA kernel file shares: device element types and their conversions, the
-// runtime dtype dispatch, the strided geometry (up to 8 dims, offsets computed per element),
-// launch sizing and the grid-stride loop. Included by .cu files only.
+// Private: what every CUDA kernel file shares. That is the device element types and their
+// conversions, the runtime dtype dispatch, and the strided geometry (up to 8 dims, offsets
+// computed per element). It also holds launch sizing and the grid-stride loop. Included by .cu
+// files only.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,8 +39,9 @@ decltype(auto) visit_device_dtype(dtype t, F&& f) {
   return f(tag<float>{});
 }
 
-/// Calls f(tag<U>{}) with the unsigned integer type of an element size (1, 2, 4 or 8 bytes), for
-/// kernels that only move bits (copy, fill, where, gather): one instantiation serves all dtypes.
+/// Calls f(tag<U>{}) with the unsigned integer type of an element size (1, 2, 4 or 8 bytes).
+/// It serves kernels that only move bits (copy, fill, where, gather): one instantiation serves
+/// all dtypes.
 template <class F> void visit_size(std::size_t n, F&& f) {
   switch (n) {
     case 1: f(tag<std::uint8_t>{}); return;

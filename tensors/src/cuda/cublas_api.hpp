@@ -5,11 +5,12 @@
 
 namespace troupe::cuda_detail {
 
-// Note [cuBLAS on demand]: libcublas needs libcublasLt, whose load-time initialisation costs
-// about 0.6 s of CPU in every process that links it, with or without a GPU: every program and
-// test binary paid it at start, and every exec'd rank again. Only the GPU matrix products use
-// cuBLAS, so the library is opened (dlopen) on the first of them and stays loaded for the rest of
-// the process, as a linked library would. A process that never multiplies on a GPU never loads it.
+// Note [cuBLAS on demand]: libcublas needs libcublasLt. Its load-time initialisation costs
+// about 0.6 s of CPU in every process that links it, with or without a GPU. Linked, every
+// program and test binary would pay it at start, and every exec'd rank again. Only the GPU
+// matrix products use cuBLAS. So the library is opened (dlopen) on the first of them. It stays
+// loaded for the rest of the process, as a linked library would. A process that never
+// multiplies on a GPU never loads it.
 // cublasGemmStridedBatchedEx with a cublasComputeType_t (the header also has an inline overload).
 using gemm_ex_fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                                       const void*, cudaDataType, int, long long, const void*, cudaDataType, int, long long,

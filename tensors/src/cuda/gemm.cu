@@ -3,9 +3,9 @@
 // -> cublasGemmStridedBatchedEx with float32 compute. One handle per (device, thread), bound to
 // the current stream before each call. cuBLAS is opened on the first product (Note [cuBLAS on demand]).
 //
-// Row-major C = A B is column-major C^T = B^T A^T, so cuBLAS gets (m, n, k) with B first. An
-// operand whose rows are unit-stride is row-major (op N in that form); one whose columns are
-// unit-stride is column-major (op T); anything else is copied to a contiguous scratch first.
+// Row-major C = A B is column-major C^T = B^T A^T, so cuBLAS gets (m, n, k) with B first.
+// An operand whose rows are unit-stride is row-major (op N in that form). One whose columns are
+// unit-stride is column-major (op T). Anything else is copied to a contiguous scratch first.
 #include <climits>
 #include <memory>
 #include <unordered_map>

@@ -1,6 +1,6 @@
 // index_select, gather, scatter_add, index_add. All four walk an iteration shape with three
-// offsets: the directly addressed operand X, the indexed operand Y (its stride along `dim`
-// zeroed) and the int64 index I; Y's element is Y + index[I] * stride_y(dim).
+// offsets. X is the directly addressed operand. Y is the indexed operand, its stride along
+// `dim` zeroed. I is the int64 index. Y's element is Y + index[I] * stride_y(dim).
 //   index_select: iter = out,   X = out, Y = a,   I = index along dim only
 //   gather:       iter = index, X = out, Y = a,   I = index
 //   scatter_add:  iter = index, X = src, Y = out, I = index   (atomicAdd into Y)

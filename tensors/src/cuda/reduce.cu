@@ -1,6 +1,6 @@
-// Reductions over a set of dims (sum, mean, max, min), arg_reduce and var. One block (or one
-// thread, for short reductions) per output element; the reduced elements are addressed through
-// an `inner` geometry and the output through an `outer` one (both over a's strides).
+// Reductions over a set of dims (sum, mean, max, min), arg_reduce and var. One block per output
+// element computes it; a short reduction takes one thread instead. The reduced elements are
+// addressed through an `inner` geometry, the output through an `outer` one. Both use a's strides.
 #include <cstdint>
 #include <limits>
 
@@ -87,9 +87,10 @@ __global__ void reduce_thread_kernel(reduce_op op, T* out, const T* a, reduce_ge
 }
 
 // ---- two-stage reduction (few outputs, many elements each) ----------------------------------
-// Stage 1: block (c, o) reduces chunk c of output o's elements into partial[o * chunks + c]
-// (acc_t<T>); stage 2: one block per output combines its partials and finishes (mean divides
-// by the full count).
+//
+// Stage 1: block (c, o) reduces chunk c of output o's elements into partial[o * chunks + c],
+// an acc_t<T>. Stage 2: one block per output combines its partials and finishes. The mean
+// divides by the full count.
 constexpr std::int64_t chunk_elems = 16384;
 
 template <class T>

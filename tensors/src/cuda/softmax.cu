@@ -29,8 +29,8 @@ __global__ void softmax_kernel(T* out, const T* a, row_geometry g, bool log) {
     A m = -std::numeric_limits<A>::infinity();
     for (std::int64_t j = threadIdx.x; j < g.len; j += blockDim.x) m = max_op{}(m, load_acc(x[j * g.a_stride]));
     m = block_reduce(m, max_op{}, -std::numeric_limits<A>::infinity(), shared);
-    // A row of -inf (or NaN) max: subtracting it would give NaN for finite rows; keep torch's
-    // behaviour of NaN only when the input has NaN or every element is -inf.
+    // A row whose max is -inf or NaN: subtracting it would give NaN for finite rows. Torch's
+    // behaviour stays: NaN only when the input has NaN or every element is -inf.
     A s = 0;
     for (std::int64_t j = threadIdx.x; j < g.len; j += blockDim.x) s += ::exp(load_acc(x[j * g.a_stride]) - m);
     s = block_reduce(s, sum_op{}, A(0), shared);

@@ -1,6 +1,6 @@
-// Op layer: tensor factories and random draws. Random draws reserve ceil(numel / 4) Philox
-// blocks from the generator (Note [Random formula] in random_formula.hpp), so two draws from
-// one generator differ and the same (seed, offset) gives the same tensor on CPU and CUDA.
+// Op layer: tensor factories and random draws. A random draw reserves ceil(numel / 4) Philox
+// blocks from the generator (Note [Random formula] in random_formula.hpp). So two draws from
+// one generator differ, and the same (seed, offset) gives the same tensor on CPU and CUDA.
 #include <cmath>
 #include <cstring>
 #include <numeric>

@@ -1,4 +1,4 @@
-// Op layer: the tensor's in-place methods (zero_, fill_, add_/sub_/mul_/div_) and item().
+// Op layer: the tensor's in-place methods (zero_, fill_, add_/sub_/mul_/div_).
 // In-place ops write through the tensor's own strides, bump the storage version counter and
 // record with in_place = true (Note [Op recording]). The result dtype must be the tensor's:
 // a floating result into an integer tensor is a dtype_mismatch, as in PyTorch.
@@ -100,12 +100,5 @@ tensor& tensor::div_(const tensor& other) { inplace_binary("div_", *this, other,
 tensor& tensor::add_(double value) { inplace_scalar("add_", *this, binary_op::add, value); return *this; }
 tensor& tensor::mul_(double value) { inplace_scalar("mul_", *this, binary_op::mul, value); return *this; }
 tensor& tensor::div_(double value) { inplace_scalar("div_", *this, binary_op::div, value); return *this; }
-
-double tensor::item() const {
-  if (numel() != 1)
-    throw error(errc::bad_argument, "item: expects a tensor with one element, got " + ops::describe(*this));
-  const tensor host = is_cpu() ? *this : cpu();
-  return visit_dtype(dtype(), [&](auto tag) { return to_double(*static_cast<const decltype(tag)*>(host.data_ptr())); });
-}
 
 }  // namespace troupe

@@ -1,6 +1,6 @@
 // Op layer: matmul (torch.matmul semantics), bmm and addmm. All reduce to the 3-d gemm kernel
-// [B, n, k] x [B, k, m] -> [B, n, m]: batch dims are broadcast with 0-strides (no copies), the
-// output is allocated uninitialised in its final shape and the kernel writes a 3-d view of it.
+// [B, n, k] x [B, k, m] -> [B, n, m]. Batch dims are broadcast with 0-strides, without copies.
+// The output is allocated uninitialised in its final shape; the kernel writes a 3-d view of it.
 #include "op_util.hpp"
 #include "troupe/tensors/elementwise.hpp"
 #include "troupe/tensors/linalg.hpp"
@@ -20,8 +20,8 @@ void check_operands(const char* op, const tensor& a, const tensor& b) {
   throw error(errc::shape_mismatch, std::string(op) + ": inner dimensions do not match: " + ops::describe(a) + " @ " + ops::describe(b));
 }
 
-// a2 [..., n, k] and b2 [..., k, m] (both >= 2-d): the product in shape batch + [n, m], less
-// the dims that a 1-d a or b did not have.
+// The product of a2 [..., n, k] and b2 [..., k, m], both at least 2-d. Its shape is
+// batch + [n, m], less the dims that a 1-d a or b did not have.
 tensor batched_product(const char* op, const tensor& a2, const tensor& b2, const tensor& a, const tensor& b) {
   const std::int64_t n = a2.size(-2), k = a2.size(-1), m = b2.size(-1);
   if (b2.size(-2) != k) inner_mismatch(op, a, b);

@@ -1,7 +1,8 @@
 #pragma once
-// Private: helpers shared by the op layer (tensors/src/ops/*.cpp) — input validation with
-// messages naming op, shapes, dtypes and devices; dtype casts that record no autograd; and the
-// one-line autograd recording helper (Note [Op recording] in autograd_hook.hpp).
+// Private: helpers shared by the op layer (tensors/src/ops/*.cpp). They are:
+// - input validation, with messages naming op, shapes, dtypes and devices;
+// - dtype casts that record no autograd;
+// - the one-line autograd recording helper (Note [Op recording] in autograd_hook.hpp).
 
 #include <string>
 #include <utility>

@@ -17,8 +17,11 @@
 /// `watch(workers)` connects to each worker (store lookup, connect, hello) so that the node
 /// monitors it even when it never calls it; a process group watches all its members.
 /// Note [lost peer re-admission]: a lost peer that answers again is re-admitted. The next call
-/// to it (and the next store call, for the store host) reconnects in one bounded attempt and
-/// succeeds; while it does not answer, each such call fails with peer_lost naming it. Losses
+/// to it (and the next store call, for the store host) reconnects within one bounded window
+/// and succeeds; while it does not answer, each such call fails with peer_lost naming it. In
+/// the window, a dial that nobody admits ends the try at once, unless the store names a newer
+/// address (a replacement's); a dial that a live peer admitted is made again (Note [CAF connect
+/// tick] in src/node.cpp). The window is connection_timeout, at least 1 s. Losses
 /// are never taken back: what failed stays failed, and a process group that lost a member
 /// stays broken (its collectives fail with peer_lost naming the member; make a new group).
 /// The peer sees the dropped links as losses of its own peers, so both sides fail alike and

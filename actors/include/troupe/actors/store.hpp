@@ -17,8 +17,8 @@
 /// Clients bound every request by its timeout plus a grace period and watch the store host, so a
 /// dead store host ends every pending call in `peer_lost` naming it (Note [store client] in
 /// src/store_client.cpp), never in a hang. Every node learns of that loss at once through its
-/// peer-loss events (`peer_events::store_host_lost()`); a later call reconnects in one bounded
-/// attempt and fails with `peer_lost` naming the store host while it does not answer (Note
+/// peer-loss events (`peer_events::store_host_lost()`); a later call reconnects within one bounded
+/// window and fails with `peer_lost` naming the store host while it does not answer (Note
 /// [lost peer re-admission]).
 
 #include <chrono>

@@ -13,9 +13,9 @@
 ///                                step (int64), generator seed and offset (uint64)
 /// Guarantees: the file is written to a temporary, fsynced and renamed over `path`
 /// (atomic_write_file), so a crash or an exception while saving leaves the previous checkpoint
-/// in place. Reading checks magic, version, length and checksum before the archive is parsed,
-/// so a truncated or bit-flipped file is rejected with checkpoint_corrupt, never half-loaded;
-/// the model and optimizer are only touched after the whole file decoded.
+/// in place. Reading checks magic, version, length and checksum before the archive is parsed.
+/// So a truncated or bit-flipped file is rejected with checkpoint_corrupt, never half-loaded.
+/// The model and optimizer are only touched after the whole file decoded.
 
 #include <cstdint>
 #include <string>

@@ -16,9 +16,9 @@
 /// Guarantees: every node runs at most once per pass, after all gradients into it are summed.
 /// Failure: the first exception stops the pass and reaches the caller as a troupe::error whose
 /// message names the node ("backward of mul: ..."); nodes already run keep their effects.
-/// Thread safety: an engine holds no state between calls; any number of threads may run
-/// backward concurrently on the same or different engines (graphs sharing nodes serialise on
-/// each node's run mutex).
+/// Thread safety: an engine holds no state between calls. Any number of threads may run
+/// backward concurrently on the same or different engines. Graphs sharing nodes serialise on
+/// each node's run mutex.
 
 #include <functional>
 #include <utility>
@@ -54,9 +54,11 @@ class engine {
 
   /// Accumulates the gradients of `roots` into the .grad of the leaves of their graph.
   /// `grad_roots` may be empty or hold undefined entries (ones for one-element roots).
-  /// Throws autograd_error (a root does not require grad; an implicit gradient for a root with
-  /// more than one element; second backward without retain_graph), shape_mismatch
-  /// (grad_root's shape differs from its root's), or a backward formula's error.
+  /// Throws:
+  /// - autograd_error: a root does not require grad; an implicit gradient for a root with more
+  ///   than one element; second backward without retain_graph;
+  /// - shape_mismatch: grad_root's shape differs from its root's;
+  /// - a backward formula's error.
   void backward(const tensor_list& roots, const tensor_list& grad_roots = {}, bool retain_graph = false) const;
 
   /// Returns the gradients of `outputs` w.r.t. `inputs` WITHOUT touching any .grad (only the

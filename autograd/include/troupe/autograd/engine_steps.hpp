@@ -1,9 +1,9 @@
 #pragma once
 /// \file engine_steps.hpp
-/// The steps every backward engine takes per node (the local engine, and the distributed FAST
-/// engine of dist_autograd/): run a node, hand its gradients to its next edges, and the order in
-/// which ready nodes run. Sharing them keeps error messages and CUDA stream ordering (Note
-/// [Backward streams] in src/engine_steps.cpp) the same in every engine.
+/// The steps every backward engine takes per node: run a node, hand its gradients to its next
+/// edges, and the order in which ready nodes run. The local engine and the distributed FAST
+/// engine of dist_autograd/ use them. Sharing them keeps error messages and CUDA stream
+/// ordering (Note [Backward streams] in src/engine_steps.cpp) the same in every engine.
 
 #include <unordered_map>
 #include <vector>
@@ -22,8 +22,8 @@ using input_buffers = std::unordered_map<grad_node*, tensor_list>;
 /// node (its own code, or autograd_error for other exceptions).
 tensor_list run_node(grad_node& n, tensor_list&& grads);
 
-/// Adds `out` (the gradients `n` returned) into the input buffers of `n`'s next edges, ordering
-/// CUDA streams between producer and consumer, and appends every next node whose dependency
+/// Adds `out`, the gradients `n` returned, into the input buffers of `n`'s next edges. It orders
+/// CUDA streams between producer and consumer. It appends every next node whose dependency
 /// count reaches zero to `ready`. Throws autograd_error when `out` does not match the edges.
 void deliver(grad_node& n, tensor_list&& out, input_buffers& buffers, dependency_counts& deps, std::vector<grad_node*>& ready);
 

@@ -2,18 +2,20 @@
 /// \file grad_node.hpp
 /// Nodes of the backward graph. A node takes the gradients of its forward op's outputs and
 /// returns the gradients of the forward op's inputs; `next_edges()[i]` says where gradient i
-/// flows. Kinds: `op_node` (an op recorded by the tensors layer), `accumulate_grad` (the sink of
-/// a leaf that requires grad), `graph_root` (the engine's start), and user/distributed nodes
-/// derived from `node` (send/recv functions of distributed autograd).
+/// flows. Kinds:
+/// - `op_node`: an op recorded by the tensors layer;
+/// - `accumulate_grad`: the sink of a leaf that requires grad;
+/// - `graph_root`: the engine's start;
+/// - user and distributed nodes derived from `node` (send/recv functions of distributed autograd).
 ///
 /// Note [Backward streams]
 /// ------------------------
 /// A node recorded while its inputs were CUDA tensors remembers the current stream of their
-/// device at that moment; the engine makes that stream current while the node runs, so the
+/// device at that moment. The engine makes that stream current while the node runs. So the
 /// backward kernels are ordered after the forward ones on the same stream (PyTorch's rule).
-/// When a gradient produced on one stream is consumed by a node of another stream, the engine
-/// records an event on the producer's stream and makes the consumer's stream wait on it before
-/// accumulating the gradient there (engine.cpp, order_streams):
+/// A gradient produced on one stream may be consumed by a node of another stream. Then the
+/// engine records an event on the producer's stream. The consumer's stream waits on it before
+/// the gradient is accumulated there (engine.cpp, order_streams):
 ///
 ///   producer (stream A) --grad--> [event on A; B waits] --> buffer add on B --> consumer (B)
 ///
@@ -177,9 +179,10 @@ class op_node final : public grad_node {
   bool released_ = false;
 };
 
-/// The sink of a leaf that requires grad: runs the leaf's tensor hooks, accumulates into its
-/// .grad (first gradient: a detached clone; later ones: added in place under no_grad), then runs
-/// its post-accumulate-grad hooks. All uses of a leaf in live graphs share one accumulate_grad.
+/// The sink of a leaf that requires grad. It runs the leaf's tensor hooks, then accumulates into
+/// its .grad, then runs its post-accumulate-grad hooks. The first gradient becomes a detached
+/// clone; later ones are added in place under no_grad. All uses of a leaf in live graphs share
+/// one accumulate_grad.
 class accumulate_grad final : public grad_node {
  public:
   explicit accumulate_grad(tensor leaf);

@@ -1,7 +1,8 @@
 #pragma once
 /// \file saved_variable.hpp
-/// A tensor saved by an op for its backward: a detached alias (shares storage and the version
-/// counter, no history) plus the version at save time, checked when the backward reads it.
+/// A tensor saved by an op for its backward. It is a detached alias: it shares storage and the
+/// version counter, and has no history. It keeps the version at save time, checked when the
+/// backward reads it.
 
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 #pragma once
 /// \file checkpointer.hpp
-/// Job-wide training checkpoints: every K steps each rank saves its part, and the job's step
-/// counts as saved only once every part is durable and rank 0 wrote the manifest. On start the
+/// Job-wide training checkpoints: every K steps each rank saves its part. The job's step counts
+/// as saved only once every part is durable and rank 0 wrote the manifest. On start the
 /// job loads the last complete checkpoint, so a restarted job resumes where it left off.
 ///
 /// Note [Job checkpoint]
@@ -25,13 +25,14 @@
 /// others fail in the allgather (peer_lost or timeout), and the launcher restarts the job.
 ///
 /// Restore (every rank, once, before training): rank 0 walks the step directories from the
-/// newest, skips each incomplete one with a message on stderr (manifest missing or torn, a part
-/// missing, short, with another checksum or failing to decode, another world size), and
-/// broadcasts the step it picked (or -1). Every rank then loads its own part of that step. The model and optimizer are
-/// loaded in place, so a DistributedDataParallel built before restore() keeps working.
+/// newest. It skips each incomplete one with a message on stderr: the manifest missing or torn,
+/// a part missing, short, with another checksum or failing to decode, or another world size. It
+/// broadcasts the step it picked, or -1. Every rank then loads its own part of that step. The
+/// model and optimizer are loaded in place, so a DistributedDataParallel built before restore()
+/// keeps working.
 ///
-/// Reads are bounded: the manifest is read only up to 64 KiB, a part only up to the size the
-/// manifest lists, and parts decode through decode_checkpoint, which checks lengths before it
+/// Reads are bounded. The manifest is read only up to 64 KiB, a part only up to the size the
+/// manifest lists. Parts decode through decode_checkpoint, which checks lengths before it
 /// allocates.
 #include <chrono>
 #include <cstdint>

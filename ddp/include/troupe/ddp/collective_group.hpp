@@ -68,9 +68,9 @@ class collective_group {
   /// Names the next collective issued on this group, e.g. "bucket 2", for its recorder entry and
   /// hang reports (Note [hang blame]); groups without a recorder ignore it.
   virtual void note_next(std::string note) { (void)note; }
-  /// Reports that this rank reached a fault point of the library ("forward", "backward",
-  /// "allreduce", "allreduce_done", "checkpoint") at `step` (Note [fault events] in
-  /// troupe/actors/fault_plan.hpp), so a plan may kill, pause or delay the rank there. Groups
+  /// Reports that this rank reached a fault point of the library at `step` (Note [fault events]
+  /// in troupe/actors/fault_plan.hpp). The points are "forward", "backward", "allreduce",
+  /// "allreduce_done" and "checkpoint". A plan may kill, pause or delay the rank there. Groups
   /// given process_group_options::fault_points pass it on; others ignore it.
   virtual void fault_point(const std::string& point, std::int64_t step) {
     (void)point;

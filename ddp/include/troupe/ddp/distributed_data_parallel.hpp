@@ -35,7 +35,8 @@ struct grad_bucket {
 };
 
 /// What a communication hook started: the work to wait for, and an optional step run after it
-/// completed (on the thread finishing backward) that leaves the averaged values in the buffer.
+/// completed. The step runs on the thread finishing backward and leaves the averaged values in
+/// the buffer.
 struct comm_result {
   work pending;
   std::function<void()> then;
@@ -95,15 +96,16 @@ struct reduction_timeline {
 /// and the group must outlive it.
 class distributed_data_parallel {
  public:
-  /// Parameters must be contiguous tensors on the group's device (device_mismatch naming the
-  /// parameter and both devices otherwise): CPU for a process_group, the rank's CUDA device for
-  /// an nccl_process_group (Note [DDP on CUDA] in grad_events.hpp). Parameters on one CUDA
-  /// device over a CPU group are reduced through a host_staged_group on that device
+  /// Parameters must be contiguous tensors on the group's device, else device_mismatch names
+  /// the parameter and both devices. The device is the CPU for a process_group and the rank's
+  /// CUDA device for an nccl_process_group (Note [DDP on CUDA] in grad_events.hpp). Parameters on
+  /// one CUDA device over a CPU group are reduced through a host_staged_group on that device
   /// (Note [Host-staged collectives]); comm hooks then see that group.
-  /// Checks that every rank has the same parameter names, shapes and dtypes (throws on every
-  /// rank: bad_argument for names or counts, shape_mismatch, dtype_mismatch, naming the first
-  /// difference and both ranks), broadcasts rank 0's parameters and buffers, builds the buckets
-  /// and registers one post-accumulate-grad hook per parameter. Blocks (collectives).
+  /// Checks that every rank has the same parameter names, shapes and dtypes. Otherwise it throws
+  /// on every rank, naming the first difference and both ranks: bad_argument for names or
+  /// counts, shape_mismatch, dtype_mismatch. Then it broadcasts rank 0's parameters and buffers,
+  /// builds the buckets and registers one post-accumulate-grad hook per parameter. Blocks
+  /// (collectives).
   distributed_data_parallel(std::shared_ptr<nn::unary_module> module, collective_group& group, ddp_options opts = {});
   /// The same for a module with several inputs (forward(tensor_list)).
   distributed_data_parallel(std::shared_ptr<nn::multi_input_module> module, collective_group& group, ddp_options opts = {});
@@ -111,10 +113,12 @@ class distributed_data_parallel {
   distributed_data_parallel(const distributed_data_parallel&) = delete;
   distributed_data_parallel& operator=(const distributed_data_parallel&) = delete;
 
-  /// Runs the module. Before it: checks that the previous backward reduced every parameter
-  /// (errc::autograd_error naming the parameters that got no gradient and telling to pass
-  /// find_unused_parameters=true), rebuilds the buckets once after the first iteration, and
-  /// broadcasts buffers. After it: prepare_for_backward on the output. Blocks (collectives).
+  /// Runs the module. Before it:
+  /// - checks that the previous backward reduced every parameter; else errc::autograd_error
+  ///   names the parameters that got no gradient and tells to pass find_unused_parameters=true;
+  /// - rebuilds the buckets once after the first iteration;
+  /// - broadcasts buffers.
+  /// After it: prepare_for_backward on the output. Blocks (collectives).
   tensor forward(const tensor& input);
   tensor operator()(const tensor& input) { return forward(input); }
   /// forward() with several inputs: a multi_input_module gets them all; a unary_module takes
@@ -160,8 +164,9 @@ class distributed_data_parallel {
   /// The timeline of the last synchronised backward.
   reduction_timeline last_timeline() const;
 
-  /// The step of the library's DDP fault points (Note [fault events]): the number of forward()
-  /// calls so far, under no_sync too, so the n-th forward of every rank is step n (from 0). The
+  /// The step of the library's DDP fault points (Note [fault events]). It is the number of
+  /// forward() calls so far, under no_sync too. So the n-th forward of every rank is step n
+  /// (from 0). The
   /// forward point of a call, and the backward and allreduce points of the backward it armed,
   /// report the count before the call.
   std::int64_t step() const;

@@ -1,8 +1,8 @@
 #pragma once
 /// \file env_process_group.hpp
 /// A process group from the launcher environment in one call, like torch's
-/// init_process_group("env://"): troupe-run (or any launcher) sets RANK, WORLD_SIZE,
-/// MASTER_ADDR, MASTER_PORT and TROUPE_JOB_TOKEN; every rank constructs an env_process_group.
+/// init_process_group("env://"). troupe-run, or any launcher, sets RANK, WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT and TROUPE_JOB_TOKEN. Every rank constructs an env_process_group.
 ///
 ///   troupe::ddp::env_process_group dist;           // joins the job, forms the group
 ///   dist.group().allreduce(t).wait();
@@ -45,8 +45,8 @@ class env_process_group {
   env_process_group& operator=(const env_process_group&) = delete;
 
   /// The group of every rank for the common collectives (what DDP takes): make_cpu_group's
-  /// choice, a hierarchical_group when the job spans hosts with several ranks on some host
-  /// (unless opts.transport names a transport), the process group otherwise. Throws
+  /// choice. That is a hierarchical_group when the job spans hosts with several ranks on some
+  /// host, unless opts.transport names a transport. Otherwise it is the process group. Throws
   /// invalid_state after shutdown().
   collective_group& collectives();
   /// The process group of every rank (every collective, send/recv, new_group): the

@@ -1,13 +1,14 @@
 #pragma once
 /// \file hierarchical_group.hpp
-/// A CPU collective group over several hosts with several ranks on each: shared memory within a
-/// host, TCP between hosts (Note [hierarchical allreduce]), and the factory that picks it.
+/// A CPU collective group over several hosts with several ranks on each, and the factory that
+/// picks it. It uses shared memory within a host and TCP between hosts (Note [hierarchical
+/// allreduce]).
 ///
 /// Note [hierarchical allreduce]
 /// -----------------------------
 /// The ranks are split by host identity (host name and boot id, published in the store). Each
-/// host's ranks form a shared-memory group ("<name>-l<host>"); the first rank of each host (its
-/// leader) joins a TCP group of the leaders ("<name>-x"); every rank joins a TCP group of all
+/// host's ranks form a shared-memory group ("<name>-l<host>"). The first rank of each host, its
+/// leader, joins a TCP group of the leaders ("<name>-x"). Every rank joins a TCP group of all
 /// ranks ("<name>-f", the flat group). An allreduce runs in three steps:
 ///
 ///   reduce to the leader (shared memory) --> allreduce among leaders (TCP ring, one rank per
@@ -20,8 +21,8 @@
 /// thread runs the collectives in issue order, each step waiting on the sub-group's work.
 ///
 /// Failure: the group watches every member through the node's peer-loss events (Note [group
-/// peer loss]); a lost member breaks every sub-group with peer_lost naming the lost rank, its
-/// host and that host's ranks, so every survivor fails within the node's connection timeout,
+/// peer loss]). A lost member breaks every sub-group with peer_lost naming the lost rank, its
+/// host and that host's ranks. So every survivor fails within the node's connection timeout,
 /// whichever step it waits in. A step that fails breaks the other sub-groups with its error, so
 /// ranks waiting for their leader do not wait for the timeout. The group is broken afterwards.
 

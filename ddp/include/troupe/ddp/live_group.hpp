@@ -1,7 +1,7 @@
 #pragma once
 /// \file live_group.hpp
-/// Live recovery of a data-parallel job: when a rank dies, the survivors keep their state, the
-/// launcher starts a replacement for the dead rank only (`troupe-run --restart rank`), and the
+/// Live recovery of a data-parallel job. When a rank dies, the survivors keep their state. The
+/// launcher starts a replacement for the dead rank only (`troupe-run --restart rank`). The
 /// replacement receives the current training state from a live peer. No checkpoint is read.
 ///
 /// Note [live recovery]

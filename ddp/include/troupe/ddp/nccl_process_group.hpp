@@ -8,8 +8,8 @@
 /// Bootstrap: rank 0 calls ncclGetUniqueId and publishes the 128 bytes (hex) under
 /// "troupe/nccl/<name>/unique_id" in the rendezvous store; the other ranks get() it within
 /// opts.timeout. Every rank then creates a *non-blocking* communicator (ncclConfig_t
-/// blocking = 0) and polls ncclCommGetAsyncError until it leaves ncclInProgress; at the deadline
-/// the communicator is aborted and errc::timeout thrown, so a rank that never comes cannot hang
+/// blocking = 0). It polls ncclCommGetAsyncError until it leaves ncclInProgress. At the deadline
+/// the communicator is aborted and errc::timeout thrown. So a rank that never comes cannot hang
 /// the others.
 ///
 /// One collective, on the calling thread:
@@ -28,8 +28,8 @@
 ///    out while NCCL still uses it.
 ///
 /// Before step 2, with opts.check_fingerprints, the ranks compare the collective's fingerprint
-/// through the store (Note [NCCL fingerprints] in store_checks.hpp): a mismatch fails the work
-/// with collective_mismatch on every rank before anything launches; a rank that never issues the
+/// through the store (Note [NCCL fingerprints] in store_checks.hpp). A mismatch fails the work
+/// with collective_mismatch on every rank before anything launches. A rank that never issues the
 /// collective fails it with timeout naming that rank, and the communicator is aborted.
 ///
 /// Failure: `work::wait(timeout)` polls `done` and ncclCommGetAsyncError. An asynchronous
@@ -38,28 +38,29 @@
 /// throws invalid_state naming the cause; recovery means building a new group under a new name.
 ///
 /// Peer loss: a group built on a node's store_client watches its members through the node
-/// (Note [group peer loss] in src/member_watch.hpp). A member the node declares lost (dead at
-/// once, frozen after node_options::connection_timeout) makes the watchdog abort the
-/// communicator at its next tick, so every work in flight fails with peer_lost naming the rank
-/// and its worker. A group on a file_store has no node and relies on the watchdog's timeout.
+/// (Note [group peer loss] in src/member_watch.hpp). The node declares a dead member lost at
+/// once, a frozen one after node_options::connection_timeout. A lost member makes the watchdog
+/// abort the communicator at its next tick. So every work in flight fails with peer_lost naming
+/// the rank and its worker. A group on a file_store has no node and relies on the watchdog's
+/// timeout.
 ///
 /// Note [NCCL watchdog]
 /// --------------------
 /// A watchdog thread per group polls the oldest collective in flight every
-/// clamp(timeout / 20, 10 ms, 1 s): an asynchronous NCCL error, or a collective still running
-/// opts.timeout after its launch, aborts the communicator and fails the work (nccl_failure,
-/// timeout), whether or not anybody waits on it. So a rank that dies or hangs inside a
-/// collective fails every other rank within about opts.timeout, never a hang.
+/// clamp(timeout / 20, 10 ms, 1 s). An asynchronous NCCL error aborts the communicator and fails
+/// the work (nccl_failure). So does a collective still running opts.timeout after its launch
+/// (timeout). This happens whether or not anybody waits on it. So a rank that dies or hangs
+/// inside a collective fails every other rank within about opts.timeout, never a hang.
 /// Assumes: one rank per device, the same collectives in the same order on every rank.
 ///
 /// Note [NCCL flight recorder]
 /// ---------------------------
-/// With opts.recorder (node::shared_recorder()), each launch begins a collective entry (name,
-/// sequence number, note_next's note or the description) and the entry ends when the
-/// completion is observed (a wait, a poll, or the watchdog's next tick), failed or not. A
-/// collective running past opts.blame_after gets one report from the watchdog (opts.on_blame,
-/// else stderr): its description, how long it runs, this rank's last completed collective and
-/// what the fingerprint check implies about the other ranks.
+/// With opts.recorder (node::shared_recorder()), each launch begins a collective entry: name,
+/// sequence number, note_next's note or the description. The entry ends when the completion is
+/// observed (a wait, a poll, or the watchdog's next tick), failed or not. A collective running
+/// past opts.blame_after gets one report from the watchdog (opts.on_blame, else stderr). The
+/// report holds its description, how long it runs, and this rank's last completed collective.
+/// It says what the fingerprint check implies about the other ranks.
 
 #include <chrono>
 #include <memory>
@@ -92,11 +93,11 @@ class nccl_work {
   nccl_work() = default;
   explicit nccl_work(std::shared_ptr<state> s) : state_(std::move(s)) {}
 
-  /// Blocks the calling thread until the collective completed on the device, polling the
-  /// completion event and the communicator's asynchronous error, then makes the caller's current
-  /// stream wait on the completion too. At the deadline, or on an NCCL error, aborts the
-  /// communicator and throws timeout / nccl_failure; invalid_state when the group was aborted
-  /// before (or for an empty handle); cuda_failure when the event query fails.
+  /// Blocks the calling thread until the collective completed on the device. It polls the
+  /// completion event and the communicator's asynchronous error. Then it makes the caller's
+  /// current stream wait on the completion too. At the deadline, or on an NCCL error, it aborts
+  /// the communicator and throws timeout / nccl_failure. Throws invalid_state when the group was
+  /// aborted before, or for an empty handle; cuda_failure when the event query fails.
   void wait(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
   /// Makes the calling thread's current stream of the group's device wait for the collective.
   /// Never blocks the host. Throws invalid_state for an empty handle, cuda_failure.
@@ -132,11 +133,14 @@ struct p2p_op {
 /// uint8: sum/avg/max are "or", product/min are "and"); avg on integers truncates.
 class nccl_process_group : public collective_group {
  public:
-  /// Bootstraps the communicator through `store` (blocks up to opts.timeout; only
-  /// opts.timeout and opts.check_fingerprints are used; with the latter the store must outlive
-  /// the group) and starts the watchdog (Note [NCCL watchdog]). Throws bad_argument (rank outside [0, world_size), bad name),
-  /// device_mismatch (`device` is not a visible CUDA device), cuda_failure, timeout (the unique
-  /// id or a rank never came), nccl_failure, not_supported (a build without NCCL).
+  /// Bootstraps the communicator through `store` and starts the watchdog (Note [NCCL watchdog]).
+  /// Blocks up to opts.timeout. Only opts.timeout and opts.check_fingerprints are used; with the
+  /// latter the store must outlive the group. Throws:
+  /// - bad_argument: rank outside [0, world_size), bad name;
+  /// - device_mismatch: `device` is not a visible CUDA device;
+  /// - cuda_failure, nccl_failure;
+  /// - timeout: the unique id or a rank never came;
+  /// - not_supported: a build without NCCL.
   nccl_process_group(store_client& store, int rank, int world_size, std::string name, troupe::device device,
                      process_group_options opts = {});
   /// The same bootstrap through a file_store (ranks on one host without a runtime node).
@@ -157,10 +161,13 @@ class nccl_process_group : public collective_group {
   troupe::device device() const noexcept override;
 
   /// In place: every rank's `t` becomes op(t over all ranks). Every collective validates on the
-  /// calling thread and throws: bad_argument (undefined, non-contiguous, bad rank, unsupported
-  /// dtype), device_mismatch (not on this group's device), shape_mismatch / dtype_mismatch
-  /// (sizes or dtypes that do not fit), invalid_state (the group was aborted), nccl_failure (the
-  /// launch failed: the group is aborted), timeout (the launch stayed in progress).
+  /// calling thread and throws:
+  /// - bad_argument: undefined, non-contiguous, bad rank, unsupported dtype;
+  /// - device_mismatch: not on this group's device;
+  /// - shape_mismatch / dtype_mismatch: sizes or dtypes that do not fit;
+  /// - invalid_state: the group was aborted;
+  /// - nccl_failure: the launch failed, and the group is aborted;
+  /// - timeout: the launch stayed in progress.
   work allreduce(tensor t, reduce_op op = reduce_op::sum) override;
   /// In place: every rank's `t` becomes `root`'s `t`.
   work broadcast(tensor t, int root) override;

@@ -7,10 +7,11 @@
 
 namespace troupe::ddp {
 
-/// Sets the hooks of `opts` that are still unset to `n`'s fault plan (TROUPE_FAULTS): the DDP and
-/// checkpoint points (`fault_points`), and the collective payload rules (`payload_faults`, only
-/// when the node has a transport hook). Without a plan the points are no-ops and payloads pay one
-/// branch. `n` must outlive every group built with `opts`. Never blocks.
+/// Sets the hooks of `opts` that are still unset to `n`'s fault plan (TROUPE_FAULTS). They are
+/// the DDP and checkpoint points (`fault_points`) and the collective payload rules
+/// (`payload_faults`, only when the node has a transport hook). Without a plan the points are
+/// no-ops and payloads pay one branch. `n` must outlive every group built with `opts`. Never
+/// blocks.
 void use_node_faults(node& n, process_group_options& opts);
 
 }  // namespace troupe::ddp

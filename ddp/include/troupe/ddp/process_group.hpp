@@ -1,10 +1,11 @@
 #pragma once
 /// \file process_group.hpp
 /// Process groups: collectives (allreduce, broadcast, allgather, reduce_scatter, reduce, gather,
-/// scatter, all_to_all, barrier, send/recv) over a fixed set of ranks, and subgroups of them, created from the rendezvous store. The CPU backend moves
-/// every byte through shared memory on one host (Note [shm collectives] in shm_transport.hpp)
-/// or over a direct TCP ring across hosts (Note [tcp ring] in tcp_transport.hpp; see
-/// process_group_options::transport); the store and the CAF connection carry only the rendezvous.
+/// scatter, all_to_all, barrier, send/recv) over a fixed set of ranks, and subgroups of them,
+/// created from the rendezvous store. The CPU backend moves every byte through shared memory on
+/// one host (Note [shm collectives] in shm_transport.hpp). Across hosts it uses a direct TCP ring
+/// (Note [tcp ring] in tcp_transport.hpp; see process_group_options::transport). The store and
+/// the CAF connection carry only the rendezvous.
 ///
 /// Every collective is asynchronous: it returns a `work` at once and a per-group worker thread
 /// runs the collectives in issue order (several in flight complete in that order). The tensors
@@ -73,7 +74,7 @@ struct process_group_options {
   /// prints it on stderr.
   std::function<void(const std::string&)> on_blame;
   /// NCCL: compare every collective's fingerprint across ranks through the store before it
-  /// launches (Note [NCCL fingerprints]); costs one store write and world_size - 1 reads per
+  /// launches (Note [NCCL fingerprints]). It costs one store write and world_size - 1 reads per
   /// collective, and the store must outlive the group. CPU groups always compare, in band.
   bool check_fingerprints = true;
   /// Receives the library's fault points (collective_group::fault_point); env_process_group
@@ -97,10 +98,10 @@ struct process_group_options {
 /// different op, dtype or size into errc::collective_mismatch on every rank, not a hang).
 class process_group : public collective_group {
  public:
-  /// Rendezvous through `store` (blocks up to opts.timeout; the group keeps using it for hang
-  /// blame, so it must outlive the group): each rank maps one shared segment
-  /// and publishes its name and pid under "troupe/pg/<name>/<rank>"; every rank maps every
-  /// peer's segment, then the names are unlinked (nothing leaks if a process dies later).
+  /// Rendezvous through `store`; blocks up to opts.timeout. The group keeps using the store for
+  /// hang blame, so it must outlive the group. Each rank maps one shared segment and publishes
+  /// its name and pid under "troupe/pg/<name>/<rank>". Every rank maps every peer's segment.
+  /// Then the names are unlinked, so nothing leaks if a process dies later.
   /// Throws bad_argument (rank outside [0, world_size), bad name), timeout (a rank never came),
   /// io_error (a segment cannot be made or mapped).
   process_group(store_client& store, int rank, int world_size, std::string name, process_group_options opts = {});
@@ -122,8 +123,10 @@ class process_group : public collective_group {
   /// dtype. Every collective validates its arguments on the calling thread and throws at once
   /// (bad_argument: undefined, non-contiguous, bad rank; device_mismatch: CUDA; shape_mismatch:
   /// sizes that do not fit), consuming no sequence number. Errors of the run come through the
-  /// work: collective_mismatch (ranks disagree; the group stays usable), peer_lost (a rank died
-  /// or failed), timeout (the group is broken afterwards: later works fail at once).
+  /// work:
+  /// - collective_mismatch: ranks disagree; the group stays usable;
+  /// - peer_lost: a rank died or failed;
+  /// - timeout: the group is broken afterwards, and later works fail at once.
   work allreduce(tensor t, reduce_op op = reduce_op::sum) override;
   /// In place: every rank's `t` becomes `root`'s `t`.
   work broadcast(tensor t, int root) override;
@@ -156,10 +159,10 @@ class process_group : public collective_group {
   /// Like barrier(), but when it does not complete within `timeout` the error (errc::timeout)
   /// names the ranks that did not arrive. Blocks the calling thread.
   void monitored_barrier(std::chrono::milliseconds timeout) override;
-  /// Breaks the group as a lost member does (Note [group peer loss]): this rank's running and
-  /// later collectives fail with peer_lost carrying `reason`, then the group aborts, so the
-  /// peers' waits on this rank fail with peer_lost too. Never blocks; thread-safe. Groups composed of process groups use it to fail
-  /// every part when one part fails.
+  /// Breaks the group as a lost member does (Note [group peer loss]). This rank's running and
+  /// later collectives fail with peer_lost carrying `reason`. Then the group aborts, so the
+  /// peers' waits on this rank fail with peer_lost too. Never blocks; thread-safe. Groups
+  /// composed of process groups use it to fail every part when one part fails.
   void break_group(const std::string& reason) noexcept;
   /// Sends `t` to rank `dst`; messages between a pair with the same tag arrive in order. A send
   /// larger than the mailbox completes only when `dst` runs the matching recv.
@@ -169,9 +172,9 @@ class process_group : public collective_group {
   work recv(tensor t, int src, int tag = 0);
 
   /// A zero-filled contiguous CPU tensor that lives in this rank's shared arena, mapped by every
-  /// rank of the group (Note [shm zero copy]): an allreduce of such tensors (or of contiguous
-  /// views of them) on every rank reads the peers' data in place, with no copy in or out of
-  /// staging slots. Any tensor op works on it; it may outlive the group. Falls back to an
+  /// rank of the group (Note [shm zero copy]). An allreduce of such tensors on every rank reads
+  /// the peers' data in place, with no copy in or out of staging slots. Contiguous views of them
+  /// do so too. Any tensor op works on it; it may outlive the group. Falls back to an
   /// ordinary zero tensor (same results, the copying path) with the TCP transport, or when the
   /// arena is full or disabled. Never blocks on peers; thread-safe. Throws bad_argument for a
   /// negative size.
@@ -182,9 +185,9 @@ class process_group : public collective_group {
   tensor make_buffer(shape_t shape, troupe::dtype dt) override;
 
   /// A subgroup of the ranks in `ranks` (this group's numbering), like torch's new_group. Every
-  /// rank of this group calls it, in the same order and with the same `ranks`: it first checks
-  /// that they agree (one allgather on this group; errc::collective_mismatch on every rank
-  /// when they do not), then the members meet through `store` as a new group named
+  /// rank of this group calls it, in the same order and with the same `ranks`. It first checks
+  /// that they agree with one allgather on this group; errc::collective_mismatch on every rank
+  /// when they do not. Then the members meet through `store` as a new group named
   /// "<name>-g<k>" (k counts this group's new_group calls). A member's rank in the subgroup is
   /// its position in the sorted `ranks`; a rank not in `ranks` gets nullopt. Blocks up to
   /// opts.timeout. Throws bad_argument for an empty list, a duplicate, or a rank outside the

@@ -44,8 +44,8 @@ class work {
   /// When the collective finished (steady clock); nullopt while it runs. Never blocks.
   std::optional<std::chrono::steady_clock::time_point> completed_at() const;
   /// Orders what the calling thread enqueues next after the collective. A device work (NCCL)
-  /// makes the thread's current stream of the group's device wait on it and never blocks the
-  /// host; a CPU work is waited for (`wait()` with its default timeout). Throws as wait().
+  /// makes the thread's current stream of the group's device wait on it; it never blocks the
+  /// host. A CPU work is waited for (`wait()` with its default timeout). Throws as wait().
   void synchronize_stream() const;
 
  private:

@@ -14,13 +14,14 @@
 ///
 /// Note [dist autograd recording]
 /// The container installs a call interceptor on its node (Note [call interceptor]). While a
-/// context is current on the calling thread, every RPC (rpc_sync / rpc_async, remote, RRef
-/// methods, to_here) carries meta bytes (context id, message id, sender, one requires-grad flag
-/// per tensor of the payload). When a tensor of the payload requires grad, the sender records a
-/// send_function and the receiver a recv_function under (context id, message id); the same holds
-/// for the response. A served call runs with the caller's context current, so RPCs the callee
-/// makes propagate it; a worker that sees a context id for the first time creates the context and
-/// remembers the caller as a worker involved (and the caller remembers the callee).
+/// context is current on the calling thread, every RPC carries meta bytes. RPCs are rpc_sync /
+/// rpc_async, remote, RRef methods and to_here. The meta bytes are the context id, message id,
+/// sender, and one requires-grad flag per tensor of the payload. When a tensor of the payload
+/// requires grad, the sender records a send_function and the receiver a recv_function under
+/// (context id, message id). The same holds for the response. A served call runs with the
+/// caller's context current, so RPCs the callee makes propagate it. A worker that sees a context
+/// id for the first time creates the context. It remembers the caller as a worker involved, and
+/// the caller remembers the callee.
 ///
 ///   worker0 (ctx current)                          worker1
 ///   rpc(x) --meta{ctx, m1, worker0, [1]}----------> recv_fn m1 = grad_fn(x')   [ctx current]
@@ -31,8 +32,8 @@
 /// CAF actor owning the context's record (Note [context actor], src/context_actor.hpp). The
 /// context actors exchange typed messages with their peers' service actors, published as
 /// "troupe.dist_autograd.service" (Note [dist autograd service], src/service.hpp). Release:
-/// ~context (or release()) drops the context here and its actor sends a release_request to every
-/// worker involved (in parallel, retried on actor timers with backoff on timeout); a worker
+/// ~context (or release()) drops the context here. Its actor sends a release_request to every
+/// worker involved, in parallel, retried on actor timers with backoff on timeout. A worker
 /// forwards it to its own peers. Unknown ids are ignored; a released id is remembered for a while
 /// so a late message does not recreate it (idempotent). Destroy the container before its node
 /// shuts down (it stops its actors).
@@ -132,12 +133,14 @@ class container {
   context_id current_context() const;
 
   /// Runs the distributed backward of `roots` (local one-element tensors, gradient 1) in context
-  /// `ctx`; returns when every worker's part and every propagation finished. Throws
-  /// autograd_error for a root that does not require grad or has more than one element,
-  /// bad_argument for an unknown context, or the first error of any worker (remote_exception with
-  /// the remote text, peer_lost naming the worker, timeout). A failed backward releases the
-  /// context on the other workers (the local one stays until the context ends). Reports the
-  /// fault point "backward" at step n for its n-th call on this container (Note [fault events]).
+  /// `ctx`; returns when every worker's part and every propagation finished. Throws:
+  /// - autograd_error for a root that does not require grad or has more than one element;
+  /// - bad_argument for an unknown context;
+  /// - the first error of any worker: remote_exception with the remote text, peer_lost naming
+  ///   the worker, timeout.
+  /// A failed backward releases the context on the other workers; the local one stays until
+  /// the context ends. Reports the fault point "backward" at step n for its n-th call on this
+  /// container (Note [fault events]).
   void backward(context_id ctx, const tensor_list& roots, bool retain_graph = false);
   /// The gradients accumulated in `ctx` on this worker (a copy). Throws bad_argument for an
   /// unknown context.

@@ -3,12 +3,12 @@
 /// The graph nodes that stitch local autograd graphs across an RPC (Note [send and recv]).
 ///
 /// Note [send and recv]
-/// When tensors that require grad travel in an RPC inside a context, the sender records a
-/// send_function whose next edges are the sent tensors' gradient edges, and the receiver records
-/// a recv_function that becomes the grad_fn of the received tensors. Both are stored in their
+/// Tensors that require grad may travel in an RPC inside a context. Then the sender records a
+/// send_function whose next edges are the sent tensors' gradient edges. The receiver records a
+/// recv_function that becomes the grad_fn of the received tensors. Both are stored in their
 /// worker's context under the same (context id, message id). In backward, the receiver's
-/// recv_function hands the gradients of the received tensors to a callback, which sends them
-/// to the sender (PropagateGradients); the sender then runs the matching send_function's
+/// recv_function hands the gradients of the received tensors to a callback. The callback sends
+/// them to the sender (PropagateGradients). The sender then runs the matching send_function's
 /// subgraph with those gradients as roots.
 
 #include <cstdint>
@@ -30,11 +30,11 @@ using message_id = std::uint64_t;
 ///
 /// Note [Gradients keep their device]
 /// A gradient that comes back over RPC may arrive on another device than the tensor that was
-/// sent (RPC stages CUDA tensors through the host where no device map covers the way back).
+/// sent. RPC stages CUDA tensors through the host where no device map covers the way back.
 /// send_function remembers each sent tensor's device and moves an arriving gradient there, so
 /// the local backward sees it where the forward ran. The copy to a CUDA device runs on the
-/// backward thread's current stream of that device (Note [Current stream]), the stream the
-/// engine runs the send_function's node on, so the nodes after it see the gradient in order.
+/// backward thread's current stream of that device (Note [Current stream]). That is the stream
+/// the engine runs the send_function's node on, so the nodes after it see the gradient in order.
 class send_function final : public grad_node {
  public:
   /// `edges[i]` is the gradient edge of the i-th sent tensor (invalid if it needs no grad);

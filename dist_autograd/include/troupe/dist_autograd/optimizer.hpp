@@ -11,16 +11,17 @@
 ///   { context ctx(dist); ...forward through RPC...; dist.backward(ctx.id(), {loss}); opt.step(ctx.id()); }
 ///
 /// Note [distributed optimizer]
-/// A parameter is a live leaf tensor on its owner, registered in the owner's container under the
-/// id of an owner-local rref<tensor> (make_parameter); functions on the owner use the leaf itself
-/// (local_parameter), so gradients recorded by distributed autograd refer to it. Constructing a
-/// distributed_optimizer creates one local functional optimizer per owner over the parameters it
-/// owns (an optim_create request to the owner's dist autograd service actor, Note [dist autograd
-/// service]); step(ctx) asks every owner at once (optim_step) to apply the gradients that context
-/// accumulated there; steps on one owner are serialised (one mutex per owner), steps on different
-/// owners run concurrently. After a step the owner also rewrites the rref's stored value, so to_here() sees
-/// the updated parameter. Parameters without a gradient in the context are skipped. Steps are
-/// user-visible updates and are NOT retried (a lost step fails with timeout / peer_lost).
+/// A parameter is a live leaf tensor on its owner. It is registered in the owner's container
+/// under the id of an owner-local rref<tensor> (make_parameter). Functions on the owner use the
+/// leaf itself (local_parameter), so gradients recorded by distributed autograd refer to it.
+/// Constructing a distributed_optimizer creates one local functional optimizer per owner over
+/// the parameters it owns. It does so with an optim_create request to the owner's dist autograd
+/// service actor (Note [dist autograd service]). step(ctx) asks every owner at once (optim_step)
+/// to apply the gradients that context accumulated there. Steps on one owner are serialised (one
+/// mutex per owner); steps on different owners run concurrently. After a step the owner also
+/// rewrites the rref's stored value, so to_here() sees the updated parameter. Parameters without
+/// a gradient in the context are skipped. Steps are user-visible updates and are NOT retried (a
+/// lost step fails with timeout / peer_lost).
 ///
 ///   trainer --optim_step{opt, ctx}--> owner A service: grads of ctx on A -> sgd/adam step -> optim_reply
 ///          \--optim_step{opt, ctx}--> owner B service: ...                                 -> optim_reply

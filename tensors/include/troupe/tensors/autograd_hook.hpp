@@ -1,9 +1,9 @@
 #pragma once
 /// \file autograd_hook.hpp
 /// The seam between the tensor library and the autograd layer. The tensors layer knows nothing
-/// of graphs or engines: every differentiable op describes itself as an `op_record` (inputs,
-/// outputs, saved tensors and a backward formula written with tensor ops) and hands it to the
-/// autograd metadata of its first input that requires grad. The autograd layer implements
+/// of graphs or engines. Every differentiable op describes itself as an `op_record`: inputs,
+/// outputs, saved tensors and a backward formula written with tensor ops. It hands the record to
+/// the autograd metadata of its first input that requires grad. The autograd layer implements
 /// `autograd_meta_interface` and turns records into graph nodes.
 ///
 /// Note [Op recording]
@@ -15,9 +15,10 @@
 ///                                            are the inputs' (grad_fn, output_nr) or their
 ///                                            AccumulateGrad, and gives `out` metadata
 ///                                            (grad_fn = node, output_nr = i)
-/// The backward formula is called by the engine with grad mode disabled; it receives the saved
-/// tensors (after the autograd layer checked their versions) and the output gradients, and
-/// returns one gradient per input (undefined where needs_input_grad is false or no gradient).
+/// The engine calls the backward formula with grad mode disabled. The formula receives the
+/// saved tensors, after the autograd layer checked their versions, and the output gradients.
+/// It returns one gradient per input. A gradient is undefined where needs_input_grad is false
+/// or there is none.
 /// In-place ops record with `in_place = true` and outputs = {self}: the autograd layer rebases
 /// self's history onto the new node.
 
@@ -99,9 +100,9 @@ bool should_record(std::initializer_list<const tensor*> inputs);
 bool should_record(const tensor_list& inputs);
 /// Hands `rec` to the metadata of the first input that requires grad.
 void record_op(op_record&& rec);
-/// Checks, before an in-place op `op` writes into `self` (with `others` as further inputs),
-/// that autograd allows it; no-op when grad mode is off or no tensor involved has autograd
-/// metadata. Throws what autograd_meta_interface::check_in_place throws.
+/// Checks that autograd allows the in-place op `op` to write into `self`, with `others` as
+/// further inputs; call it before the write. A no-op when grad mode is off or no tensor involved
+/// has autograd metadata. Throws what autograd_meta_interface::check_in_place throws.
 void check_in_place(const tensor& self, std::initializer_list<const tensor*> others, const char* op);
 
 }  // namespace troupe

@@ -5,17 +5,18 @@
 /// archives (boost/archive/binary_[io]archive.hpp); include boost/serialization/map.hpp and
 /// string.hpp as well to archive a whole state_dict.
 ///
-/// A tensor is archived as a record (Note [Tensor file format] in serialization.hpp): record
-/// version, defined flag, dtype, rank, sizes, byte count, checksum64 of the bytes, then the bytes
-/// as one binary blob — never element by element. CUDA tensors are copied to the host for saving;
+/// A tensor is archived as a record (Note [Tensor file format] in serialization.hpp). The record
+/// holds the record version, the defined flag, dtype, rank, sizes, byte count and checksum64 of the
+/// bytes. Then come the bytes as one binary blob, never element by element. CUDA tensors are
+/// copied to the host for saving;
 /// loaded tensors are contiguous CPU tensors. Loading validates every field and the checksum and
 /// throws troupe::error(checkpoint_corrupt) on a bad record; Boost itself throws
 /// boost::archive::archive_exception when the input ends early.
 ///
 /// Allocation bound: a corrupted byte count must not make the loader allocate more than the
 /// input holds. Call bound_tensor_loads(ar, streambuf) after opening an input archive over a
-/// seekable stream and every tensor's size is checked against the bytes left; without it, large
-/// tensors are read in chunks, so memory grows only with bytes actually read.
+/// seekable stream. Then every tensor's size is checked against the bytes left. Without it,
+/// large tensors are read in chunks, so memory grows only with bytes actually read.
 
 #include <algorithm>
 #include <cstdint>

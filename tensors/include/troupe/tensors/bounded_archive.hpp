@@ -3,8 +3,8 @@
 /// A Boost binary input archive that never allocates more than its input can fill.
 ///
 /// Note [bounded archive]
-/// boost::archive::binary_iarchive trusts every length it reads: a collection count or a string
-/// length is allocated (resize) before a single element is read, so a few crafted bytes can ask
+/// boost::archive::binary_iarchive trusts every length it reads. A collection count or a string
+/// length is allocated (resize) before a single element is read. So a few crafted bytes can ask
 /// for gigabytes. bounded_iarchive reads the same format (written by binary_oarchive) and checks
 /// each such length against the bytes left in its input before anything is allocated:
 ///   * a collection (vector, map, set, ...) of n elements needs n <= bytes left (every element

@@ -14,9 +14,9 @@
 /// process-wide mutable stream state). Its initial value is the device's default (legacy null)
 /// stream. `stream_guard` swaps in a stream for a scope and restores the previous one.
 /// Memory from the caching allocator is tagged with the stream that was current when it was
-/// allocated and is reused only for allocations on that same stream (Note [Caching allocator]
-/// in tensors/src/cuda/allocator.cpp), so a tensor used on another stream must be synchronised
-/// by the user with events (as in PyTorch without record_stream).
+/// allocated. It is reused only for allocations on that same stream (Note [Caching allocator]
+/// in tensors/src/cuda/allocator.cpp). So the user synchronises a tensor used on another
+/// stream with events, as in PyTorch without record_stream.
 
 #include <chrono>
 #include <cstddef>

@@ -1,9 +1,11 @@
 #pragma once
 /// \file safetensors.hpp
-/// Reading and writing the `.safetensors` format: an 8-byte little-endian header length N, an
-/// N-byte JSON header `{"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
-/// ..., "__metadata__": {"key": "value"}}`, then the raw little-endian bytes (offsets relative to
-/// the start of the data). Supported dtype codes: F32 F64 F16 BF16 I32 I64 U8 BOOL.
+/// Reading and writing the `.safetensors` format. A file holds, in order:
+/// - an 8-byte little-endian header length N;
+/// - an N-byte JSON header `{"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin,
+///   end]}, ..., "__metadata__": {"key": "value"}}`;
+/// - the raw little-endian bytes; offsets are relative to the start of the data.
+/// Supported dtype codes: F32 F64 F16 BF16 I32 I64 U8 BOOL.
 
 #include <map>
 #include <string>
@@ -21,9 +23,10 @@ using safetensors_metadata = std::map<std::string, std::string>;
 void save_safetensors(const state_dict& sd, const std::string& path, const safetensors_metadata& metadata = {});
 
 /// Reads every tensor of a .safetensors file as contiguous CPU tensors. Blocks.
-/// Validates the header length, the JSON, every entry (dtype, shape, offsets in range,
-/// contiguous and non-overlapping, covering the whole data section, shape x dtype size equal to
-/// the byte span) and bool bytes. Errors: io_error when the file cannot be read;
+/// Validates the header length, the JSON, every entry and bool bytes. An entry needs a valid
+/// dtype, a shape, and offsets in range. The entries are contiguous and non-overlapping and
+/// cover the whole data section. Each entry's shape x dtype size equals its byte span.
+/// Errors: io_error when the file cannot be read;
 /// checkpoint_corrupt "<path>: <what>" for an invalid file; not_supported for a valid dtype
 /// code Troupe has no dtype for (F8_E4M3, I16, ...).
 state_dict load_safetensors(const std::string& path);

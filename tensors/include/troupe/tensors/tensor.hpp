@@ -14,12 +14,10 @@
 #include "troupe/tensors/device.hpp"
 #include "troupe/tensors/dtype.hpp"
 #include "troupe/tensors/error.hpp"
+#include "troupe/tensors/shape.hpp"
 #include "troupe/tensors/storage.hpp"
 
 namespace troupe {
-
-/// Sizes or strides (strides are in elements, not bytes).
-using shape_t = std::vector<std::int64_t>;
 
 class tensor;
 using tensor_list = std::vector<tensor>;
@@ -38,9 +36,6 @@ struct tensor_impl {
   /// Autograd metadata; created and interpreted by the autograd layer only.
   std::shared_ptr<autograd_meta_interface> autograd_meta;
 };
-
-/// "[2, 3]"
-std::string shape_to_string(const shape_t& s);
 
 class tensor {
  public:
@@ -191,17 +186,6 @@ tensor operator-(double a, const tensor& b);
 tensor operator*(double a, const tensor& b);
 tensor operator/(double a, const tensor& b);
 tensor operator-(const tensor& a);
-
-/// Contiguous strides for `sizes`.
-shape_t contiguous_strides(const shape_t& sizes);
-/// Product of sizes. Throws bad_argument naming the shape when a size is negative or the product
-/// of the non-zero sizes does not fit in an int64 (so contiguous strides never overflow).
-std::int64_t numel_of(const shape_t& sizes);
-/// Bytes of a contiguous tensor of `sizes` and `dt`; throws bad_argument as numel_of does, and
-/// when the byte count does not fit in an int64.
-std::int64_t nbytes_of(const shape_t& sizes, dtype dt);
-/// Shape of broadcasting a with b (NumPy rules); throws shape_mismatch naming `op` and both shapes.
-shape_t broadcast_shapes(const shape_t& a, const shape_t& b, const char* op);
 
 /// Wraps an existing tensor impl into a fresh tensor with the given geometry over the same
 /// storage (no autograd recording). Used by view ops and by kernels.

@@ -9,7 +9,7 @@ namespace troupe::nn {
 
 /// In training mode zeroes each element with probability p and scales the rest by 1 / (1 - p);
 /// in eval mode (or p == 0) the identity. The mask is drawn from `gen`, which the module
-/// references: the caller keeps it alive, and saving it (save_checkpoint) makes the masks of a
+/// references; the caller keeps it alive. Saving it (save_checkpoint) makes the masks of a
 /// resumed run equal to those of an uninterrupted one.
 class dropout : public unary_module {
  public:

@@ -19,10 +19,10 @@
 namespace troupe::nn {
 
 /// A container of named parameters, buffers and child modules (torch.nn.Module without forward;
-/// layers with one input derive from `unary_module`, with several from `multi_input_module`). Not copyable: parameters are tensors with
-/// identity (optimizers and DDP hold them by handle), so change their values in place
-/// (load_state_dict, copy_ under no_grad) rather than assigning a new tensor to a layer's public
-/// member, which the registry would not see. Not thread-safe.
+/// layers with one input derive from `unary_module`, with several from `multi_input_module`).
+/// Not copyable: parameters are tensors with identity; optimizers and DDP hold them by handle.
+/// So change their values in place (load_state_dict, copy_ under no_grad). Do not assign a new
+/// tensor to a layer's public member: the registry would not see it. Not thread-safe.
 class module {
  public:
   module() = default;

@@ -1,8 +1,8 @@
 #pragma once
 /// \file optimizer.hpp
-/// The optimizer base: the parameters it updates, their per-parameter state, its hyperparameters,
-/// and two ways to step — from each parameter's `.grad`, or functionally from explicit gradients
-/// (the distributed optimizer passes gradients from a distributed autograd context).
+/// The optimizer base: the parameters it updates, their per-parameter state, its hyperparameters.
+/// It steps in two ways: from each parameter's `.grad`, or functionally from explicit gradients.
+/// The distributed optimizer passes gradients from a distributed autograd context.
 
 #include <cstddef>
 #include <map>
