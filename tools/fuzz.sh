@@ -6,7 +6,7 @@
 # runs, or after 3 x SECONDS. FUZZ_ON_FINDING=report prints findings but exits 0 (the replay of
 # regressions and seeds still fails the build that runs it); by hand only, for a round whose
 # findings are to be looked at later. FUZZ_REPORT_ONLY="h1 h2": the same for those harnesses
-# alone (CI's for the harnesses whose round is not yet deterministic, see the note).
+# alone (for a harness whose round is not deterministic, see the note).
 # Each harness starts from its regressions, its committed seeds, freshly written seeds and what
 # earlier runs in BUILD_DIR found. Exits 1 when any harness finds a crash, a leak, undefined
 # behaviour, a timeout or an out-of-memory; the input is kept in BUILD_DIR/fuzz/artifacts/<harness>/.
@@ -25,13 +25,14 @@
 # starting input goes in -seed_inputs, and the corpus folder libFuzzer reads and writes is a new
 # empty one, whose inputs join BUILD_DIR/fuzz/work/<harness>/ after the run. A round of a
 # fresh BUILD_DIR (CI's) therefore finds here what it finds there.
-# Shown (three rounds from an empty work folder, ASLR on, the same cov/ft/corpus): frame,
-# fragment, fault_plan. Not yet: codec, actor_message, tensor_file, safetensors, checkpoint,
-# whose coverage still depends on addresses (with ASLR off two rounds agree; with it on they
-# differ from the first pass over the seeds). Known causes: the tensor allocator's table keyed
-# by address (its file is built without coverage here: tensors/CMakeLists.txt) and the codec's
-# test of a payload's alignment (Note [adopted payload]); CI reports their findings
-# (FUZZ_REPORT_ONLY in .ci/run) until the rest is found.
+# Shown for every harness: three rounds from an empty work folder, ASLR on, end with the same
+# cov/ft/corpus. What made rounds differ is kept out of the fuzz build: UBSan's vptr check (a
+# cache of vtable addresses, whose misses depend on the load address), the stack depth coverage
+# (the deepest stack offset moves with the stack's random start), both in the top-level
+# CMakeLists.txt, and the coverage of the tensor allocator, whose table is keyed by address
+# (tensors/CMakeLists.txt). The codec's test of a payload's alignment (Note [adopted payload])
+# depends on the input alone: ASan's heap blocks are 16-byte aligned. FUZZ_REPORT_ONLY is for
+# a harness whose round is found to differ again, until the cause is kept out.
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 BUILD_DIR SECONDS [HARNESS...]" >&2; exit 2; }
 build=$(cd "$1" && pwd)
