@@ -12,8 +12,9 @@
 namespace troupe {
 
 reply_reader::reply_reader(node& n, const caf::actor& dest) {
-  if (!dest || dest->node() == n.system().node()) return;
+  if (!dest) return;
   try {
+    if (dest->node() == n.system().node()) return;
     auto& remote = n.remote_actors();
     conn_ = remote.channel_of(dest->node());
     channel_ = remote.channel();
