@@ -110,18 +110,21 @@ void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   lock.lock();
   leading_ = false;
   for (std::size_t i = 1; i < got.jobs.size(); ++i) jobs_.push_back(std::move(got.jobs[i]));
+  const bool posted = got.jobs.empty() && !jobs_.empty();  // a job posted while this thread led
   lock.unlock();
   led_cv_.notify_all();  // set_source may wait for the lead to be free
-  // One follower takes the lead, one more per queued job; nobody when this thread only runs quick
-  // jobs and leads again (an empty read wakes one, so a posted job is not missed).
-  const std::size_t wake = got.jobs.empty() ? (got.quick.empty() ? 1 : 0) : got.jobs.size();
+  // One follower takes the lead, one more per queued job. Nobody when this thread leads again
+  // next: it read only quick jobs, or nothing (an actor frame, an interrupt) while no job waits.
+  // A read of nothing with a posted job waiting wakes one to lead: this thread runs that job.
+  const std::size_t wake = got.jobs.empty() ? (posted && got.quick.empty() ? 1 : 0) : got.jobs.size();
   for (std::size_t i = 0; i < wake; ++i) cv_.notify_one();
-  if (wake == 0) {  // long_work_ahead() or the watchdog may still wake one (Note [predicted quick])
+  const bool quick_phase = wake == 0 && !got.quick.empty();
+  if (quick_phase) {  // long_work_ahead() or the watchdog may still wake one (Note [predicted quick])
     tls_quick_leader = this;
     begin_quick_phase();
   }
   for (auto& job : got.quick) job();
-  if (wake == 0) quick_phase_.fetch_add(1, std::memory_order_release);  // even: over
+  if (quick_phase) quick_phase_.fetch_add(1, std::memory_order_release);  // even: over
   tls_quick_leader = nullptr;
   if (!got.jobs.empty()) got.jobs.front()();
   lock.lock();

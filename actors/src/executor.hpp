@@ -9,7 +9,9 @@
 //
 // Quick jobs (rpc::function_options::quick: never block, microseconds) are run by the leader
 // itself, in order, before the first ordinary job. They wake no thread. A read of quick jobs only
-// wakes nobody: the leader leads again right after. A read with ordinary jobs wakes one follower
+// wakes nobody: the leader leads again right after. So does a read that made no job (remote actor
+// frames go to their actors on the reading thread) unless a posted job waits: then one follower
+// leads while the leader runs that job. A read with ordinary jobs wakes one follower
 // to lead, plus one per ordinary job after the first. A quick job that turns out long (an RRef
 // fetch answering with a large tensor: the codec copies it) calls long_work_ahead() first. That
 // wakes a follower to take the lead, so the sockets are not left unread meanwhile (rref_bench

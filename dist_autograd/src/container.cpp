@@ -118,7 +118,7 @@ container::container(node& n, container_options opts) : impl_(std::make_shared<i
     stop_actors(n, {impl_->service});
     throw;
   }
-  impl_->requester = std::make_shared<direct_requester>(n.system());
+  impl_->requester = std::make_shared<direct_requester>(n);
   add_optimizer_state(*impl_);
   impl_->recorder = make_recorder(impl_);
   n.set_interceptor(impl_->recorder);

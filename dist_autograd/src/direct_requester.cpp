@@ -17,8 +17,8 @@ caf::actor_companion* companion_of(const caf::strong_actor_ptr& p) {
 }
 }  // namespace
 
-direct_requester::direct_requester(caf::actor_system& sys)
-    : sys_(sys), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys.spawn<caf::actor_companion>())) {
+direct_requester::direct_requester(node& n)
+    : n_(n), sys_(n.system()), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion>())) {
   companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr e) {
     if (!e || !e->mid.is_response()) return;  // only replies are expected
     on_reply(e->mid.request_id().integer_value(), e->move_content_to_message());
@@ -79,18 +79,47 @@ std::size_t reply_batch::send(direct_requester& r, const caf::actor& dest, caf::
     slot = st_->replies.size();
     st_->replies.emplace_back();
   }
+  dests_.push_back(dest);
   keys_.push_back(r.request(dest, std::move(msg), [st = st_, slot](caf::message&& reply) {
-    {
-      std::lock_guard<std::mutex> lock(st->m);
-      st->replies[slot] = std::move(reply);
-      ++st->answered;
-    }
+    std::lock_guard<std::mutex> lock(st->m);
+    st->replies[slot] = std::move(reply);
+    ++st->answered;
     st->cv.notify_all();
+    if (st->reader) st->reader->poke();  // nothing when the reading thread delivered it itself
   }));
   return slot;
 }
 
+bool reply_batch::all_answered() {
+  std::lock_guard<std::mutex> lock(st_->m);
+  return st_->answered == st_->replies.size();
+}
+
+// Note [caller reads actor replies]: this thread reads the connection of the first peer still
+// owing a reply that it can read; the other replies come through their readers and poke it.
+void reply_batch::read_replies(direct_requester& r, std::chrono::steady_clock::time_point deadline) {
+  for (std::size_t i = 0; i < dests_.size() && std::chrono::steady_clock::now() < deadline; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(st_->m);
+      if (st_->answered == st_->replies.size()) return;
+      if (!st_->replies[i].empty()) continue;
+    }
+    reply_reader reader(r.owner(), dests_[i]);
+    {
+      std::lock_guard<std::mutex> lock(st_->m);
+      st_->reader = &reader;
+    }
+    const bool read = reader.read_until([this] { return all_answered(); }, deadline);
+    {
+      std::lock_guard<std::mutex> lock(st_->m);
+      st_->reader = nullptr;
+    }
+    if (read) return;
+  }
+}
+
 std::vector<caf::message> reply_batch::wait_until(direct_requester& r, std::chrono::steady_clock::time_point deadline) {
+  read_replies(r, deadline);
   std::unique_lock<std::mutex> lock(st_->m);
   st_->cv.wait_until(lock, deadline, [&] { return st_->answered == st_->replies.size(); });
   std::vector<caf::message> out = st_->replies;

@@ -11,7 +11,9 @@
 // plan and peer supervision apply to them as to the actor's: a request to a lost peer fails at
 // once with its cause. An attempt without an answer by its deadline, or with any answer but
 // success, is handed to the context actor, which owns retries, polls and the outcome from there
-// (Note [context actor]). The peers see one sender per container, not one per context.
+// (Note [context actor]). The peers see one sender per container, not one per context. The
+// waiting thread reads the replies itself where it can (Note [caller reads actor replies] in
+// troupe/actors/reply_reader.hpp): no I/O thread hop between the reply and the waiter.
 //
 //   caller ──request(service of W, msg) as the companion──> W ──reply──> companion
 //          <──────────── the reply slot, filled on the receiving thread ────┘
@@ -29,6 +31,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/message.hpp>
 
+#include "troupe/actors/node.hpp"
+#include "troupe/actors/reply_reader.hpp"
+
 namespace troupe::dist_autograd {
 
 /// Sends requests as one companion actor and hands each reply (the response, or a caf::error
@@ -37,7 +42,8 @@ class direct_requester {
  public:
   using reply_fn = std::function<void(caf::message&&)>;
 
-  explicit direct_requester(caf::actor_system& sys);
+  /// Sends as a companion on `n`'s actor system; waiting threads read replies through `n`.
+  explicit direct_requester(node& n);
   /// Ends the companion; callbacks still pending are dropped uncalled.
   ~direct_requester();
   direct_requester(const direct_requester&) = delete;
@@ -47,10 +53,12 @@ class direct_requester {
   std::uint64_t request(const caf::actor& dest, caf::message msg, reply_fn fn);
   /// Forgets request `key`: a reply that comes later is dropped.
   void cancel(std::uint64_t key);
+  node& owner() { return n_; }
 
  private:
   void on_reply(std::uint64_t key, caf::message&& content);
 
+  node& n_;
   caf::actor_system& sys_;
   caf::strong_actor_ptr companion_;
   std::mutex m_;
@@ -65,7 +73,8 @@ class reply_batch {
   /// Sends `msg` to `dest` through `r`; returns its slot.
   std::size_t send(direct_requester& r, const caf::actor& dest, caf::message msg);
   /// Blocks until every slot has a reply or `deadline` passed; cancels the others. A slot
-  /// without a reply holds an empty message.
+  /// without a reply holds an empty message. Reads the replies itself where it can (Note
+  /// [caller reads actor replies]).
   std::vector<caf::message> wait_until(direct_requester& r, std::chrono::steady_clock::time_point deadline);
 
  private:
@@ -74,9 +83,13 @@ class reply_batch {
     std::condition_variable cv;
     std::vector<caf::message> replies;
     std::size_t answered = 0;
+    reply_reader* reader = nullptr;  // the one this thread reads with now, for poke()
   };
+  bool all_answered();
+  void read_replies(direct_requester& r, std::chrono::steady_clock::time_point deadline);
   std::shared_ptr<shared> st_;
   std::vector<std::uint64_t> keys_;
+  std::vector<caf::actor> dests_;
 };
 
 }  // namespace troupe::dist_autograd

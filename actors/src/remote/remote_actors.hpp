@@ -142,6 +142,10 @@ class remote_actors final : public caf::proxy_registry::backend,
   /// Kills every proxy (invalid_state) and forgets every peer. Node teardown; idempotent.
   void shutdown();
   caf::actor_system& system() { return sys_; }
+  /// The connection that carries the actor frames of `node` now, or null (Note [caller reads
+  /// actor replies]).
+  std::shared_ptr<channel_conn> channel_of(const caf::node_id& node) { return conn_to(node); }
+  const std::shared_ptr<direct_channel>& channel() const { return channel_; }
   const worker_info& me() const { return me_; }
 
   /// Sends one message to actor `dest` of node `to` (remote_proxy::enqueue). Never blocks but on

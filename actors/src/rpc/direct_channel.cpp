@@ -493,25 +493,55 @@ void direct_channel::read_until_done(const std::shared_ptr<channel_conn>& c, con
   if (stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return;
   {
     std::unique_lock<std::mutex> reading(c->read_mutex);  // the I/O thread may be in the middle of a read
-    c->reader_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
-    while (!st.done() && !c->closed() && !stopping_) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
-      if (left <= 0) break;
-      if (block) {
-        const auto before = c->bytes_read.load(std::memory_order_relaxed);
-        on_readable(c, nullptr, true);
-        block = c->bytes_read.load(std::memory_order_relaxed) != before;
-        continue;
-      }
-      pollfd fds[2] = {pollfd{c->fd(), POLLIN, 0}, pollfd{c->reader_wake, POLLIN, 0}};
-      if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, max_poll_ms))) < 0 && errno != EINTR) break;
-      if (fds[1].revents) drain(c->reader_wake);
-      if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
-    }
-    c->reader_thread.store(std::thread::id{}, std::memory_order_relaxed);
+    read_while(c, [&st] { return st.done(); }, until);
   }
   release_reading(c);
+}
+
+bool direct_channel::read_replies(const std::shared_ptr<channel_conn>& c, const std::function<bool()>& done, clock::time_point until) {
+  bool idle = false;
+  if (!c->outgoing() || stopping_ || c->closed() || !c->caller_reading.compare_exchange_strong(idle, true)) return false;
+  {
+    // Another read of `c` is in progress, maybe on this very thread (a handler of a frame it
+    // read that waits): the caller waits another way.
+    std::unique_lock<std::mutex> reading(c->read_mutex, std::try_to_lock);
+    if (!reading) {
+      release_reading(c);
+      return false;
+    }
+    read_while(c, done, until);
+  }
+  release_reading(c);
+  return true;
+}
+
+void direct_channel::poke_reader(channel_conn& c) {
+  if (c.caller_reading.load(std::memory_order_acquire) && c.reader_thread.load(std::memory_order_relaxed) != std::this_thread::get_id()) {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(c.reader_wake, &one, sizeof one);
+  }
+}
+
+// The reading role's loop (Note [direct channel], "the caller reads its own response"); the caller
+// holds caller_reading and read_mutex.
+void direct_channel::read_while(const std::shared_ptr<channel_conn>& c, const std::function<bool()>& done, clock::time_point until) {
+  c->reader_thread.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  bool block = true;  // Note [blocking first read]: recv alone until a slice passes without data
+  while (!done() && !c->closed() && !stopping_) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - clock::now()).count();
+    if (left <= 0) break;
+    if (block) {
+      const auto before = c->bytes_read.load(std::memory_order_relaxed);
+      on_readable(c, nullptr, true);
+      block = c->bytes_read.load(std::memory_order_relaxed) != before;
+      continue;
+    }
+    pollfd fds[2] = {pollfd{c->fd(), POLLIN, 0}, pollfd{c->reader_wake, POLLIN, 0}};
+    if (::poll(fds, 2, static_cast<int>(std::min<long long>(left, max_poll_ms))) < 0 && errno != EINTR) break;
+    if (fds[1].revents) drain(c->reader_wake);
+    if (fds[0].revents) on_readable(c, nullptr);  // completes every call it reads a response for
+  }
+  c->reader_thread.store(std::thread::id{}, std::memory_order_relaxed);
 }
 
 // Calls still pending on `c` are waited on by threads blocked on their call (or by nobody): the

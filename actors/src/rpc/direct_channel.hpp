@@ -42,7 +42,8 @@
 // eventfd (Note [blocking first read]). A round trip thus costs two wake-ups, as for raw TCP.
 // The I/O thread reads an outgoing connection only for calls nobody waits on: unattended calls
 // (a continuation, is_ready()) and calls a releasing reader left behind (handed_over). It never
-// reads while a caller holds the role.
+// reads while a caller holds the role. A thread blocked for remote actor replies takes the same
+// role through read_replies (Note [caller reads actor replies] in troupe/actors/reply_reader.hpp).
 // Safety nets:
 //   * the deadline sweep reads a call's connection before timing it out, so a response that
 //     came in time is never lost;
@@ -160,6 +161,14 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   /// closed; returns at once when another thread reads `c` (the caller then blocks on the call as
   /// before). Completes other calls it reads responses for.
   void read_until_done(const std::shared_ptr<channel_conn>& c, const rpc::detail::call_state& st, clock::time_point until);
+  /// The calling thread reads outgoing `c` until `done()` holds, `until` passes or `c` closes,
+  /// delivering every frame as the I/O thread would (Note [caller reads actor replies] in
+  /// troupe/actors/reply_reader.hpp). False at once when it cannot take the reading role
+  /// (incoming `c`, another reader, a read in progress): the caller waits another way.
+  bool read_replies(const std::shared_ptr<channel_conn>& c, const std::function<bool()>& done, clock::time_point until);
+  /// Makes the thread in read_replies/read_until_done on `c` check its condition again (nothing
+  /// when called by that thread or when nobody reads). Any thread.
+  void poke_reader(channel_conn& c);
   /// Nobody waits for call `id` on `c` (a continuation, a poll of is_ready()): from now on the I/O
   /// thread reads its response.
   void unattend(const channel_conn* c, std::uint64_t id);
@@ -200,6 +209,8 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   void sweep_deadlines();
   // The caller side of waiting (Note [direct channel], "the caller reads its own response").
   std::shared_ptr<rpc::detail::call_helper> make_waiter(const std::shared_ptr<channel_conn>& c);  // for channel_conn::waiter
+  // The reading role's loop; the caller holds caller_reading and read_mutex.
+  void read_while(const std::shared_ptr<channel_conn>& c, const std::function<bool()>& done, clock::time_point until);
   bool io_reads(const channel_conn& c);  // whether the I/O thread polls `c` now
   bool read_for_io(const std::shared_ptr<channel_conn>& c);
   void release_reading(const std::shared_ptr<channel_conn>& c);
