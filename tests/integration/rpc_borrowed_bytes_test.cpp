@@ -45,7 +45,7 @@ TEST_CASE("an inline 64 MB tensor changed right after rpc_async returns arrives 
     auto t = troupe::test::byte_pattern(std::int64_t{64} << 20, 11);
     auto original = troupe::empty(t.sizes(), troupe::tensor_options{t.dtype()});
     std::memcpy(original.data_ptr(), t.data_ptr(), t.nbytes());
-    auto f = troupe::rpc_async<troupe::tensor>(n, "worker1", "echo_tensor", t);
+    auto f = troupe::rpc_async<troupe::tensor>(n, "worker1", "echo_tensor", t, 60s);  // a loaded CI machine is slow
     CHECK(t.impl().use_count() == 1);             // nothing of the send holds the tensor any more
     std::memset(t.data_ptr(), 0xa5, t.nbytes());  // the caller's tensor changes at once
     CHECK(troupe::test::same_bytes(f.get(), original));
@@ -53,7 +53,7 @@ TEST_CASE("an inline 64 MB tensor changed right after rpc_async returns arrives 
     const auto a = troupe::test::byte_pattern((5 << 20) + 7, 3);
     const auto b = troupe::test::byte_pattern((1 << 20) + 1, 4);
     const auto [b2, s2, a2] =
-        troupe::rpc_sync<std::tuple<troupe::tensor, std::string, troupe::tensor>>(n, "worker1", "echo_two", a, std::string("mid"), b);
+        troupe::rpc_sync<std::tuple<troupe::tensor, std::string, troupe::tensor>>(n, "worker1", "echo_two", a, std::string("mid"), b, 60s);
     CHECK(troupe::test::same_bytes(a2, a));
     CHECK(troupe::test::same_bytes(b2, b));
     CHECK(s2 == "mid");
