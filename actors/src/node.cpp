@@ -629,6 +629,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     return st;
   }
   std::vector<char> payload, meta;
+  rpc::detail::borrowed_parts borrowed;  // Note [borrowed tensor bytes]
   try {
     const caf::node_id& node = peer.agent.node();
     // Note [rpc device map]: IPC handles only to another process of this host.
@@ -641,6 +642,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     ctx.peer = &node;
     ctx.devices = &devices;
     ctx.scope = intercepted.get();
+    ctx.gather = &borrowed;
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
     payload = encode(ctx);
@@ -658,7 +660,8 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->complete(errc::bad_argument, st->what() + ": cannot encode the arguments: " + e.what(), {});
     return st;
   }
-  im.channel->call(peer.conn, st, function, std::move(payload), std::move(meta));  // Note [direct channel]; its stop() fails the calls it holds
+  // Note [direct channel]; its stop() fails the calls it holds.
+  im.channel->call(peer.conn, st, function, std::move(payload), std::move(meta), std::move(borrowed));
   return st;
 }
 

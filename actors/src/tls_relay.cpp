@@ -94,6 +94,13 @@ void tls_relays::relay::pump() {
         if (k > 0) {
           down_at = 0;
           down_end = static_cast<std::size_t>(k);
+          // A read gives one record (16 KiB at most): the records already here (read-ahead) go
+          // to the user in one send.
+          while (down_end < down.size()) {
+            const ssize_t more = tls->read_some(down.data() + down_end, down.size() - down_end);
+            if (more <= 0) break;  // EAGAIN, EOF or a failure: the next read sees it again
+            down_end += static_cast<std::size_t>(more);
+          }
           moved = true;
         } else if (k == 0) {
           return;  // the peer closed
@@ -266,6 +273,7 @@ int tls_relays::connect(int tcp_fd, const std::string& where, clock::time_point 
   std::unique_ptr<tls_session> s;
   try {
     s = std::make_unique<tls_session>(ctx_, tcp_fd, tls_session::role::client);
+    s->read_ahead();  // the pump reads until EAGAIN before it polls
     s->handshake(deadline);
   } catch (const error& e) {
     s.reset();
@@ -279,6 +287,7 @@ int tls_relays::accept(int tcp_fd, std::chrono::milliseconds handshake_bound) {
   std::unique_ptr<tls_session> s;
   try {
     s = std::make_unique<tls_session>(ctx_, tcp_fd, tls_session::role::server);
+    s->read_ahead();  // the pump reads until EAGAIN before it polls
   } catch (const error&) {
     ::close(tcp_fd);
     throw;

@@ -18,6 +18,9 @@ namespace troupe {
 
 namespace {
 
+// OpenSSL's read buffer with read-ahead: several full records per recv.
+constexpr std::size_t read_ahead_bytes = std::size_t{128} << 10;
+
 std::string describe(ssl_st* ssl, int code) {
   std::string s;
   if (code == SSL_ERROR_SSL) {
@@ -118,6 +121,11 @@ ssize_t tls_session::read_some(void* p, std::size_t n) {
   const sigpipe_guard guard;
   errno = 0;
   return finish(::SSL_read(ssl_, p, static_cast<int>(std::min<std::size_t>(n, INT_MAX))), POLLIN);
+}
+
+void tls_session::read_ahead() {
+  ::SSL_set_read_ahead(ssl_, 1);
+  ::SSL_set_default_read_buffer_len(ssl_, read_ahead_bytes);
 }
 
 ssize_t tls_session::write_some(const void* p, std::size_t n) {

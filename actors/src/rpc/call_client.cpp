@@ -12,7 +12,8 @@ call_client::call_client(direct_channel_config cfg, frame_sender& sender, frame_
     : cfg_(std::move(cfg)), table_(cfg_.bulk), sender_(sender), later_(std::move(later)), wake_fd_(wake_fd), io_sleep_(io_sleep) {}
 
 void call_client::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
-                       const std::string& function, std::vector<char> payload, std::vector<char> meta, bool stopping) {
+                       const std::string& function, std::vector<char> payload, std::vector<char> meta, bool stopping,
+                       rpc::detail::borrowed_parts borrowed) {
   const std::uint64_t id = stopping ? 0 : table_.add(c, st, function);
   if (id == 0) {
     st->complete(errc::invalid_state, st->what() + ": node " + cfg_.me.name + " shut down", {});
@@ -25,15 +26,16 @@ void call_client::call(const std::shared_ptr<channel_conn>& c, const std::shared
   rpc_request req{id, function, cfg_.me.name, std::move(payload), std::move(meta)};
   transport_decision d;
   if (cfg_.hook) {
+    borrowed.flatten_into(req.payload);  // the hook sees, keeps and copies whole payloads
     envelope env{message_kind::rpc_request, cfg_.me.name, c->peer, id, function, std::move(req.payload), std::move(req.meta)};
     d = cfg_.hook->on_send(env);
     req.payload = std::move(env.payload);
     req.meta = std::move(env.meta);
   }
-  if (req.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
+  const std::size_t bytes = req.payload.size() + borrowed.bytes();
+  if (bytes >= split_payload_bytes) {  // a large payload is not copied into the frame
     wake_if_first_deadline(st->deadline());
-    const std::size_t bytes = req.payload.size();
-    if (sender_.send_large(c, frame_kind::request, std::move(req), d)) return;
+    if (sender_.send_large(c, frame_kind::request, std::move(req), d, std::move(borrowed))) return;
     table_.finish(c.get(), id, errc::bad_argument,
            st->what() + ": its arguments (" + std::to_string(bytes) + " bytes encoded) are more than one message carries (" +
                std::to_string(channel_max_body(cfg_)) + " bytes)",

@@ -35,9 +35,10 @@ class call_client {
   call_table& table() { return table_; }
 
   /// Sends one call over `c` (the calling thread writes it). Errors complete `st`. `stopping`:
-  /// the channel stops; the call fails with invalid_state.
+  /// the channel stops; the call fails with invalid_state. `borrowed`: tensor bytes that belong
+  /// in `payload` (Note [borrowed tensor bytes]); the call returns once they are written.
   void call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st, const std::string& function,
-            std::vector<char> payload, std::vector<char> meta, bool stopping);
+            std::vector<char> payload, std::vector<char> meta, bool stopping, rpc::detail::borrowed_parts borrowed = {});
   /// A response read from `c`.
   void on_response(const std::shared_ptr<channel_conn>& c, rpc_response resp);
 

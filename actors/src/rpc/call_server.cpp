@@ -66,7 +66,9 @@ void call_server::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_
       const auto& fn = *held->fn;
       // Note [adopted payload]: large inline tensors view the request's payload.
       serve_adopting(fn, held->req, adopt, cfg_.me.name, held->to, held->ic.get(),
-                     [this, owner, c](rpc_response r, rpc::reply_batch* batch) { respond(c, std::move(r), batch); });
+                     [this, owner, c](rpc_response r, rpc::reply_batch* batch, rpc::detail::borrowed_parts b) {
+                       respond(c, std::move(r), batch, std::move(b));
+                     });
       record_run(*fn.history, clock::now() - began);
     };
     if (jobs) (quick ? jobs->quick : jobs->jobs).push_back(std::move(job));
@@ -75,18 +77,20 @@ void call_server::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_
   }
 }
 
-void call_server::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp, rpc::reply_batch* batch) {
+void call_server::respond(const std::shared_ptr<channel_conn>& c, rpc_response resp, rpc::reply_batch* batch,
+                          rpc::detail::borrowed_parts borrowed) {
   transport_decision d;
   if (cfg_.hook) {
+    borrowed.flatten_into(resp.payload);  // the hook sees, keeps and copies whole payloads
     envelope env{message_kind::rpc_response, cfg_.me.name, c->peer, resp.id, {}, std::move(resp.payload), std::move(resp.meta)};
     d = cfg_.hook->on_send(env);
     resp.payload = std::move(env.payload);
     resp.meta = std::move(env.meta);
   }
-  if (resp.payload.size() >= split_payload_bytes) {  // a large payload is not copied into the frame
+  const std::size_t bytes = resp.payload.size() + borrowed.bytes();
+  if (bytes >= split_payload_bytes) {  // a large payload is not copied into the frame
     const auto id = resp.id;
-    const std::size_t bytes = resp.payload.size();
-    if (sender_.send_large(c, frame_kind::response, std::move(resp), d, batch)) return;
+    if (sender_.send_large(c, frame_kind::response, std::move(resp), d, batch, std::move(borrowed))) return;
     resp = rpc_response{id, static_cast<std::uint8_t>(errc::remote_exception),
                         "worker " + cfg_.me.name + ": the result (" + std::to_string(bytes) + " bytes encoded) is more than one message carries (" +
                             std::to_string(channel_max_body(cfg_)) + " bytes)",

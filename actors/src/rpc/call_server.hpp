@@ -35,7 +35,9 @@ class call_server {
   /// executor.
   void on_request(const std::shared_ptr<channel_conn>& c, rpc_request req, led_jobs* jobs);
   /// Sends `resp` on `c` (through the hook), or holds it in `batch` (Note [reply batch]).
-  void respond(const std::shared_ptr<channel_conn>& c, rpc_response resp, rpc::reply_batch* batch = nullptr);
+  /// `borrowed`: tensor bytes that belong in its payload (Note [borrowed tensor bytes]).
+  void respond(const std::shared_ptr<channel_conn>& c, rpc_response resp, rpc::reply_batch* batch = nullptr,
+               rpc::detail::borrowed_parts borrowed = {});
 
  private:
   void serve(const std::shared_ptr<channel_conn>& c, rpc_request req, int copies, led_jobs* jobs);

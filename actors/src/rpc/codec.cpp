@@ -10,6 +10,7 @@
 #include "rpc/cuda_ipc.hpp"
 #include "rpc/bulk_segment.hpp"
 #include "intercept.hpp"
+#include "rpc/borrowed_parts.hpp"
 #include "rpc/bulk.hpp"
 #include "troupe/tensors/cuda.hpp"
 #include "troupe/tensors/factories.hpp"
@@ -60,17 +61,28 @@ void write_tensor_header(writer& w, const tensor& h) {
 }
 
 namespace {
-/// Kind 0 (`device` < 0), 3 or 4 (with `device`): header, padding, the bytes of contiguous CPU `h`.
+// The gather list this encode may borrow into (Note [borrowed tensor bytes]), or null.
+borrowed_parts* borrowing(const writer& w) {
+  const codec_context& ctx = w.context();
+  return ctx.borrow ? ctx.gather : nullptr;
+}
+
+/// Kind 0 (`device` < 0), 3 or 4 (with `device`): header, padding, the bytes of contiguous CPU `h`,
+/// or, when large and the encode borrows, a borrowed part in their place.
 void write_inline(writer& w, const tensor& h, std::uint8_t kind, std::int32_t device) {
   w.pod(kind);
   w.pod(std::uint8_t{1});  // defined
   if (kind != 0) w.pod(device);
   write_tensor_header(w, h);
-  // Note [adopted payload]: the data at a 64-byte offset of the buffer (a u8 count, then zeros).
-  const auto pad = static_cast<std::uint8_t>((64 - (w.buffer().size() + 1) % 64) % 64);
+  // Note [adopted payload]: the data at a 64-byte offset of the payload (a u8 count, then zeros).
+  // Borrowed bytes before this point count: they are in the payload, not in the buffer.
+  borrowed_parts* gather = borrowing(w);
+  const std::size_t at = w.buffer().size() + (gather ? gather->bytes() : 0);
+  const auto pad = static_cast<std::uint8_t>((64 - (at + 1) % 64) % 64);
   w.pod(pad);
   static constexpr char zeros[64] = {};
   w.raw(zeros, pad);
+  if (gather && h.nbytes() >= borrow_min_bytes) return gather->add(w.buffer().size(), h);
   w.raw(h.data_ptr(), h.nbytes());
 }
 

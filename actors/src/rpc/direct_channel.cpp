@@ -443,8 +443,9 @@ bool direct_channel::on_assembled(const std::shared_ptr<channel_conn>& c, fragme
 }
 
 void direct_channel::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
-                          const std::string& function, std::vector<char> payload, std::vector<char> meta) {
-  client_.call(c, st, function, std::move(payload), std::move(meta), stopping_.load());
+                          const std::string& function, std::vector<char> payload, std::vector<char> meta,
+                          rpc::detail::borrowed_parts borrowed) {
+  client_.call(c, st, function, std::move(payload), std::move(meta), stopping_.load(), std::move(borrowed));
 }
 
 void direct_channel::sweep_deadlines() {

@@ -129,8 +129,10 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   std::shared_ptr<channel_conn> connect(const std::string& peer, const caf::node_id& node, const std::string& host,
                                      std::uint16_t port, const std::string& secret, bool shm_ok, std::chrono::milliseconds timeout);
   /// Sends one call over `c` (the calling user thread writes it). Errors complete `st`.
+  /// `borrowed`: tensor bytes that belong in `payload`, written before this returns (Note
+  /// [borrowed tensor bytes] in rpc/borrowed_parts.hpp).
   void call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st, const std::string& function,
-            std::vector<char> payload, std::vector<char> meta);
+            std::vector<char> payload, std::vector<char> meta, rpc::detail::borrowed_parts borrowed = {});
   /// `peer`'s node went down (CAF down message): its connections close, its calls fail (peer_lost).
   void peer_down(const std::string& peer, const std::string& reason);
   /// Closes everything, fails pending calls (invalid_state), joins the I/O thread. Idempotent.

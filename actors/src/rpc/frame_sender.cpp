@@ -100,28 +100,36 @@ void frame_sender::send_split(const std::shared_ptr<channel_conn>& c, const spli
                               rpc::reply_batch* batch) {
   if (d.copies <= 0) return;
   if (held(batch, *c) || d.delay.count() > 0) return send_copies(c, f.flat(), d, batch);  // kept: one buffer
-  const channel_conn::part parts[3] = {{f.head.data(), f.head.size()}, {f.payload->data(), f.payload->size()}, {f.tail.data(), f.tail.size()}};
+  std::vector<channel_conn::part> parts{{f.head.data(), f.head.size()}};
+  f.for_each_payload_piece([&](const char* p, std::size_t n) { parts.push_back({p, n}); });  // Note [borrowed tensor bytes]
+  parts.push_back({f.tail.data(), f.tail.size()});
   const bool fragmented = f.size() - frame_header_size >= fragment_min_bytes;  // Note [fragments]
   for (int i = 0; i < d.copies; ++i)
-    if (!(fragmented ? c->write_fragmented(parts, 3) : c->write_parts(parts, 3))) return;  // closed: the I/O thread fails the calls
+    if (!(fragmented ? c->write_fragmented(parts.data(), parts.size()) : c->write_parts(parts.data(), parts.size())))
+      return;  // closed: the I/O thread fails the calls
 }
 
 template <class T>
 bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d,
-                                  rpc::reply_batch* batch) {
+                                  rpc::reply_batch* batch, rpc::detail::borrowed_parts borrowed) {
   struct large {
     T msg;
+    rpc::detail::borrowed_parts borrowed;
     split_frame f;
   };
   auto l = std::make_shared<large>();
   l->msg = std::move(m);
-  if (!make_split_frame(l->f, kind, l->msg, max_body_)) return false;  // l->f points into l->msg, which stays put
+  l->borrowed = std::move(borrowed);
+  // l->f points into l->msg and l->borrowed, which stay put.
+  if (!make_split_frame(l->f, kind, l->msg, max_body_, &l->borrowed)) return false;
+  // Note [borrowed tensor bytes]: a frame that borrows is written before this returns.
   const bool background = l->f.size() - frame_header_size >= fragment_min_bytes && d.copies > 0 && d.delay.count() <= 0 &&
-                          !held(batch, *c);  // held replies keep one buffer
+                          !held(batch, *c) && l->borrowed.empty();  // held replies keep one buffer
   // The writer thread holds no reference to the channel: stop() joins it before this goes. A
   // held reply is sent on this thread (`batch` lives on it).
   auto send = [this, c, l, d, batch = background ? nullptr : batch] {
     send_split(c, l->f, d, batch);
+    l->borrowed.clear();  // written or copied: the tensors are free
     if (bulk_) bulk_->buffers().give(std::move(l->msg.payload));  // written or copied: Note [byte pool]
   };
   if (background) writer_.post(std::move(send));
@@ -129,13 +137,14 @@ bool frame_sender::send_split_msg(const std::shared_ptr<channel_conn>& c, frame_
   return true;
 }
 
-bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d) {
-  return send_split_msg(c, kind, std::move(m), d, nullptr);
+bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d,
+                              rpc::detail::borrowed_parts borrowed) {
+  return send_split_msg(c, kind, std::move(m), d, nullptr, std::move(borrowed));
 }
 
 bool frame_sender::send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d,
-                              rpc::reply_batch* batch) {
-  return send_split_msg(c, kind, std::move(m), d, batch);
+                              rpc::reply_batch* batch, rpc::detail::borrowed_parts borrowed) {
+  return send_split_msg(c, kind, std::move(m), d, batch, std::move(borrowed));
 }
 
 }  // namespace troupe::detail

@@ -5,6 +5,8 @@
 //
 //   small frame ---------> this thread's scratch buffer --> write (no allocation per call)
 //   large payload -------> split frame --> write_parts, or write_fragmented on the writer thread
+//   borrowed tensors ----> split frame gathering them --> written on this thread (Note [borrowed
+//                          tensor bytes])
 //   copies, delay, batch -> one kept buffer --> written n times, later, or when the batch ends
 //
 // A write to a closed connection fails silently: whoever reads that connection sees it close
@@ -16,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "rpc/borrowed_parts.hpp"
 #include "rpc/channel_conn.hpp"
 #include "rpc/frame_writer.hpp"
 #include "rpc/wire.hpp"
@@ -47,9 +50,13 @@ class frame_sender {
   /// Sends `m`, whose payload is large, as a split frame; one large enough to go in fragments is
   /// written by the writer thread (Note [fragments]). The payload buffer then goes back to the
   /// pool. False when it is larger than `max_body` (nothing sent).
-  bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d);
+  /// With `borrowed` parts (Note [borrowed tensor bytes]) the frame is written on this thread,
+  /// which returns once the kernel holds all of it (or the connection closed); the parts are
+  /// released before it returns.
+  bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d,
+                  rpc::detail::borrowed_parts borrowed = {});
   bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response m, const transport_decision& d,
-                  rpc::reply_batch* batch = nullptr);
+                  rpc::reply_batch* batch = nullptr, rpc::detail::borrowed_parts borrowed = {});
   /// Sends a whole frame `d.copies` times, after `d.delay`, or holds it in `batch` (a response
   /// written at once).
   void send_copies(const std::shared_ptr<channel_conn>& c, std::vector<char> frame, const transport_decision& d,
@@ -67,7 +74,7 @@ class frame_sender {
   bool send_small(const std::shared_ptr<channel_conn>& c, frame_kind kind, T& m, const transport_decision& d, rpc::reply_batch* batch);
   template <class T>
   bool send_split_msg(const std::shared_ptr<channel_conn>& c, frame_kind kind, T m, const transport_decision& d,
-                      rpc::reply_batch* batch);
+                      rpc::reply_batch* batch, rpc::detail::borrowed_parts borrowed);
 
   std::shared_ptr<bulk_names> bulk_;
   std::uint32_t max_body_;

@@ -78,7 +78,7 @@ class deferred_reply final : public rpc::reply_later {
                               "): its deferred result could not be encoded: " + e.what(),
                           {}, {}};
     }
-    ctx_->respond(std::move(resp), batch);
+    ctx_->respond(std::move(resp), batch, {});
   }
 
   void with_context(const std::function<void(const rpc::codec_context&)>& fn) const override {
@@ -88,7 +88,7 @@ class deferred_reply final : public rpc::reply_later {
 
   void fail(errc code, const std::string& message, rpc::reply_batch* batch) override {
     if (answered_.exchange(true)) return;
-    ctx_->respond(rpc_response{ctx_->req.id, static_cast<std::uint8_t>(code), message, {}, {}}, batch);
+    ctx_->respond(rpc_response{ctx_->req.id, static_cast<std::uint8_t>(code), message, {}, {}}, batch, {});
   }
 
   /// The call answered itself (the function threw after defer()): later answers do nothing.
@@ -164,14 +164,19 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
 }
 
 // Runs the function with `point` as its served call; answers unless the function deferred
-// (Note [deferred reply]).
+// (Note [deferred reply]). The result's large inline tensors are borrowed (Note [borrowed tensor
+// bytes]): `codec` offers no list of its own.
 void run_and_answer(deferral_point& point, const rpc::codec_context& codec, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
-  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder, codec, point);
+  rpc::detail::borrowed_parts borrowed;
+  rpc::codec_context gathering = codec;
+  gathering.gather = &borrowed;
+  rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder, gathering, point);
+  if (resp.code != 0) borrowed.clear();  // the encode failed part way: the payload is empty
   if (point.deferred) {
     if (resp.code == 0) return;  // the handle answers (or, dropped, answers "dropped" as the caller's `point` goes)
     point.handle->settle();      // the function threw after defer(): the exception answers
   }
-  (*point.respond)(take_meta_into(std::move(resp), point.scope->get()), nullptr);
+  (*point.respond)(take_meta_into(std::move(resp), point.scope->get()), nullptr, std::move(borrowed));
 }
 
 rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
@@ -201,7 +206,7 @@ void serve_keeping(const rpc::function_entry& fn, const rpc_request& req, const 
   } catch (const rpc::detail::interceptor_failure& e) {
     respond(rpc_response{req.id, static_cast<std::uint8_t>(errc::remote_exception),
                               "worker " + me + " serving '" + fn.name + "' (called by " + req.caller + "): " + e.message(), {}, {}},
-            nullptr);
+            nullptr, {});
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <caf/node_id.hpp>
 
+#include "rpc/borrowed_parts.hpp"
 #include "rpc/bulk.hpp"
 #include "troupe/actors/flight_recorder.hpp"
 #include "troupe/actors/messages.hpp"
@@ -23,9 +24,10 @@ struct serve_target {
   flight_recorder* recorder = nullptr;  ///< the node's (Note [flight recorder]); records the serve
 };
 
-/// Takes a served call's response, and the reply batch it was given into (null: send it now;
-/// Note [reply batch]).
-using respond_fn = std::function<void(rpc_response, rpc::reply_batch*)>;
+/// Takes a served call's response, the reply batch it was given into (null: send it now;
+/// Note [reply batch]), and the tensor bytes that belong in its payload (Note [borrowed tensor
+/// bytes]).
+using respond_fn = std::function<void(rpc_response, rpc::reply_batch*, rpc::detail::borrowed_parts)>;
 
 /// Decodes, runs and encodes one call with the caller's name as rref current_caller(), under a
 /// codec context for `to` with the interceptor's serve scope (Note [codec context]), and hands the

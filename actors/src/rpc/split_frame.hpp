@@ -12,6 +12,7 @@
 
 #include <caf/binary_serializer.hpp>
 
+#include "rpc/borrowed_parts.hpp"
 #include "rpc/wire.hpp"
 #include "troupe/actors/messages.hpp"
 
@@ -23,14 +24,25 @@ inline constexpr std::size_t split_payload_bytes = std::size_t{64} << 10;
 struct split_frame {
   std::vector<char> head;
   const std::vector<char>* payload = nullptr;  ///< the message's; must outlive the send
+  /// Tensor bytes that belong in the payload (Note [borrowed tensor bytes]); null: none. Must
+  /// outlive the send.
+  const rpc::detail::borrowed_parts* borrowed = nullptr;
   std::vector<char> tail;
-  std::size_t size() const { return head.size() + (payload ? payload->size() : 0) + tail.size(); }
+  std::size_t payload_size() const { return (payload ? payload->size() : 0) + (borrowed ? borrowed->bytes() : 0); }
+  std::size_t size() const { return head.size() + payload_size() + tail.size(); }
+  /// Calls `piece(data, size)` for the payload's pieces in order.
+  template <class F>
+  void for_each_payload_piece(F&& piece) const {
+    if (!payload) return;
+    if (borrowed) borrowed->for_each_piece(*payload, piece);
+    else if (!payload->empty()) piece(payload->data(), payload->size());
+  }
   /// The whole frame as one buffer (for the paths that keep a frame: batches, delays).
   std::vector<char> flat() const {
     std::vector<char> out;
     out.reserve(size());
     out.insert(out.end(), head.begin(), head.end());
-    if (payload) out.insert(out.end(), payload->begin(), payload->end());
+    for_each_payload_piece([&](const char* p, std::size_t n) { out.insert(out.end(), p, p + n); });
     out.insert(out.end(), tail.begin(), tail.end());
     return out;
   }
@@ -102,10 +114,12 @@ bool parse_split_parts(const std::vector<char>& head, std::vector<char>&& rest, 
   return true;
 }
 
-/// Builds `f` for `msg` (rpc_request or rpc_response); `f.payload` points into `msg`. False when
-/// the message cannot be serialized or its body is larger than `max_body` (at most max_frame_body).
+/// Builds `f` for `msg` (rpc_request or rpc_response); `f.payload` points into `msg`, and
+/// `f.borrowed` to `borrowed` (may be null), whose bytes belong in the payload. False when the
+/// message cannot be serialized or its body is larger than `max_body` (at most max_frame_body).
 template <class T>
-bool make_split_frame(split_frame& f, frame_kind kind, T& msg, std::size_t max_body = max_frame_body) {
+bool make_split_frame(split_frame& f, frame_kind kind, T& msg, std::size_t max_body = max_frame_body,
+                      const rpc::detail::borrowed_parts* borrowed = nullptr) {
   std::vector<char> payload;
   payload.swap(msg.payload);  // serialized without it, its place is one byte: length 0
   std::vector<char> rest;
@@ -119,9 +133,10 @@ bool make_split_frame(split_frame& f, frame_kind kind, T& msg, std::size_t max_b
   if (rest.size() < after || rest[after - 1] != 0) return false;  // inspect() changed: fall back
   f.head.assign(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(frame_header_size + prefix.size()));
   caf::binary_serializer hs{nullptr, f.head};
-  std::size_t n = msg.payload.size();
-  if (hs.begin_sequence(n)) return false;
   f.payload = &msg.payload;
+  f.borrowed = borrowed && !borrowed->empty() ? borrowed : nullptr;
+  std::size_t n = f.payload_size();
+  if (n > max_frame_body || hs.begin_sequence(n)) return false;
   f.tail.assign(rest.begin() + static_cast<std::ptrdiff_t>(after), rest.end());
   const std::size_t body = f.size() - frame_header_size;
   if (body > max_frame_body || body > max_body) return false;

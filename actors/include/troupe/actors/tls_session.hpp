@@ -36,6 +36,10 @@ class tls_session {
   /// wants() and retry; EPROTO: a TLS failure, described by last_error()).
   ssize_t read_some(void* p, std::size_t n);
   ssize_t write_some(const void* p, std::size_t n);
+  /// Lets a read take many records from the socket in one recv (OpenSSL's read-ahead). Bytes
+  /// can then wait inside the session while the socket is empty: only for a user that reads
+  /// until EAGAIN before it polls.
+  void read_ahead();
   /// The poll events the last EAGAIN waits for (POLLIN or POLLOUT).
   short wants() const noexcept { return wants_; }
   /// OpenSSL's description of the last TLS failure, or "".

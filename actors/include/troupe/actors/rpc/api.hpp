@@ -68,7 +68,11 @@ decltype(auto) to_wire(const T& x) {
 template <class R, class... Args>
 future<R> call_with(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
                     const Args&... args) {
-  auto encode = [&](const codec_context& ctx) { return encode_args<wire_t<Args>...>(ctx, to_wire(args)...); };
+  auto encode = [&](const codec_context& ctx) {
+    codec_context top = ctx;
+    top.borrow = true;  // these bytes are the payload (Note [borrowed tensor bytes])
+    return encode_args<wire_t<Args>...>(top, to_wire(args)...);
+  };
   return future<R>(n.call(to, function, encode, timeout));
 }
 

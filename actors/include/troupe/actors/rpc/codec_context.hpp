@@ -15,6 +15,7 @@ namespace troupe::rpc {
 class call_scope;  // interceptor.hpp
 
 namespace detail {
+class borrowed_parts;  // src/rpc/borrowed_parts.hpp
 class device_scope;  // src/rpc/device_scope.hpp
 class payload_keeper;
 class result_devices;
@@ -32,7 +33,10 @@ class result_devices;
 ///   * bulk, shm and peer: the node's segments and byte pool, whether tensors may go over shared
 ///     memory to `peer` (Note [tensor over shared memory]); the byte pool is used with or without
 ///     shm (Note [byte pool]);
-///   * scope: the interceptor's view of this message (Note [call interceptor]).
+///   * scope: the interceptor's view of this message (Note [call interceptor]);
+///   * gather and borrow: the sender's list of tensors it writes from their storage, and whether
+///     this encode may add to it: set only by the encode whose buffer is the message's payload
+///     (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp).
 /// A nested encode (a payload inside a payload, a served function's own calls) builds its own
 /// context, so two nodes of one process encoding on one thread never see each other's settings.
 /// A context refers to what its builder owns: it must not outlive them, and it is not copied
@@ -45,6 +49,8 @@ struct codec_context {
   bool shm = false;
   const caf::node_id* peer = nullptr;
   call_scope* scope = nullptr;
+  detail::borrowed_parts* gather = nullptr;
+  bool borrow = false;
 };
 
 /// The context of an encode or decode that nothing steers (values stored, meta bytes, tests).

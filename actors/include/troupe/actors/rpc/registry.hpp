@@ -177,7 +177,9 @@ std::vector<char> invoke_decoded(const codec_context& ctx, F& fn, std::tuple<A..
     call_decoded<TakesCall>(fn, args, call);  // a deferred one answers through served_call::defer()'s handle
     return {};
   } else {
-    return encode_result<std::decay_t<R>>(ctx, call_decoded<TakesCall>(fn, args, call));
+    codec_context top = ctx;
+    top.borrow = true;  // these bytes are the response's payload (Note [borrowed tensor bytes])
+    return encode_result<std::decay_t<R>>(top, call_decoded<TakesCall>(fn, args, call));
   }
 }
 
