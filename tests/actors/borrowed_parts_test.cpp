@@ -13,6 +13,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "actors/read_exact.hpp"
+
 #include "rpc/borrowed_parts.hpp"
 #include "rpc/channel_conn.hpp"
 #include "rpc/fragment.hpp"
@@ -45,15 +47,7 @@ std::vector<char> encode_borrowing(borrowed_parts& gather, const Args&... args) 
   return troupe::rpc::encode_args(ctx, args...);
 }
 
-bool read_exact(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
+using troupe::test::read_exact;
 
 // Reads fragments from `fd` until a request is whole (Note [fragments]); false on a read error.
 bool read_fragmented_request(int fd, troupe::rpc_request& out) {

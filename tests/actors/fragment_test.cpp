@@ -15,6 +15,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "actors/read_exact.hpp"
+
 #include "rpc/byte_pool.hpp"
 #include "rpc/channel_conn.hpp"
 #include "rpc/fragment.hpp"
@@ -63,15 +65,7 @@ struct frame {
   std::uint8_t kind;
   std::vector<char> body;
 };
-bool read_exact(int fd, char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k <= 0) return false;
-    p += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
-}
+using troupe::test::read_exact;
 bool read_frame(int fd, frame& f) {
   char head[frame_header_size];
   if (!read_exact(fd, head, sizeof head)) return false;

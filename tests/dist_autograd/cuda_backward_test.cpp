@@ -18,13 +18,12 @@ namespace da = troupe::dist_autograd;
 
 namespace {
 
-tensor leaf(tensor t) {
+// A leaf that requires grad, of normal values drawn from `seed`, on `dev`.
+tensor random_leaf(troupe::shape_t shape, std::uint64_t seed, troupe::device dev = troupe::cpu_device) {
+  troupe::generator gen(seed);
+  tensor t = troupe::randn(std::move(shape), gen).to(dev);
   troupe::set_requires_grad(t);
   return t;
-}
-tensor random(troupe::shape_t shape, std::uint64_t seed) {
-  troupe::generator gen(seed);
-  return troupe::randn(std::move(shape), gen);
 }
 // The largest absolute difference of two tensors relative to the largest value of `ref`, on the CPU.
 double relative_diff(const tensor& a, const tensor& ref) {
@@ -44,17 +43,17 @@ TEST_CASE("a forward that crosses workers on the device gives the local gradient
   troupe::test::dist_job job{2};
   job.at(0).set_device_map("worker1", {{0, 0}});
   job.at(1).set_device_map("worker0", {{0, 0}});
-  tensor w = leaf(random({64, 32}, 11).to(dev));
+  tensor w = random_leaf({64, 32}, 11, dev);
   job.at(1).functions().add("fwd", [&w](tensor x) {
     REQUIRE(x.device().is_cuda());
     return troupe::matmul(x, w);  // on the device
   });
   // The local reference, on the CPU.
-  tensor xl = leaf(random({16, 64}, 5)), wl = leaf(random({64, 32}, 11));
+  tensor xl = random_leaf({16, 64}, 5), wl = random_leaf({64, 32}, 11);
   tensor yl = troupe::matmul(xl, wl);
   troupe::backward(troupe::sum(troupe::mul(yl, yl)));
 
-  tensor x = leaf(random({16, 64}, 5).to(dev));
+  tensor x = random_leaf({16, 64}, 5, dev);
   for (int iter = 0; iter < 3; ++iter) {
     da::context ctx(job[0]);
     tensor y = troupe::rpc_sync<tensor>(job.at(0), "worker1", "fwd", x);

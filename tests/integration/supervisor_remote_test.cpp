@@ -61,16 +61,25 @@ struct started_log {
   }
 };
 
+/// Rank 0 of three: workers 1 and 2 host children (hosting_child) and are ready.
+struct hosting_job {
+  hosting_job() : children(troupe::spawn(2, [this](int i) { hosting_child(pipe, i + 1); })), n(actor_options(0, 3, 0)) {
+    pipe.publish(n.port(), 2);
+    n.store().get("ready/1", 20s);
+    n.store().get("ready/2", 20s);
+  }
+  port_pipe pipe;
+  troupe::spawn_context children;
+  troupe::node n;
+};
+
 }  // namespace
 
 TEST_CASE("a child on a SIGKILLed process restarts on the next live worker and lookup finds it there; a pinned one is reported",
           "[actors][integration][supervisor]") {
-  port_pipe pipe;
-  auto children = troupe::spawn(2, [&](int i) { hosting_child(pipe, i + 1); });
-  troupe::node n(actor_options(0, 3, 0));
-  pipe.publish(n.port(), 2);
-  n.store().get("ready/1", 20s);
-  n.store().get("ready/2", 20s);
+  hosting_job job;
+  auto& n = job.n;
+  auto& children = job.children;
   started_log mobile_log, pinned_log;
   auto mobile = troupe::spawn_supervisor(n, mobile_log.options("mobile_sup", "mobile", {"worker1", "worker2"}));
   auto pinned = troupe::spawn_supervisor(n, pinned_log.options("pinned_sup", "pinned", {"worker1"}));
@@ -103,12 +112,9 @@ TEST_CASE("a child on a SIGKILLed process restarts on the next live worker and l
 
 TEST_CASE("one_for_all across two workers restarts both children when one exits on its live worker, and lookup finds each new one",
           "[actors][integration][supervisor]") {
-  port_pipe pipe;
-  auto children = troupe::spawn(2, [&](int i) { hosting_child(pipe, i + 1); });
-  troupe::node n(actor_options(0, 3, 0));
-  pipe.publish(n.port(), 2);
-  n.store().get("ready/1", 20s);
-  n.store().get("ready/2", 20s);
+  hosting_job job;
+  auto& n = job.n;
+  auto& children = job.children;
   started_log log;
   auto o = log.options("pair_sup", "left", {"worker1"});
   o.strategy = troupe::restart_strategy::one_for_all;
