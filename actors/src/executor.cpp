@@ -5,13 +5,11 @@
 
 namespace troupe::detail {
 
-namespace {
-// The executor whose leader this thread is while it runs quick jobs nobody was woken for.
-thread_local executor* tls_quick_leader = nullptr;
-}  // namespace
-
-void long_work_ahead() {
-  if (auto* ex = std::exchange(tls_quick_leader, nullptr)) ex->hand_off_quick_phase();  // a follower takes the lead
+void executor::long_work_ahead() const {
+  const auto me = std::this_thread::get_id();
+  if (quick_leader_.load(std::memory_order_relaxed) != me) return;
+  quick_leader_.store(std::thread::id(), std::memory_order_relaxed);  // only the leader itself writes it
+  hand_off_quick_phase();  // a follower takes the lead
 }
 
 executor::executor(int threads, std::chrono::microseconds watchdog_tick) : watchdog_tick_(watchdog_tick) {
@@ -19,7 +17,7 @@ executor::executor(int threads, std::chrono::microseconds watchdog_tick) : watch
   watchdog_ = std::thread([this] { watch(); });
 }
 
-void executor::hand_off_quick_phase() {
+void executor::hand_off_quick_phase() const {
   if (!phase_handed_.exchange(true)) cv_.notify_one();
 }
 
@@ -120,12 +118,12 @@ void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   for (std::size_t i = 0; i < wake; ++i) cv_.notify_one();
   const bool quick_phase = wake == 0 && !got.quick.empty();
   if (quick_phase) {  // long_work_ahead() or the watchdog may still wake one (Note [predicted quick])
-    tls_quick_leader = this;
+    quick_leader_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     begin_quick_phase();
   }
   for (auto& job : got.quick) job();
   if (quick_phase) quick_phase_.fetch_add(1, std::memory_order_release);  // even: over
-  tls_quick_leader = nullptr;
+  quick_leader_.store(std::thread::id(), std::memory_order_relaxed);
   if (!got.jobs.empty()) got.jobs.front()();
   lock.lock();
 }

@@ -13,9 +13,11 @@
 // frames go to their actors on the reading thread) unless a posted job waits: then one follower
 // leads while the leader runs that job. A read with ordinary jobs wakes one follower
 // to lead, plus one per ordinary job after the first. A quick job that turns out long (an RRef
-// fetch answering with a large tensor: the codec copies it) calls long_work_ahead() first. That
+// fetch answering with a large tensor: the codec copies it) calls long_work_ahead() on the
+// executor first; the codec finds the executor in its codec context (codec_context::work). That
 // wakes a follower to take the lead, so the sockets are not left unread meanwhile (rref_bench
-// figures in docs/rref.md).
+// figures in docs/rref.md). The executor knows its quick leader by thread id: a notice from any
+// other thread, or to another executor, does nothing.
 //
 // Note [predicted quick]
 // An ordinary function whose last 16 runs each took under 50 us (rpc/call_server.cpp) runs the
@@ -25,7 +27,8 @@
 // TCP on a busy machine. A futex wake of a thread on another vCPU costs the waker a VM exit. A
 // prediction can fail (the function blocks this time), so a quick phase is watched:
 //   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
-//     long_work_ahead() first, so a nested call hands the lead off before it blocks, at once;
+//     long_work_ahead() on their node's executor first (the call state and the store client
+//     hold it), so a nested call hands the lead off before it blocks, at once;
 //   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen and
 //     wakes a follower to lead when it finds the same quick phase running at two ticks in a row:
 //     a user function that blocks on its own lock or sleeps delays the requests read after it by
@@ -42,6 +45,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "troupe/actors/rpc/codec_context.hpp"
 
 namespace troupe::detail {
 
@@ -63,14 +68,7 @@ class io_source {
   virtual void interrupt() = 0;
 };
 
-class executor;
-
-/// Called before long work (a copy of a large tensor) on any thread: if this thread is an
-/// executor's leader running quick jobs with no follower woken for them, wakes one now to take
-/// the lead. Otherwise does nothing. Cheap (a thread-local check).
-void long_work_ahead();
-
-class executor {
+class executor final : public rpc::long_work_notice {
  public:
   /// Note [predicted quick]: the watchdog's default period, and how many idle ticks before it parks.
   static constexpr std::chrono::microseconds default_watchdog_tick{1000};
@@ -90,16 +88,19 @@ class executor {
   void stop();
   /// Attaches `source` (null detaches). Detaching waits until no thread is inside lead().
   void set_source(io_source* source);
+  /// Called before long work (a copy of a large tensor, a blocking wait) on any thread: if this
+  /// thread is this executor's leader running quick jobs with no follower woken for them, wakes
+  /// one now to take the lead. Otherwise does nothing. Cheap (one atomic load).
+  void long_work_ahead() const override;
 
  private:
-  friend void long_work_ahead();
   void run();
   void lead_once(std::unique_lock<std::mutex>& lock);
   void watch();               // the watchdog thread (Note [predicted quick])
   void begin_quick_phase();
-  void hand_off_quick_phase();  // a follower takes the lead (once per phase)
+  void hand_off_quick_phase() const;  // a follower takes the lead (once per phase)
   std::mutex mutex_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   std::condition_variable led_cv_;  // leading_ became false (for set_source)
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
@@ -111,7 +112,10 @@ class executor {
   // Note [predicted quick]. quick_phase_ is odd while the leader runs quick jobs nobody was woken
   // for; phase_handed_ says a follower was woken for the current phase already.
   std::atomic<std::uint64_t> quick_phase_{0};
-  std::atomic<bool> phase_handed_{false};
+  mutable std::atomic<bool> phase_handed_{false};
+  // The thread leading the current quick phase nobody was woken for (none: no such phase, or
+  // its lead was handed off already by long_work_ahead).
+  mutable std::atomic<std::thread::id> quick_leader_{};
   std::atomic<bool> watchdog_parked_{false};
   std::mutex watchdog_mutex_;
   std::condition_variable watchdog_cv_;

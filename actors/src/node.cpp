@@ -320,6 +320,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   sc.hook = hook;  // Note [store faults]
   sc.me = me.name;
   sc.host_worker = store_worker;
+  sc.work = exec;  // Note [predicted quick]
   const auto bound = std::max(opts.connection_timeout, std::chrono::milliseconds(1000));
   if (opts.rank != 0) sc.reconnect = [this, bound] { return reconnect_store(bound); };
   store = std::make_unique<store_client>(std::make_unique<detail::store_client_impl>(std::move(sc)));
@@ -612,7 +613,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
                                                     const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
                                                     std::chrono::milliseconds timeout) {
   auto& im = *impl_;
-  auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster);
+  auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster, im.exec);
   const auto seq = ++im.calls_made;
   st->set_trace(im.recorder, im.recorder->begin(trace_kind::rpc_call, function, seq, to));
   if (im.blames) st->set_blame(im.blames, seq);
@@ -643,6 +644,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     ctx.devices = &devices;
     ctx.scope = intercepted.get();
     ctx.gather = &borrowed;
+    ctx.work = im.exec.get();
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
     payload = encode(ctx);

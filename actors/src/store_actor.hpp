@@ -16,6 +16,7 @@
 
 #include "auth_set.hpp"
 #include "troupe/actors/peer_events.hpp"
+#include "troupe/actors/rpc/codec_context.hpp"
 #include "troupe/actors/messages.hpp"
 #include "troupe/actors/transport.hpp"
 
@@ -60,6 +61,8 @@ struct store_client_impl {
   std::shared_ptr<transport_hook> hook;
   std::string me;
   std::string host_worker;
+  /// The node's executor, told before a request blocks (Note [predicted quick]; null: none).
+  std::shared_ptr<const rpc::long_work_notice> work;
 };
 
 }  // namespace troupe::detail

@@ -35,7 +35,6 @@
 
 #include <caf/all.hpp>
 
-#include "executor.hpp"
 #include "store_actor.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/messages.hpp"
@@ -231,7 +230,7 @@ detail::store_outcome submit(detail::store_client_impl& impl, const caf::actor& 
     }
   };
   caf::anon_send(impl.proxy, std::move(job));
-  detail::long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
+  if (impl.work) impl.work->long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
   if (result.wait_for(deadline + std::chrono::seconds(1)) != std::future_status::ready)
     throw error(errc::timeout, what + ": no answer from the store host (" + impl.host + ")");
   return result.get();

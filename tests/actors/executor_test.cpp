@@ -131,7 +131,7 @@ namespace {
 // leads (at most `give_up`). Returns how long that took, or nothing when nobody else led. The other
 // thread, woken by set_source, is back asleep when the quick job runs: it leads only if something
 // wakes it.
-std::optional<std::chrono::milliseconds> other_leads_while_quick_job_blocks(std::function<void()> first,
+std::optional<std::chrono::milliseconds> other_leads_while_quick_job_blocks(std::function<void(const troupe::detail::executor&)> first,
                                                                             std::chrono::microseconds watchdog_tick,
                                                                             std::chrono::milliseconds give_up = 5s) {
   std::mutex m;
@@ -139,10 +139,11 @@ std::optional<std::chrono::milliseconds> other_leads_while_quick_job_blocks(std:
   bool other_led = false, done = false, saw = false;
   std::chrono::steady_clock::time_point began;
   std::chrono::milliseconds took{};
+  const troupe::detail::executor* running = nullptr;  // set before the source is attached
   troupe::detail::led_jobs read;
   read.quick.push_back([&] {
     began = std::chrono::steady_clock::now();
-    first();
+    first(*running);
     std::unique_lock<std::mutex> lock(m);
     saw = cv.wait_for(lock, give_up, [&] { return other_led; });  // still inside the quick job
     took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
@@ -154,6 +155,7 @@ std::optional<std::chrono::milliseconds> other_leads_while_quick_job_blocks(std:
     cv.notify_all();
   });
   troupe::detail::executor ex(2, watchdog_tick);
+  running = &ex;
   ex.set_source(&src);
   const auto until = std::chrono::steady_clock::now() + 10s;
   for (;;) {
@@ -174,20 +176,36 @@ std::optional<std::chrono::milliseconds> other_leads_while_quick_job_blocks(std:
 
 TEST_CASE("a quick job that announces long work hands the lead to a follower while it runs", "[executor]") {
   // The watchdog never ticks here: only long_work_ahead() can wake the other thread.
-  const auto took = other_leads_while_quick_job_blocks([] { troupe::detail::long_work_ahead(); }, 3600s);
+  const auto took = other_leads_while_quick_job_blocks([](const troupe::detail::executor& ex) { ex.long_work_ahead(); }, 3600s);
   REQUIRE(took.has_value());
   CHECK(*took < 1000ms);
 }
 
+TEST_CASE("a notice of long work from a thread that does not lead hands nothing off", "[executor]") {
+  // Only the leading thread itself may hand its quick phase off: the notice names no thread.
+  const auto took = other_leads_while_quick_job_blocks([](const troupe::detail::executor& ex) {
+    std::thread other([&ex] { ex.long_work_ahead(); });
+    other.join();
+  }, 3600s, 300ms);
+  CHECK_FALSE(took.has_value());
+}
+
+TEST_CASE("a notice of long work to another executor hands nothing off", "[executor]") {
+  troupe::detail::executor elsewhere(1, 3600s);
+  const auto took = other_leads_while_quick_job_blocks([&elsewhere](const troupe::detail::executor&) { elsewhere.long_work_ahead(); },
+                                                       3600s, 300ms);
+  CHECK_FALSE(took.has_value());
+}
+
 TEST_CASE("without the watchdog, a quick job that blocks without a word leaves the lead unfilled", "[executor]") {
   // The control for the next test: nothing else wakes the follower (so that one measures the watchdog).
-  CHECK_FALSE(other_leads_while_quick_job_blocks([] {}, 3600s, 300ms).has_value());
+  CHECK_FALSE(other_leads_while_quick_job_blocks([](const troupe::detail::executor&) {}, 3600s, 300ms).has_value());
 }
 
 TEST_CASE("the watchdog hands the lead on when a quick job blocks without a word", "[executor]") {
   // Note [predicted quick]: a function predicted short that blocks this time (its own lock, a
   // sleep) is noticed at the second tick that finds its quick phase still running.
-  const auto took = other_leads_while_quick_job_blocks([] {}, troupe::detail::executor::default_watchdog_tick);
+  const auto took = other_leads_while_quick_job_blocks([](const troupe::detail::executor&) {}, troupe::detail::executor::default_watchdog_tick);
   REQUIRE(took.has_value());
   CHECK(*took < 500ms);  // two 1 ms ticks; the bound is for a loaded CI machine
 }

@@ -58,7 +58,7 @@ void call_server::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_
   // Built in place (its destructor leaves it without a move constructor: a temporary would be
   // copied, payload and all).
   auto held = std::make_shared<served_request>(std::move(req_in), std::move(fn),
-                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node, cfg_.recorder},
+                                               serve_target{same_host(c->peer_node, cfg_.my_node), cfg_.bulk, c->peer_node, cfg_.recorder, cfg_.exec},
                                                cfg_.interceptor ? cfg_.interceptor->get() : nullptr);
   for (int i = 0; i < copies; ++i) {
     auto job = [this, owner = owner_.lock(), c, held, adopt = copies == 1] {

@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "device_scope.hpp"
-#include "executor.hpp"
 #include "rpc/cuda_ipc.hpp"
 #include "rpc/bulk_segment.hpp"
 #include "intercept.hpp"
@@ -19,7 +18,7 @@ namespace troupe::rpc::detail {
 
 namespace {
 // A tensor this large takes long enough to copy that the leader hands off first
-// (executor.hpp: long_work_ahead).
+// (codec_context::work, Note [predicted quick]).
 constexpr std::size_t long_copy_bytes = std::size_t{256} << 10;
 }  // namespace
 
@@ -114,7 +113,7 @@ void write_tensor(writer& w, const tensor& t) {
     return;
   }
   // A large copy ahead: a leading executor thread running quick jobs hands the lead off first.
-  if (t.nbytes() >= long_copy_bytes) troupe::detail::long_work_ahead();
+  if (t.nbytes() >= long_copy_bytes && ctx.work) ctx.work->long_work_ahead();
   if (t.device().is_cuda())
     if (const auto* d = ctx.devices) return write_cuda_tensor(w, t, *d);
   const tensor h = t.is_contiguous() && t.is_cpu() ? t : t.cpu().contiguous();

@@ -3,7 +3,6 @@
 #include <optional>
 
 #include "blame_board.hpp"
-#include "executor.hpp"
 #include "intercept.hpp"
 
 namespace troupe::rpc::detail {
@@ -61,7 +60,7 @@ bool call_state::complete(errc code, std::string message, std::vector<char> payl
 }
 
 std::shared_ptr<call_state> call_state::derive(const std::string& step, clock::time_point deadline) const {
-  return std::make_shared<call_state>(function_ + " (" + step + ")", to_, from_, deadline, post_);
+  return std::make_shared<call_state>(function_ + " (" + step + ")", to_, from_, deadline, post_, work_);
 }
 
 bool call_state::complete_value(std::shared_ptr<void> value) {
@@ -78,7 +77,7 @@ bool call_state::complete_value(std::shared_ptr<void> value) {
 bool call_state::wait_for(std::chrono::milliseconds timeout) const {
   const auto end = clock::now() + timeout;
   if (!done()) {
-    troupe::detail::long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
+    if (work_) work_->long_work_ahead();  // Note [predicted quick]: a leader about to block hands the lead off
     help_wait(end);
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -95,7 +94,7 @@ bool call_state::ready() const {
 
 const std::vector<char>& call_state::value() const {
   if (!done()) {
-    troupe::detail::long_work_ahead();  // Note [predicted quick]
+    if (work_) work_->long_work_ahead();  // Note [predicted quick]
     help_wait(deadline_ + deadline_grace);
   }
   std::unique_lock<std::mutex> lock(mutex_);

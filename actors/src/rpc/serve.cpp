@@ -7,12 +7,12 @@
 // holds the handle answers once, from any thread:
 //
 //   executor: fn(call, args) --call.defer()--> handle; return deferred{}   (no response yet)
-//   any thread: handle.complete(v) --[codec context + caller scope + serve scope entered]--> encode --> respond
+//   any thread: handle.complete(v) --[codec context + serve scope entered]--> encode --> respond
 //   last handle dropped unanswered --> respond(invalid_state "dropped its deferred reply")
 //
 // The encode runs under a codec context like the immediate path's (same-host bulk tensors, CUDA
 // results with their device, the interceptor's serve scope, entered again on the completing
-// thread; Note [codec context]) and the rref caller, so a deferred result is indistinguishable
+// thread; Note [codec context]) with the caller as reply_to, so a deferred result is indistinguishable
 // from an immediate one for the caller and the interceptor. If the function throws after defer(),
 // the exception answers the call and the handle's later answers are ignored. The caller's
 // deadline still bounds its wait.
@@ -26,21 +26,24 @@
 
 #include "rpc/device_scope.hpp"
 #include "rpc/intercept.hpp"
-#include "troupe/actors/rref/caller.hpp"
 
 namespace troupe::detail {
 
 namespace {
 
-// The codec context of a served call to `to` (Note [codec context]): its answer's CUDA tensors
-// keep their device (`answer`), tensors go over shared memory to a same-host caller.
-rpc::codec_context served_context(const serve_target& to, const rpc::detail::device_scope& answer, rpc::call_scope* scope) {
+// The codec context of a served call from `caller` to `to` (Note [codec context]): its answer's
+// CUDA tensors keep their device (`answer`), tensors go over shared memory to a same-host caller,
+// RRefs in its answer know they go to `caller`.
+rpc::codec_context served_context(const serve_target& to, const std::string& caller, const rpc::detail::device_scope& answer,
+                                  rpc::call_scope* scope) {
   rpc::codec_context ctx;
+  ctx.reply_to = &caller;
   ctx.bulk = to.bulk.get();
   ctx.shm = to.same_host;
   ctx.peer = &to.node;
   ctx.devices = &answer;
   ctx.scope = scope;
+  ctx.work = to.work.get();
   return ctx;
 }
 
@@ -66,8 +69,7 @@ class deferred_reply final : public rpc::reply_later {
     rpc_response resp{ctx_->req.id, 0, {}, {}, {}};
     try {
       const rpc::detail::device_scope answer;  // CUDA results keep their device (Note [rpc device map])
-      const rpc::codec_context codec = served_context(ctx_->to, answer, ctx_->scope.get());
-      rref_detail::caller_scope caller(ctx_->req.caller);
+      const rpc::codec_context codec = served_context(ctx_->to, ctx_->req.caller, answer, ctx_->scope.get());
       std::optional<rpc::scope_guard> active;
       rpc::detail::guarded("enter", [&] { active.emplace(ctx_->scope.get()); });
       resp.payload = encode(codec);
@@ -83,7 +85,7 @@ class deferred_reply final : public rpc::reply_later {
 
   void with_context(const std::function<void(const rpc::codec_context&)>& fn) const override {
     const rpc::detail::device_scope answer;
-    fn(served_context(ctx_->to, answer, ctx_->scope.get()));
+    fn(served_context(ctx_->to, ctx_->req.caller, answer, ctx_->scope.get()));
   }
 
   void fail(errc code, const std::string& message, rpc::reply_batch* batch) override {
@@ -187,11 +189,10 @@ rpc_response with_meta(rpc_response resp, rpc::call_scope* scope) {
 // serve_job; inline tensors of the request may view its payload when `keep` is set.
 void serve_keeping(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
                    rpc::call_interceptor* ic, const rpc::detail::payload_keeper* keep, respond_fn respond) {
-  const rpc::detail::device_scope answer;        // CUDA results keep their device (Note [rpc device map])
-  rref_detail::caller_scope caller(req.caller);  // RRefs in the result know where they go
+  const rpc::detail::device_scope answer;  // CUDA results keep their device (Note [rpc device map])
   std::shared_ptr<rpc::call_scope> scope;
   deferral_point point(&fn, &req, &me, &to, &scope, &respond);
-  rpc::codec_context codec = served_context(to, answer, nullptr);  // the result may go through shared memory
+  rpc::codec_context codec = served_context(to, req.caller, answer, nullptr);  // the result may go through shared memory
   codec.keeper = keep;
   if (!ic) {
     run_and_answer(point, codec, [](rpc_response r, rpc::call_scope*) { return r; });

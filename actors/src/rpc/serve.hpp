@@ -22,6 +22,9 @@ struct serve_target {
   std::shared_ptr<bulk_names> bulk;  ///< shared: a deferred reply may encode after the call returned
   caf::node_id node;
   flight_recorder* recorder = nullptr;  ///< the node's (Note [flight recorder]); records the serve
+  /// The node's executor, told before a large tensor of the answer is copied (Note [predicted
+  /// quick]); shared: a deferred reply may encode after the node is gone.
+  std::shared_ptr<const rpc::long_work_notice> work;
 };
 
 /// Takes a served call's response, the reply batch it was given into (null: send it now;
@@ -29,8 +32,8 @@ struct serve_target {
 /// bytes]).
 using respond_fn = std::function<void(rpc_response, rpc::reply_batch*, rpc::detail::borrowed_parts)>;
 
-/// Decodes, runs and encodes one call with the caller's name as rref current_caller(), under a
-/// codec context for `to` with the interceptor's serve scope (Note [codec context]), and hands the
+/// Decodes, runs and encodes one call under a codec context for `to` with the caller as reply_to
+/// and the interceptor's serve scope (Note [codec context]), and hands the
 /// response to `respond` — at once, or later from the thread that completes a deferred reply
 /// (Note [deferred reply]). Never throws: every failure becomes the response's code
 /// (bad_argument, remote_exception, ...).

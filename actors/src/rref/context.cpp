@@ -124,10 +124,7 @@ void rref_context::with_held(const rref_id& id, std::chrono::milliseconds timeou
 
 void rref_context::with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn) {
   with_held(id, timeout, [&](std::shared_ptr<const rpc::held_value>& v) {
-    std::vector<char> bytes = [&] {
-      rref_detail::storing_scope storing;
-      return v->encode(rpc::plain_context);  // the stored value is not part of any message
-    }();
+    std::vector<char> bytes = v->encode(rref_detail::stored_context);  // the stored value is not part of any message
     auto before = bytes;
     fn(bytes);
     if (bytes != before) v = rpc::hold_encoded(std::move(bytes));  // unchanged: the live object stays

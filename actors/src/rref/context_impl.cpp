@@ -197,8 +197,9 @@ void answer_fetch(rpc::reply_later& reply, const published_value& v, rpc::reply_
   const auto& value = v.value;
   reply.complete_encoded(
       [&value](const rpc::codec_context& ctx) {
-        storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
-        return value->encode(ctx);
+        rpc::codec_context stored = ctx;
+        stored.stored = true;  // an rref inside a stored value is refused (Note [RRef protocol])
+        return value->encode(stored);
       },
       &batch);
 }

@@ -1,42 +1,16 @@
 // The handles of rref<T>: passing one on (a child with the parent's hold, G2), binding one that
-// arrived, releasing one (G1), probing for lost carriers, and the thread-local scopes
-// (Note [RRef protocol] in rref/context.hpp). The state lives in the actors; these functions
-// message them.
+// arrived, releasing one (G1), probing for lost carriers (Note [RRef protocol] in
+// rref/context.hpp). The state lives in the actors; these functions message them.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
 #include "troupe/actors/rpc/api.hpp"
-#include "troupe/actors/rref/caller.hpp"
 
 namespace troupe::rref_detail {
 
 namespace {
-
-
-thread_local context_impl* tls_context = nullptr;
-thread_local send_scope* tls_send = nullptr;
-thread_local bool tls_storing = false;
-
+const std::string no_caller;
 }  // namespace
-
-context_impl* current_context() { return tls_context; }
-binding_scope::binding_scope(context_impl* ctx) : previous_(tls_context) { tls_context = ctx; }
-binding_scope::~binding_scope() { tls_context = previous_; }
-
-storing_scope::storing_scope() : previous_(tls_storing) { tls_storing = true; }
-storing_scope::~storing_scope() { tls_storing = previous_; }
-bool storing_scope::active() { return tls_storing; }
-
-send_scope::send_scope(context_impl*, std::string) : previous_(tls_send) { tls_send = this; }
-send_scope::~send_scope() {
-  if (active_) tls_send = previous_;
-}
-std::vector<send_scope::sent> send_scope::take() {
-  if (active_) tls_send = previous_;
-  active_ = false;
-  return std::move(sent_);
-}
-send_scope* send_scope::current() { return tls_send; }
 
 void watch_remote(const handle& h) {
   if (h.watch) std::call_once(h.watch_once, [&h] { std::exchange(h.watch, {})(false); });
@@ -81,18 +55,19 @@ void probe(context_impl& c, const std::string& to, std::vector<send_scope::sent>
   }
 }
 
-rref_msg::wire fork_for_send(const handle& h) {
+rref_msg::wire fork_for_send(const handle& h, const rpc::codec_context& ctx) {
   if (!h.bound || !h.ctx) throw error(errc::invalid_state, "rref " + h.id.str() + " is not bound to an rref_context and cannot be passed on");
   if (h.failed != errc::ok) throw error(h.failed, h.failure);
-  if (storing_scope::active() && !send_scope::current())  // (an rpc through the context inside remote's function is fine)
+  if (ctx.stored)
     throw error(errc::not_supported, "rref " + h.id.str() + " inside the value of another rref (remote result, make_rref, method object)");
+  auto* sent = dynamic_cast<send_scope*>(ctx.handles);
   auto& c = *h.ctx;
   const auto child = c.next_id();
   const auto token = c.next_id();
   rref_msg::wire w{h.id, h.owner, fork_id{c.me_, child}, c.me_, h.owner_local ? fork_id{} : h.fork, token};
   // An argument is probed by its sender if the call fails; a result is probed by us once it
   // had ample time to be bound (a lost reply, the discarded reply of a duplicated request).
-  const auto& caller = send_scope::current() ? std::string() : current_caller();
+  const auto& caller = sent || !ctx.reply_to ? no_caller : *ctx.reply_to;
   rref_msg::child_hold hold{token, w.fork, caller, c.opts_.result_probe_after.count()};
   if (h.owner_local) {
     auto a = c.owner_for(h.id, false);
@@ -106,7 +81,7 @@ rref_msg::wire fork_for_send(const handle& h) {
     if (!a) throw error(errc::timeout, "rref " + h.id.str() + ": its fork context on " + c.me_ + " did not answer");
     if (a->code != 0) throw error(static_cast<errc>(a->code), a->message);
   }
-  if (auto* scope = send_scope::current()) scope->add({w.id, w.fork, token, w.parent_fork});
+  if (sent) sent->add({w.id, w.fork, token, w.parent_fork});
   return w;
 }
 

@@ -116,12 +116,14 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
       self->in_flight_add(-1);
     }
   };
-  send_scope scope(&c, to);  // rrefs among the args: probed if the call fails
+  send_scope scope;  // rrefs among the args: probed if the call fails
   std::shared_ptr<rpc::detail::call_state> st;
   try {
     // The args are encoded inside node::call, so the call's interceptor scope sees their tensors.
     st = c.n_->call(to, "troupe.rref.remote_call", [&](const rpc::codec_context& ctx) {
-      return rpc::encode_args<std::vector<char>>(ctx, rref_msg::to_bytes(*c.sys_, rref_msg::remote_call{h->id, h->fork, function, encode(ctx)}));
+      rpc::codec_context args = ctx;
+      args.handles = &scope;
+      return rpc::encode_args<std::vector<char>>(ctx, rref_msg::to_bytes(*c.sys_, rref_msg::remote_call{h->id, h->fork, function, encode(args)}));
     }, timeout);
   } catch (const error& e) {
     const bool peer = e.code() == errc::peer_lost || e.code() == errc::timeout;

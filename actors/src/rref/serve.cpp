@@ -34,7 +34,6 @@ void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&),
         auto self = weak.lock();
         if (!self) throw error(errc::invalid_state, name + ": the rref context of this worker is gone");
         auto m = rref_msg::from_bytes<Msg>(*self->sys_, bytes, name.c_str());
-        binding_scope scope(self.get());
         return handler(*self, m);
       },
       rpc::function_options{.quick = quick});
@@ -50,7 +49,6 @@ void serve(context_impl& c, const char* name, rpc::deferred (*handler)(context_i
         auto self = weak.lock();
         if (!self) throw error(errc::invalid_state, name + ": the rref context of this worker is gone");
         auto m = rref_msg::from_bytes<Msg>(*self->sys_, bytes, name.c_str());
-        binding_scope scope(self.get());
         return handler(*self, call, m);
       },
       rpc::function_options{.quick = quick});
@@ -87,8 +85,14 @@ void run_remote(context_impl& c, rref_msg::remote_call& m, std::shared_ptr<rpc::
     v.message = "remote() of '" + m.function + "' for rref " + m.id.str() + ": worker " + c.me_ + " has no such function";
   } else {
     try {
-      // The args travel nested in the call's: decoded under the served call's codec context.
-      accept->with_context([&](const rpc::codec_context& ctx) { v.value = fn->invoke_held(ctx, m.args, [] {}); });
+      // The args travel nested in the call's: decoded under the served call's codec context, their
+      // RRefs bound to this context.
+      binding_scope bind_here(&c);
+      accept->with_context([&](const rpc::codec_context& ctx) {
+        rpc::codec_context args = ctx;
+        args.handles = &bind_here;
+        v.value = fn->invoke_held(args, m.args, [] {});
+      });
     } catch (const error& e) {
       v.code = static_cast<std::int32_t>(e.code() == errc::bad_argument ? errc::bad_argument : errc::remote_exception);
       v.message = "remote() of '" + m.function + "' on worker " + c.me_ + " (rref " + m.id.str() + ") threw: " + e.what();

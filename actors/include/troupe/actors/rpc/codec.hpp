@@ -19,7 +19,7 @@
 /// device_map.hpp), dtype, rank, sizes, bytes of
 /// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
 /// inside a user struct uses troupe/tensors/boost_tensor.hpp), read by a bounded_iarchive
-/// (Note [bounded archive]).
+/// (Note [bounded archive]); a handle type (an RRef) writes and reads itself (self_coded).
 /// A result is encoded as its type tag (a u16 length and the bytes of the same string) and its
 /// value; a void function's result is empty. The caller compares the tag in place with the tag of
 /// the R it asked for: a mismatch is bad_argument naming both types. A few bytes and one compare
@@ -329,6 +329,14 @@ class payload_keeper {
 template <class T> void write_value(writer& w, const T& x);
 template <class T> void read_value(reader& r, T& x);
 
+/// A value that writes and reads itself with the codec's writer and reader, so it sees their
+/// codec context (a handle type such as an RRef; Note [codec context]).
+template <class T>
+concept self_coded = requires(const T& c, T& m, writer& w, reader& r) {
+  c.write_payload(w);
+  m.read_payload(r);
+};
+
 template <class T>
 void write_value(writer& w, const T& x) {
   if constexpr (std::is_same_v<T, tensor>) {
@@ -354,6 +362,8 @@ void write_value(writer& w, const T& x) {
     }
   } else if constexpr (is_tuple<T>::value) {
     std::apply([&](const auto&... e) { (write_value(w, e), ...); }, x);
+  } else if constexpr (self_coded<T>) {
+    x.write_payload(w);
   } else {  // a user struct with a Boost serialize(): an archive of its own, appended in place
     vector_sink sink(w.buffer());
     oarchive ar(sink, archive_flags);
@@ -402,6 +412,8 @@ void read_value(reader& r, T& x) {
     }
   } else if constexpr (is_tuple<T>::value) {
     std::apply([&](auto&... e) { (read_value(r, e), ...); }, x);
+  } else if constexpr (self_coded<T>) {
+    x.read_payload(r);
   } else {  // Note [bounded archive]: no length in it allocates more than the payload holds
     span_source src(r.pos(), r.left());
     try {

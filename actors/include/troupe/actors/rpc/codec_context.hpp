@@ -2,6 +2,8 @@
 /// \file codec_context.hpp
 /// The explicit context of one RPC encode or decode (Note [codec context]).
 
+#include <string>
+
 namespace caf {
 class node_id;
 }  // namespace caf
@@ -21,6 +23,25 @@ class payload_keeper;
 class result_devices;
 }  // namespace detail
 
+/// Told before long work on the calling thread: a large copy, a blocking wait. The node's executor
+/// implements it (Note [predicted quick] in src/executor.hpp).
+class long_work_notice {
+ public:
+  virtual ~long_work_notice() = default;
+  /// Hands the executor's lead off if this thread leads a quick phase; else does nothing. Never
+  /// blocks, any thread.
+  virtual void long_work_ahead() const = 0;
+};
+
+/// The scope of a layer above the codec for the handles it owns inside a payload: values that
+/// stand for state kept elsewhere (an RRef). That layer derives its own scopes from it (where
+/// received handles bind, what sent handles create) and finds them in codec_context::handles;
+/// the codec carries the pointer and never looks into it.
+class handle_scope {
+ public:
+  virtual ~handle_scope() = default;
+};
+
 /// Note [codec context]
 /// What steers an encode or a decode beyond the value itself travels in one codec_context that
 /// the caller builds on its stack and hands to the writer or reader; the codec reads nothing
@@ -36,7 +57,14 @@ class result_devices;
 ///   * scope: the interceptor's view of this message (Note [call interceptor]);
 ///   * gather and borrow: the sender's list of tensors it writes from their storage, and whether
 ///     this encode may add to it: set only by the encode whose buffer is the message's payload
-///     (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp).
+///     (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp);
+///   * work: told before a large tensor is copied (Note [predicted quick]);
+///   * handles: the scope of the layer that owns the handles inside the value (RRefs: where
+///     received ones bind, what sent ones create; Note [RRef protocol]);
+///   * reply_to: in a served call's answer, the worker that called (handles in the result
+///     know where they go);
+///   * stored: the value is encoded to be kept (an RRef's value), not sent in one message;
+///     handles inside it are refused.
 /// A nested encode (a payload inside a payload, a served function's own calls) builds its own
 /// context, so two nodes of one process encoding on one thread never see each other's settings.
 /// A context refers to what its builder owns: it must not outlive them, and it is not copied
@@ -51,6 +79,10 @@ struct codec_context {
   call_scope* scope = nullptr;
   detail::borrowed_parts* gather = nullptr;
   bool borrow = false;
+  const long_work_notice* work = nullptr;
+  handle_scope* handles = nullptr;
+  const std::string* reply_to = nullptr;
+  bool stored = false;
 };
 
 /// The context of an encode or decode that nothing steers (values stored, meta bytes, tests).

@@ -47,9 +47,12 @@ class call_state {
   /// Runs a continuation off the completing thread (the node's executor); false: it cannot.
   using poster = std::function<bool(std::function<void()>)>;
   /// A call of `function` on worker `to` from worker `from` (what() names it so, for errors).
-  /// `post` (one per node, shared) runs continuations off the completing thread.
-  call_state(std::string function, std::string to, std::string from, clock::time_point deadline, std::shared_ptr<const poster> post)
-      : function_(std::move(function)), to_(std::move(to)), from_(std::move(from)), deadline_(deadline), post_(std::move(post)) {}
+  /// `post` (one per node, shared) runs continuations off the completing thread; `work` (the
+  /// node's executor, or null) is told before a thread blocks on the call (Note [predicted quick]).
+  call_state(std::string function, std::string to, std::string from, clock::time_point deadline, std::shared_ptr<const poster> post,
+             std::shared_ptr<const long_work_notice> work = nullptr)
+      : function_(std::move(function)), to_(std::move(to)), from_(std::move(from)), deadline_(deadline), post_(std::move(post)),
+        work_(std::move(work)) {}
   /// Hands the response payload to the recycler, if one was set.
   ~call_state();
   call_state(const call_state&) = delete;
@@ -125,6 +128,7 @@ class call_state {
   std::string function_, to_, from_;
   clock::time_point deadline_;
   std::shared_ptr<const poster> post_;
+  std::shared_ptr<const long_work_notice> work_;
   mutable std::mutex mutex_;
   mutable std::condition_variable cv_;
   bool done_ = false;
@@ -209,34 +213,10 @@ class future {
   /// or the code of an exception the call interceptor threw). With an interceptor the result is
   /// decoded by the first get() only; later ones return copies of it (a move-only result is
   /// moved out by the first get(); later ones return a moved-from value).
-  R get() const {
-    if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
-    const auto& bytes = st_->value();
-    const detail::result_devices devices(st_->result_map(), st_->callee());  // Note [rpc device map]
-    codec_context ctx;  // Note [codec context]
-    ctx.results = &devices;
-    if (st_->intercepted()) {  // decoded once, under the call's scope (Note [call interceptor])
-      auto v = st_->decode_once([this, &ctx](const std::vector<char>& b, call_scope* scope) -> std::shared_ptr<void> {
-        ctx.scope = scope;
-        if constexpr (std::is_void_v<R>) return nullptr;
-        else return std::make_shared<R>(decode_result<R>(ctx, b, [this] { return st_->what(); }));
-      });
-      if constexpr (!std::is_void_v<R>) {
-        auto p = std::static_pointer_cast<R>(v);
-        if constexpr (std::is_copy_constructible_v<R>) return *p;
-        else return std::move(*p);  // a move-only result (an rref) is taken by the first get()
-      } else {
-        return;
-      }
-    }
-    if constexpr (std::is_void_v<R>) {
-      (void)bytes;
-    } else {
-      const detail::payload_keeper keep(bytes, st_->payload_owner());  // Note [adopted payload] (codec.hpp)
-      ctx.keeper = &keep;
-      return decode_result<R>(ctx, bytes, [this] { return st_->what(); });
-    }
-  }
+  R get() const { return get_under(nullptr); }
+  /// get() with the handles in the result (RRefs) decoded under `handles` (Note [codec
+  /// context]); the first decoding get() of an intercepted call decides how they are decoded.
+  R get(handle_scope& handles) const { return get_under(&handles); }
   /// Runs `fn(future<R>)` on the node's executor once the call completes (never on a CAF
   /// thread, never inline in the agent), and returns the future of what `fn` returns, like
   /// torch's Future.then: it completes with fn's value, or with the error fn threw (a
@@ -268,6 +248,35 @@ class future {
   }
 
  private:
+  R get_under(handle_scope* handles) const {
+    if (!st_) throw error(errc::invalid_state, "get() on an empty rpc future");
+    const auto& bytes = st_->value();
+    const detail::result_devices devices(st_->result_map(), st_->callee());  // Note [rpc device map]
+    codec_context ctx;  // Note [codec context]
+    ctx.results = &devices;
+    ctx.handles = handles;
+    if (st_->intercepted()) {  // decoded once, under the call's scope (Note [call interceptor])
+      auto v = st_->decode_once([this, &ctx](const std::vector<char>& b, call_scope* scope) -> std::shared_ptr<void> {
+        ctx.scope = scope;
+        if constexpr (std::is_void_v<R>) return nullptr;
+        else return std::make_shared<R>(decode_result<R>(ctx, b, [this] { return st_->what(); }));
+      });
+      if constexpr (!std::is_void_v<R>) {
+        auto p = std::static_pointer_cast<R>(v);
+        if constexpr (std::is_copy_constructible_v<R>) return *p;
+        else return std::move(*p);  // a move-only result (an rref) is taken by the first get()
+      } else {
+        return;
+      }
+    }
+    if constexpr (std::is_void_v<R>) {
+      (void)bytes;
+    } else {
+      const detail::payload_keeper keep(bytes, st_->payload_owner());  // Note [adopted payload] (codec.hpp)
+      ctx.keeper = &keep;
+      return decode_result<R>(ctx, bytes, [this] { return st_->what(); });
+    }
+  }
   template <class T>
   friend future<collected_t<T>> collect_all(std::vector<future<T>> fs, std::chrono::milliseconds budget);
   std::shared_ptr<detail::call_state> st_;

@@ -79,10 +79,20 @@
 /// the callee answers "received" (its child_ack will come) or "not received", and then refuses
 /// that fork (a late copy of the call binds a failed rref), so the sender drops its hold.
 /// Duplicated carriers are deduplicated by fork id.
-/// Results: an RRef sent inside a result (the agent tells which caller it goes to) is probed the
+/// Results: an RRef sent inside a result (the served call's codec context names its caller,
+/// reply_to) is probed the
 /// same way once rref_options::result_probe_after has passed without its child_ack, which covers
 /// a lost reply and the discarded extra reply of a duplicated request. Cost: a caller that takes
 /// such a result later than that finds the RRef refused (invalid_state, "gave the call up").
+/// In payloads: an RRef writes and reads itself under the codec context of its encode or decode
+/// (Note [codec context]), never under thread state. The context's handle scope says what to do:
+///   * a send_scope (the arguments of a call through the context) collects the forks it creates,
+///     for the probe above;
+///   * a binding_scope (a result taken through the context, to_here, remote's arguments) binds a
+///     received RRef to its context; without one it stays unbound until bind_to (add_function);
+///   * a stored value (codec_context::stored: remote's result, make_rref, a method's object)
+///     refuses an RRef with not_supported, since stored bytes go to every fetcher.
+/// An RRef inside a Boost-serialized user struct is refused (its archive has no context).
 /// Tombstones (deleted ids, released / received / abandoned forks) are freed after
 /// rref_options::tombstone_ttl, which must exceed the longest transit of a message copy.
 /// Assumes: one rref_context per node, destroyed before its node.
@@ -137,40 +147,24 @@ struct handle {
   ~handle();
 };
 
-/// The context of the thread decoding an rref right now (set by rref_context's wrappers), or
-/// nullptr.
-context_impl* current_context();
+/// The codec context of a value encoded to be kept, not sent: RRefs inside it are refused.
+inline constexpr rpc::codec_context stored_context{.stored = true};
 
-/// Sets current_context() for a scope.
-class binding_scope {
+/// The handle scope of a decode whose RRefs bind to `ctx` (set by rref_context's wrappers; Note
+/// [codec context]). Without one, a received RRef stays unbound until bind_to.
+class binding_scope final : public rpc::handle_scope {
  public:
-  explicit binding_scope(context_impl* ctx);
-  ~binding_scope();
-  binding_scope(const binding_scope&) = delete;
-  binding_scope& operator=(const binding_scope&) = delete;
+  explicit binding_scope(context_impl* ctx) : ctx_(ctx) {}
+  context_impl* context() const { return ctx_; }
 
  private:
-  context_impl* previous_;
+  context_impl* ctx_;
 };
 
-/// Marks a scope in which this thread encodes a value to be stored as an RRef's value (remote's
-/// result, make_rref, a method's object): an RRef inside it is refused with not_supported,
-/// because stored bytes are handed to every fetcher and one fork must not have two holders.
-class storing_scope {
- public:
-  storing_scope();
-  ~storing_scope();
-  storing_scope(const storing_scope&) = delete;
-  storing_scope& operator=(const storing_scope&) = delete;
-  static bool active();
-
- private:
-  bool previous_;
-};
-
-/// Collects the forks that rrefs encoded on this thread create, for a call to `to`; if the call
-/// fails, probe() asks `to` whether it received them (Note [RRef protocol], lost carriers).
-class send_scope {
+/// The handle scope of a call's arguments: collects the forks the RRefs encoded under it create,
+/// for a call to `to`; if the call fails, probe() asks `to` whether it received them (Note [RRef
+/// protocol], lost carriers). Used by one encode at a time.
+class send_scope final : public rpc::handle_scope {
  public:
   struct sent {
     rref_id id;
@@ -178,20 +172,15 @@ class send_scope {
     std::uint64_t token = 0;
     fork_id parent_fork;  ///< the sender's own fork (empty on the owner)
   };
-  send_scope(context_impl* ctx, std::string to);
-  ~send_scope();
+  send_scope() = default;
   send_scope(const send_scope&) = delete;
   send_scope& operator=(const send_scope&) = delete;
-  /// Ends collection; returns what was sent.
-  std::vector<sent> take();
-  /// The active scope of this thread, or nullptr.
-  static send_scope* current();
+  /// Returns what was sent and forgets it.
+  std::vector<sent> take() { return std::move(sent_); }
   void add(sent s) { sent_.push_back(std::move(s)); }
 
  private:
-  send_scope* previous_;
   std::vector<sent> sent_;
-  bool active_ = true;
 };
 
 /// After a failed call to `to` that carried `forks`: probes `to` for each (retried) and drops the
@@ -199,7 +188,10 @@ class send_scope {
 void probe(context_impl& ctx, const std::string& to, std::vector<send_scope::sent> forks);
 
 /// Operations the rref<T> templates use (thread-safe; block only where stated).
-rref_msg::wire fork_for_send(const handle& h);                 ///< may throw invalid_state
+/// Passes `h` on in a payload encoded under `ctx`: its send_scope (if any) collects the fork;
+/// ctx.reply_to names where a result goes. Throws invalid_state (unbound, deleted), and
+/// not_supported in a stored value (ctx.stored).
+rref_msg::wire fork_for_send(const handle& h, const rpc::codec_context& ctx);
 std::shared_ptr<handle> bind(context_impl& ctx, const rref_msg::wire& w);
 /// to_here off the owner: the fetch call, once answered with the value (decode it with
 /// rpc::future<T>, under the call's interceptor scope). Blocks up to `timeout`; throws timeout,

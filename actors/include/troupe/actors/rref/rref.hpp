@@ -45,11 +45,16 @@ auto encoder(const A&... a) {
   return [&a...](const rpc::codec_context& ctx) { return rpc::encode_args<rpc::detail::wire_t<A>...>(ctx, to_wire(a)...); };
 }
 
-/// A call through node::call (the rpc future path) whose arguments are encoded without copies.
+/// A call through node::call (the rpc future path) whose arguments are encoded without copies;
+/// `sent` collects the forks of the RRefs among them (Note [codec context]).
 template <class R, class... A>
 rpc::future<R> call_node(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
-                         const A&... a) {
-  return rpc::future<R>(n.call(to, function, encoder(a...), timeout));
+                         send_scope& sent, const A&... a) {
+  return rpc::future<R>(n.call(to, function, [&](const rpc::codec_context& ctx) {
+    rpc::codec_context with = ctx;
+    with.handles = &sent;
+    return rpc::encode_args<rpc::detail::wire_t<A>...>(with, to_wire(a)...);
+  }, timeout));
 }
 
 template <class F, class Tuple, std::size_t... I>
@@ -87,16 +92,15 @@ T value_of(const std::shared_ptr<const rpc::held_value>& v, const std::string& w
   if constexpr (std::is_copy_constructible_v<T>) {
     if (v->type() == typeid(T)) return *static_cast<const T*>(v->object());
   }
-  storing_scope storing;  // an rref inside a stored value is refused (Note [RRef protocol])
-  return rpc::decode_result<T>(v->encode(rpc::plain_context), what);
+  return rpc::decode_result<T>(v->encode(stored_context), what);  // an rref inside is refused (Note [RRef protocol])
 }
 
-/// Runs `start()` (a node-level rpc_async) collecting the forks of the RRefs it encodes; if the
-/// call fails they are probed so a lost call does not leak them.
+/// Runs `start(scope)` (a node-level rpc_async encoding under `scope`) collecting the forks of the
+/// RRefs it encodes; if the call fails they are probed so a lost call does not leak them.
 template <class R, class Start>
 rpc::future<R> probed_call(const std::shared_ptr<context_impl>& c, const std::string& to, Start start) {
-  send_scope scope(c.get(), to);
-  rpc::future<R> f = start();
+  send_scope scope;
+  rpc::future<R> f = start(scope);
   auto sent = scope.take();
   if (!sent.empty()) {
     std::weak_ptr<context_impl> weak = c;
@@ -137,15 +141,14 @@ class rref {
   /// same tensor). Blocks up to `timeout`. Throws remote_exception (the user function threw),
   /// owner_lost (the owner died), timeout, invalid_state (unbound rref).
   T to_here(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
-    rref_detail::binding_scope scope(h().ctx.get());
     if (h().owner_local) return rref_detail::value_of<T>(rref_detail::held_here(h(), timeout, true), "to_here of rref " + h().id.str());
-    return rpc::future<T>(rref_detail::fetch_call(h(), timeout)).get();
+    rref_detail::binding_scope scope(h().ctx.get());
+    return rpc::future<T>(rref_detail::fetch_call(h(), timeout)).get(scope);
   }
   /// The live value, on its owner only (never blocks; a tensor is the same tensor, like
   /// PyTorch's local_value). Throws invalid_state elsewhere or while the value does not exist
   /// yet; remote_exception if the function threw.
   T local_value() const {
-    rref_detail::binding_scope scope(h().ctx.get());
     return rref_detail::value_of<T>(rref_detail::held_here(h(), std::chrono::milliseconds(0), false), "local_value of rref " + h().id.str());
   }
   /// The owner's worker name.
@@ -180,8 +183,8 @@ class rref {
   rpc::future<R> rpc_async(const std::string& name, const A&... args) const {
     rref_detail::check_owner(h(), name.c_str());
     return rref_detail::split_timeout(node_of().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
-      return rref_detail::probed_call<R>(h().ctx, h().owner, [&] {
-        return rref_detail::call_node<R>(node_of(), h().owner, "troupe.rref.method." + name, timeout, h().id, a...);
+      return rref_detail::probed_call<R>(h().ctx, h().owner, [&](rref_detail::send_scope& sent) {
+        return rref_detail::call_node<R>(node_of(), h().owner, "troupe.rref.method." + name, timeout, sent, h().id, a...);
       });
     }, args...);
   }
@@ -197,16 +200,16 @@ class rref {
     }, args...);
   }
 
-  /// Boost serialization: sending forks the reference, receiving binds it (Note [RRef protocol]).
-  template <class Ar> void save(Ar& ar, unsigned) const {
-    rref_msg::wire w = rref_detail::fork_for_send(h());
-    ar << w;
+  /// The codec (Note [codec context]): sending forks the reference under the writer's context,
+  /// receiving binds it to the reader's binding_scope, if any (Note [RRef protocol]).
+  void write_payload(rpc::detail::writer& out) const {
+    rpc::detail::write_value(out, rref_detail::fork_for_send(h(), out.context()));
   }
-  template <class Ar> void load(Ar& ar, unsigned) {
+  void read_payload(rpc::detail::reader& in) {
     rref_msg::wire w;
-    ar >> w;
-    if (auto* c = rref_detail::current_context()) {
-      h_ = rref_detail::bind(*c, w);
+    rpc::detail::read_value(in, w);
+    if (auto* b = dynamic_cast<const rref_detail::binding_scope*>(in.context().handles)) {
+      h_ = rref_detail::bind(*b->context(), w);
       return;
     }
     h_ = std::make_shared<rref_detail::handle>();
@@ -214,6 +217,10 @@ class rref {
     h_->owner = w.owner;
     h_->pending = std::make_unique<rref_msg::wire>(std::move(w));
   }
+  /// Boost serialization (an rref inside a user struct): refused with not_supported, since the
+  /// archive carries no codec context; pass it as an argument, or in a vector, map or tuple.
+  template <class Ar> void save(Ar&, unsigned) const { refuse_archive(); }
+  template <class Ar> void load(Ar&, unsigned) { refuse_archive(); }
   BOOST_SERIALIZATION_SPLIT_MEMBER()
 
   /// Binds an rref received outside a context (add_function does it). Internal.
@@ -222,6 +229,9 @@ class rref {
   }
 
  private:
+  [[noreturn]] void refuse_archive() const {
+    throw error(errc::not_supported, "an rref inside a Boost-serialized struct: pass it as an argument, or in a vector, map, pair or tuple");
+  }
   const rref_detail::handle& h() const {
     if (!h_) throw error(errc::invalid_state, "use of an empty rref");
     return *h_;
@@ -302,8 +312,7 @@ rref<T> make_rref(rref_context& ctx, const T& value) {
   if constexpr (std::is_copy_constructible_v<T>) {
     return rref<T>(ctx.make_local(rpc::hold<T>(value)));
   } else {
-    rref_detail::storing_scope storing;  // a stored value, not part of any message: the plain context
-    return rref<T>(ctx.make_local(rpc::encode_result<T>(value)));
+    return rref<T>(ctx.make_local(rpc::encode_result<T>(rref_detail::stored_context, value)));  // not part of any message
   }
 }
 
@@ -313,7 +322,9 @@ rref<T> make_rref(rref_context& ctx, const T& value) {
 template <class R, class... Args>
 rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
   return rref_detail::split_timeout(ctx.this_node().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
-    return rref_detail::probed_call<R>(ctx.shared_impl(), to, [&] { return rref_detail::call_node<R>(ctx.this_node(), to, function, timeout, a...); });
+    return rref_detail::probed_call<R>(ctx.shared_impl(), to, [&](rref_detail::send_scope& sent) {
+      return rref_detail::call_node<R>(ctx.this_node(), to, function, timeout, sent, a...);
+    });
   }, args...);
 }
 
@@ -327,7 +338,7 @@ rpc::future<R> rpc_async(rref_context& ctx, const std::string& to, const std::st
 template <class R>
 R get_bound(rref_context& ctx, const rpc::future<R>& f) {
   rref_detail::binding_scope scope(&ctx.impl());
-  return f.get();
+  return f.get(scope);
 }
 
 /// rpc_sync through the context: RRefs in the result are bound to it; `args` may end with a
