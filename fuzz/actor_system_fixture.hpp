@@ -20,6 +20,7 @@
 #include "remote/remote_actors.hpp"
 #include "troupe/actors/messages.hpp"
 #include "troupe/actors/remote_actor.hpp"
+#include "troupe/actors/rpc/device_map.hpp"
 
 namespace troupe::fuzz {
 
@@ -65,13 +66,14 @@ class actor_system_fixture {
     return cfg;
   }
   detail::remote_actors* layer() {
-    layer_ = std::make_shared<detail::remote_actors>(sys_, worker_info{"worker0", 0, 2}, nullptr, nullptr, nullptr);
+    layer_ = std::make_shared<detail::remote_actors>(sys_, worker_info{"worker0", 0, 2}, nullptr, nullptr, maps_, nullptr);
     return layer_.get();
   }
 
   caf::actor_system_config cfg_;
   caf::actor_system sys_;
   caf::scoped_execution_unit ctx_;
+  rpc::device_maps maps_;  // none set: outlives layer_
   std::shared_ptr<detail::remote_actors> layer_;
   caf::proxy_registry proxies_;
 };
