@@ -630,7 +630,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     return st;
   }
   std::vector<char> payload, meta;
-  rpc::detail::borrowed_parts borrowed;  // Note [borrowed tensor bytes]
+  rpc::detail::borrowed_parts borrowed;  // stays empty: arguments never borrow (Note [borrowed tensor bytes])
   try {
     const caf::node_id& node = peer.agent.node();
     // Note [rpc device map]: IPC handles only to another process of this host.
@@ -643,8 +643,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     ctx.peer = &node;
     ctx.devices = &devices;
     ctx.scope = intercepted.get();
-    ctx.gather = &borrowed;
-    ctx.work = im.exec.get();
+    ctx.work = im.exec.get();  // no gather: arguments are copied (Note [borrowed tensor bytes])
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
     payload = encode(ctx);

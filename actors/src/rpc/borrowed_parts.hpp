@@ -14,14 +14,15 @@
 //   on the wire:     frame head | buffer[0, at) | t's bytes | buffer[at, end) | frame tail
 //
 // Value semantics hold: a frame with borrowed parts is written on the sending thread, and the
-// send returns once the kernel holds every byte of it. The caller may change its tensor after
+// send returns once the kernel holds every byte of it. The sender may change its tensor after
 // that; what was sent stays sent. The parts keep their tensors' storage alive until then and
-// release it as the send returns. So rpc_async of a large tensor sent as bytes returns when the
-// request is in the kernel, not when it was copied.
+// release it as the send returns.
 //
-// Who borrows: only an encode whose buffer is the message's payload, that is rpc_async's
-// argument list and a served function's immediate result (codec_context::borrow). A payload
-// nested in another (an rref's remote call, a stored value) is copied: its buffer is read whole.
+// Who borrows: only a served function's immediate result (codec_context::gather and borrow),
+// written by the executor thread that ran it. rpc_async's arguments are copied: a borrowing
+// call would return only once the request is in the kernel, and small calls the same thread
+// makes next could no longer pass it between fragments (Note [fragments]). A payload nested in
+// another (an rref's remote call, a stored value) is copied: its buffer is read whole.
 // Whatever keeps a frame or hands its payload to someone flattens it first, one copy as before:
 // a transport hook (the fault plan reads, copies and delays payloads), a reply batch.
 
