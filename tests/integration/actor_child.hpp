@@ -22,6 +22,16 @@ using hold_atom = caf::atom_constant<caf::atom("hold")>;
 using quit_atom = caf::atom_constant<caf::atom("quit")>;
 using poke_atom = caf::atom_constant<caf::atom("poke")>;
 using device_atom = caf::atom_constant<caf::atom("device")>;
+using unsendable_atom = caf::atom_constant<caf::atom("unsendable")>;
+
+/// A type no node announces: a message holding it cannot be serialized.
+struct unannounced {
+  std::int32_t x = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, unannounced& u) {
+  return f(u.x);
+}
 
 /// A user struct with a tensor inside.
 struct sample {
@@ -77,6 +87,7 @@ inline caf::behavior echo_actor(caf::stateful_actor<echo_state>* self) {
         self->state.held.push_back(rp);
         return rp;
       },
+      [](unsendable_atom) { return unannounced{7}; },  // a response that cannot be sent
       [self](quit_atom) {
         self->quit();
         return std::int32_t{0};

@@ -146,3 +146,13 @@ TEST_CASE("a request to a remote actor that exited fails at once and its monitor
   CHECK(code_of([&] { ask<std::int32_t>(sys, again, 10s, std::int32_t{1}); }, &message) != errc::ok);
   CHECK(std::chrono::steady_clock::now() - t1 < 2s);
 }
+
+TEST_CASE("a response that cannot be serialized fails its request at once with the reason", "[actors][integration]") {
+  two_nodes t;
+  std::string message;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(code_of([&] { ask<std::int32_t>(t.n.system(), t.echo, 20s, unsendable_atom::value); }, &message) == errc::bad_argument);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // not the request's timeout
+  CHECK_THAT(message, Catch::Contains("cannot serialize") && Catch::Contains("worker1"));
+  CHECK(ask<std::int32_t>(t.n.system(), t.echo, 5s, std::int32_t{1}) == 2);  // the actor and the connection live on
+}

@@ -146,16 +146,23 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
     codec_unit unit(ctx_, codec);
     caf::binary_serializer sink{&unit, frame};
     std::uint64_t m = mid.integer_value();
-    err = sink(from, dest, m, content);
+    for (std::size_t i = 0; i < content.size() && !err; ++i)  // CAF would write a truncated message
+      if (sys_.types().portable_name(content.type(i)) == sys_.types().default_type_name())
+        err = to_caf_error(errc::bad_argument, "element " + std::to_string(i) + " of the message has a type that is not announced (add_actor_message_type)");
+    if (!err) err = sink(from, dest, m, content);
     if (const auto& failed = unit.failure()) err = to_caf_error(*failed);  // CAF may have dropped it
   }
   if (err) {
     const std::string what = me_.name + ": cannot serialize a message to actor " + std::to_string(dest) + " on " + c->peer + ": ";
     const errc code = err.category() == troupe_error_atom::value ? from_caf_error(err, "").code() : errc::bad_argument;
     const std::string why = err.category() == troupe_error_atom::value ? from_caf_error(err, "").message() : sys_.render(err);
-    if (!mid.is_request())
-      std::fprintf(stderr, "[troupe] %s%s (the message is dropped)\n", what.c_str(), why.c_str());
-    bounce(sender, mid, to_caf_error(code == errc::device_mismatch ? code : errc::bad_argument, what + why));
+    const auto failure = to_caf_error(code == errc::device_mismatch ? code : errc::bad_argument, what + why);
+    if (mid.is_response() && !content.match_elements<caf::error>()) {  // the requester gets the error instead
+      forward(to, std::move(sender), dest, mid, caf::make_message(failure));
+      return;
+    }
+    if (!mid.is_request()) std::fprintf(stderr, "[troupe] %s%s (the message is dropped)\n", what.c_str(), why.c_str());
+    bounce(sender, mid, failure);
     return;
   }
   if (frame.size() - frame_header_size > channel_->max_body()) {  // the peer would drop the connection

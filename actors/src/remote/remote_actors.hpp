@@ -43,10 +43,12 @@
 // CUDA tensor is ready on every stream when the actor sees it.
 //
 // Codec failures. CAF 0.17.6 drops the error of one element of a message: a tensor that cannot
-// be written would leave a truncated message, read as `()` by the peer. So a tensor's inspect
-// also notes its failure on the node's execution unit (note_actor_codec_failure). A message
+// be written, or a type that is not announced, would leave a truncated message, read as `()` by
+// the peer. So the node checks every element's type is announced before it writes, and a
+// tensor's inspect notes its failure on the node's execution unit (note_actor_codec_failure). A message
 // that failed to write is not sent: a request gets the error (device_mismatch or bad_argument)
-// at once, anything else is dropped with a line on stderr. A message that failed to read is
+// at once, a response is replaced by that error (its requester fails at once), and a one-way
+// message is dropped with a line on stderr. A message that failed to read is
 // not delivered: a request is answered with the error, a response becomes the error its
 // requester gets, and a one-way message is dropped with a line on stderr.
 //
