@@ -135,6 +135,7 @@ TEST_CASE("the worker list names every rank, and get_worker_info rejects unknown
   CHECK(all[1].world_size == 2);
   const troupe::worker_info t = troupe::get_worker_info(n, "trainer");
   CHECK(t.rank == 1);
+  n.store().wait({"ready"}, 10s);  // rank 1 joins the job before it adds its functions
   CHECK(troupe::rpc_sync<int>(n, t.name, "add", 2, 3) == 5);
   try {
     troupe::get_worker_info(n, "trainr");
@@ -144,7 +145,6 @@ TEST_CASE("the worker list names every rank, and get_worker_info rejects unknown
     CHECK(e.message().find("'trainr'") != std::string::npos);
     CHECK(e.message().find("worker0, trainer") != std::string::npos);
   }
-  n.store().wait({"ready"}, 10s);
   troupe::test::release_children(n);
   CHECK(children.join(10s));
 }
