@@ -166,12 +166,11 @@ rpc_response run_function(const rpc::function_entry& fn, const rpc_request& req,
 }
 
 // Runs the function with `point` as its served call; answers unless the function deferred
-// (Note [deferred reply]). The result's large inline tensors are borrowed (Note [borrowed tensor
-// bytes]): `codec` offers no list of its own.
+// (Note [deferred reply]). The result is copied into its payload: no path borrows yet (Note
+// [borrowed tensor bytes]), so `borrowed` stays empty.
 void run_and_answer(deferral_point& point, const rpc::codec_context& codec, rpc_response take_meta_into(rpc_response, rpc::call_scope*)) {
   rpc::detail::borrowed_parts borrowed;
   rpc::codec_context gathering = codec;
-  gathering.gather = &borrowed;
   rpc_response resp = run_function(*point.fn, *point.req, *point.me, point.to->recorder, gathering, point);
   if (resp.code != 0) borrowed.clear();  // the encode failed part way: the payload is empty
   if (point.deferred) {
