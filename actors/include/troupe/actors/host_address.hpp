@@ -1,7 +1,7 @@
 #pragma once
 /// \file host_address.hpp
-/// Addresses of this host as others see it: the local address that routes to a peer, and the
-/// address a node publishes for a bind address (Note [listen and advertise]).
+/// Addresses of this host as others see it. One is the local address that routes to a peer.
+/// The other is the address a node publishes for a bind address (Note [listen and advertise]).
 ///
 /// Note [listen and advertise]
 /// A node binds `listen_addr` and publishes one address in the store for its peers. A concrete

@@ -38,9 +38,9 @@ typename Inspector::result_type inspect(Inspector& f, shm_probe& x) {
   return f(caf::meta::type_name("troupe.shm_probe"), x.pid, x.fd, x.name);
 }
 
-/// Sent by a node that said hello, to the peer's agent, when it cannot open the peer's probe
-/// although the peer could open its own (or the reverse): the peer's sends switch to match
-/// (Note [shm reachability]).
+/// Sent by a node that said hello to the peer's agent. It is sent when the node cannot open the
+/// peer's probe although the peer could open its own, or the reverse. The peer's sends switch
+/// to match (Note [shm reachability]).
 struct shm_verdict {
   bool ok = false;  ///< the sender can open the receiver's segments
 };
@@ -61,10 +61,10 @@ typename Inspector::result_type inspect(Inspector& f, hello& x) {
   return f(caf::meta::type_name("troupe.hello"), x.token, x.info, x.agent, x.shm);
 }
 
-/// Answer to a hello with the right token: the callee's identity, its agent, (rank 0) the store,
-/// and its direct rpc port with a one-use secret for this caller (Note [direct channel]; port 0:
-/// none), its shared-memory probe and whether it could open the caller's (Note [shm
-/// reachability]).
+/// Answer to a hello with the right token. It holds the callee's identity, its agent and, on
+/// rank 0, the store. It holds its direct rpc port with a one-use secret for this caller
+/// (Note [direct channel]; port 0: none). It holds its shared-memory probe and whether it could
+/// open the caller's (Note [shm reachability]).
 struct hello_ack {
   worker_info info;
   caf::actor agent;

@@ -3,24 +3,26 @@
 /// A node: one process's actor system, its identity, its RPC agent and its store connection.
 ///
 /// Note [job token]
-/// A node publishes only its agent, and the agent answers nothing but `hello` until the
-/// sender's CAF node has presented the job token: a hello with the right token adds the node to
-/// the authenticated set (shared by the agent and, on rank 0, the store) and returns the agent
-/// and store handles; a wrong or missing token is refused with `unauthorized` and logged on
-/// stderr, and every later request from that node is refused too. Before any CAF byte, a
-/// connection passes the node's gate with the same token (Note [CAF port gate] in caf_gate.hpp);
-/// anything else is dropped, and the node keeps serving the others. A hello whose identity
-/// clashes with a live node's is refused too (Note [worker identity] in rpc/roster.hpp). An
-/// empty token is refused off loopback, and on loopback without node_options::allow_empty_token.
+///
+/// A node publishes only its agent. The agent answers nothing but `hello` until the sender's
+/// CAF node has presented the job token. A hello with the right token adds the node to the
+/// authenticated set, shared by the agent and, on rank 0, the store. It returns the agent and
+/// store handles. A wrong or missing token is refused with `unauthorized` and logged on stderr.
+/// Every later request from that node is refused too.
+/// Before any CAF byte, a connection passes the node's gate with the same token
+/// (Note [CAF port gate] in caf_gate.hpp). Anything else is dropped, and the node keeps serving
+/// the others. A hello whose identity clashes with a live node's is refused too
+/// (Note [worker identity] in rpc/roster.hpp). An empty token is refused off loopback, and on
+/// loopback without node_options::allow_empty_token.
 ///
 ///   new node --gate hello{token}--> rank 0 --hello{token, info, agent}--> ack{info, agent, store} | refused
 ///   new node --store_set("troupe/addr/<name>", host:port)--> store
 ///   new node --store_set("troupe/worker/<rank>", name)--> store   (the worker list, workers.hpp)
 ///   caller --store_get(addr)--> store; caller --connect + hello--> peer (cached)
 ///
-/// Lifetime: the constructor joins the job (bounded by join_timeout) or throws; shutdown() (or
-/// the destructor, immediate) fails every pending call, stops the agent, the store and the
-/// executor, and destroys the actor system: afterwards no thread or actor of the node is left.
+/// Lifetime: the constructor joins the job (bounded by join_timeout) or throws. shutdown(), or
+/// the destructor at once, fails every pending call. It stops the agent, the store and the
+/// executor, and destroys the actor system. Afterwards no thread or actor of the node is left.
 /// It then writes the recorder's Chrome trace when node_options::trace_dir is set.
 
 #include <chrono>
@@ -122,9 +124,10 @@ class node {
   /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
   /// user code (troupe::fault_point) and by the library's own points.
   void fault_point(const std::string& point, std::int64_t step);
-  /// Passes a message this node does not send itself, a collective payload of one of its
-  /// process groups (Note [collective payload faults]), to its transport hook's on_send and
-  /// returns the decision; deliver at once without a hook. Never blocks; thread-safe.
+  /// Passes a message this node does not send itself to its transport hook's on_send and
+  /// returns the decision. Such a message is a collective payload of one of its process groups
+  /// (Note [collective payload faults]). Without a hook: deliver at once. Never blocks;
+  /// thread-safe.
   transport_decision payload_fault(envelope& msg);
   /// Whether the node has a transport hook (a fault plan): without one payload_fault always
   /// delivers, and its callers skip it.
@@ -134,12 +137,13 @@ class node {
   /// Thread-safe; calls already encoded keep the scopes they began with.
   void set_interceptor(std::shared_ptr<rpc::call_interceptor> interceptor);
 
-  /// Sends a call to worker `to` (by name); `encode(ctx)` produces the payload once the peer is
-  /// known, under the call's codec context (so large tensors to a same-host peer go through shared
-  /// memory, Note [codec context]). The future completes by `timeout` at the latest. Blocks only to
-  /// resolve a peer the first time (store lookup + connect + hello). With an interceptor, the
-  /// context holds the call's scope and the scope's meta travels with the request (Note [call
-  /// interceptor]). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
+  /// Sends a call to worker `to` (by name). `encode(ctx)` produces the payload once the peer is
+  /// known, under the call's codec context. So large tensors to a same-host peer go through
+  /// shared memory (Note [codec context]). The future completes by `timeout` at the latest.
+  /// Blocks only to resolve a peer the first time (store lookup + connect + hello). With an
+  /// interceptor, the context holds the call's scope and the scope's meta travels with the
+  /// request (Note [call interceptor]). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive
+  /// through the state.
   std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
                                                 const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
                                                 std::chrono::milliseconds timeout);

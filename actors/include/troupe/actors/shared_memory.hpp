@@ -75,9 +75,9 @@ typename Inspector::result_type inspect(Inspector& f, shm_handle& x) {
   return f(x.strategy, x.name, x.nbytes);
 }
 
-/// A mapped shared-memory segment. Move-only; the destructor unmaps it, closes its fd and, if it
-/// owns the name (the creator of a file_system segment), shm_unlinks it and then calls the
-/// unlink hook (which unregisters it from a shm_manager).
+/// A mapped shared-memory segment. Move-only. The destructor unmaps it and closes its fd. If it
+/// owns the name (the creator of a file_system segment), it then shm_unlinks it and calls the
+/// unlink hook, which unregisters it from a shm_manager.
 class shm_segment {
  public:
   shm_segment() = default;
@@ -120,11 +120,12 @@ class shm_segment {
   std::function<void(const std::string&)> unlink_hook_;
 };
 
-/// The manager of one job's file_system segments: a small process, forked by start(), to which
-/// every process of the job registers the segments it creates (shm_manager_client). When a
-/// client's connection closes (its process exited or was killed) the manager shm_unlinks the
-/// segments that client still had registered; when the owner stops it (or dies) it unlinks every
-/// registered segment and exits. See Note [shm manager]. Move-only; the destructor calls stop().
+/// The manager of one job's file_system segments: a small process, forked by start(). Every
+/// process of the job registers the segments it creates with it (shm_manager_client). When a
+/// client's connection closes (its process exited or was killed), the manager shm_unlinks the
+/// segments that client still had registered. When the owner stops it, or dies, it unlinks
+/// every registered segment and exits. See Note [shm manager]. Move-only; the destructor calls
+/// stop().
 class shm_manager {
  public:
   /// Forks the manager process listening on an abstract Unix socket. Blocks only for the fork.
@@ -224,8 +225,8 @@ bool is_shared(const tensor& t);
 /// The handle of a shared tensor's storage (invalid_state if the tensor is not shared by this
 /// module). For file_descriptor, `fd` is the storage's own descriptor: dup it to keep it.
 shm_handle shared_handle_of(const tensor& t);
-/// Rebuilds a tensor over a shared segment in another process: maps `h` (the fd is dup'ed for
-/// file_descriptor; the name is opened for file_system) and views it with the given geometry.
+/// Rebuilds a tensor over a shared segment in another process. It maps `h` and views it with
+/// the given geometry: the fd is dup'ed for file_descriptor, the name opened for file_system.
 /// Throws bad_argument when the geometry exceeds the segment, io_error when it cannot be mapped.
 tensor tensor_from_shared_handle(const shm_handle& h, troupe::dtype dtype, const shape_t& shape,
                                  const shape_t& strides, std::int64_t offset);

@@ -1,13 +1,13 @@
 #pragma once
 /// \file spawn.hpp
-/// `spawn(nprocs, fn, args...)`: runs `fn(rank, args...)` in `nprocs` forked child processes and
-/// joins them, propagating the first failure (rank, exit code or signal, exception text) and
-/// killing the others — the torch.multiprocessing.spawn design. See Note [spawn] in spawn.cpp.
+/// `spawn(nprocs, fn, args...)` runs `fn(rank, args...)` in `nprocs` forked child processes and
+/// joins them. It propagates the first failure (rank, exit code or signal, exception text) and
+/// kills the others: the torch.multiprocessing.spawn design. See Note [spawn] in spawn.cpp.
 ///
 /// Fork safety: spawn forks the calling process. Call it before the parent starts threads that
-/// hold locks the children need (an actor system, a thread pool, a logger): after fork() only the
-/// forking thread exists in the child, and a lock held by another parent thread stays held
-/// forever there. The child runs only `fn` and then `_exit`s (no static destructors, no atexit
+/// hold locks the children need: an actor system, a thread pool, a logger. After fork() only the
+/// forking thread exists in the child. A lock held by another parent thread stays held forever
+/// there. The child runs only `fn` and then `_exit`s (no static destructors, no atexit
 /// handlers of the parent); stdio is flushed before the fork and before the child exits.
 
 #include <sys/types.h>
@@ -45,10 +45,10 @@ class spawn_context {
 
   /// Waits up to `timeout` for every child. Returns true when all exited with status 0, false
   /// when the timeout ran out with children still running (they keep running). Blocks the
-  /// calling thread. If a child exits non-zero, is killed by a signal, or throws, the others are
-  /// killed and reaped and this throws troupe::error naming the rank, pid, exit code or signal
-  /// and the exception's text: errc::remote_exception (the child threw) or errc::peer_lost
-  /// (non-zero exit, signal). Later calls rethrow the same error.
+  /// calling thread. A child may exit non-zero, be killed by a signal, or throw. Then the others
+  /// are killed and reaped, and this throws troupe::error naming the rank, pid, exit code or
+  /// signal and the exception's text. The code is errc::remote_exception (the child threw) or
+  /// errc::peer_lost (non-zero exit, signal). Later calls rethrow the same error.
   bool join(std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
   /// Waits up to `timeout` until one more child exits; returns its rank if it succeeded, nullopt

@@ -34,18 +34,19 @@ class long_work_notice {
 };
 
 /// The scope of a layer above the codec for the handles it owns inside a payload: values that
-/// stand for state kept elsewhere (an RRef). That layer derives its own scopes from it (where
-/// received handles bind, what sent handles create) and finds them in codec_context::handles;
-/// the codec carries the pointer and never looks into it.
+/// stand for state kept elsewhere (an RRef). That layer derives its own scopes from it: where
+/// received handles bind, what sent handles create. It finds them in codec_context::handles.
+/// The codec carries the pointer and never looks into it.
 class handle_scope {
  public:
   virtual ~handle_scope() = default;
 };
 
 /// Note [codec context]
-/// What steers an encode or a decode beyond the value itself travels in one codec_context that
-/// the caller builds on its stack and hands to the writer or reader; the codec reads nothing
-/// else (no thread-local state). Every field is optional (null: the plain behaviour):
+///
+/// What steers an encode or a decode beyond the value itself travels in one codec_context.
+/// The caller builds it on its stack and hands it to the writer or reader. The codec reads
+/// nothing else (no thread-local state). Every field is optional (null: the plain behaviour):
 ///   * keeper: inline tensors of at least adopt_min_bytes read from its buffer view it
 ///     (Note [adopted payload]);
 ///   * results: where CUDA results (kind 4) of the peer go back to (Note [rpc device map]);
@@ -65,8 +66,8 @@ class handle_scope {
 ///     know where they go);
 ///   * stored: the value is encoded to be kept (an RRef's value), not sent in one message;
 ///     handles inside it are refused.
-/// A nested encode (a payload inside a payload, a served function's own calls) builds its own
-/// context, so two nodes of one process encoding on one thread never see each other's settings.
+/// A nested encode builds its own context: a payload inside a payload, a served function's own
+/// calls. So two nodes of one process encoding on one thread never see each other's settings.
 /// A context refers to what its builder owns: it must not outlive them, and it is not copied
 /// into anything that outlives the encode or decode.
 struct codec_context {

@@ -1,13 +1,13 @@
 #pragma once
 /// \file interceptor.hpp
-/// The call interceptor: how a layer above the runtime (distributed autograd) sees the tensors
-/// of every RPC and attaches its own bytes to the message, without the runtime knowing why.
+/// The call interceptor. Through it a layer above the runtime (distributed autograd) sees the
+/// tensors of every RPC. It attaches its own bytes to the message; the runtime does not know why.
 ///
 /// Note [call interceptor]
-/// A node has at most one interceptor (node::set_interceptor). For every call it makes and every
-/// call it serves, the runtime asks the interceptor for a `call_scope` (null: not intercepted)
-/// and puts that scope in the codec context of the message's encode and decode (Note [codec
-/// context] in codec_context.hpp); nothing about it is kept per thread.
+/// A node has at most one interceptor (node::set_interceptor). For every call it makes and
+/// every call it serves, the runtime asks the interceptor for a `call_scope` (null: not
+/// intercepted). It puts that scope in the codec context of the message's encode and decode
+/// (Note [codec context] in codec_context.hpp). Nothing about it is kept per thread.
 /// The codec reports every tensor it writes (`on_tensor_written`) and passes every tensor it
 /// reads through `on_tensor_read`, which may return a different tensor (for example one that
 /// carries a grad_fn). After encoding, `take_meta()` gives the bytes that travel with the message
@@ -22,19 +22,22 @@
 ///   [s entered] s.on_meta(response_meta)          [s entered] encode result -> on_tensor_written
 ///               decode result -> on_tensor_read   response_meta = s.take_meta()
 ///
-/// `enter()` runs before a scope's encode or decode (callee: before the argument decode, and again
-/// on the thread that completes a deferred reply) and `leave()` after it (callee: after the result
-/// encode). A served function runs between its scope's enter() and leave(); the interceptor may
-/// set its own state there (distributed autograd makes the caller's context current), and it is
-/// by that state that a call the function makes knows in begin_call that it is nested: the runtime
-/// hands begin_call only the peer and the function. A value encoded outside a message (an RRef's
-/// stored value, bytes a function encodes itself) is reported to no one; arguments nested in a
-/// served call's are decoded with its context (reply_later::with_context) and reported as its.
+/// `enter()` runs before a scope's encode or decode. On the callee it runs before the argument
+/// decode, and again on the thread that completes a deferred reply. `leave()` runs after it (on
+/// the callee: after the result encode).
+/// A served function runs between its scope's enter() and leave(). The interceptor may set its
+/// own state there: distributed autograd makes the caller's context current. By that state a
+/// call the function makes knows in begin_call that it is nested. The runtime hands begin_call
+/// only the peer and the function.
+/// A value encoded outside a message is reported to no one: an RRef's stored value, bytes a
+/// function encodes itself. Arguments nested in a served call's are decoded with its context
+/// (reply_later::with_context) and reported as its.
 ///
-/// Threads: begin_call runs on the calling user thread; begin_serve, the argument decode, the
-/// function and the result encode on one executor thread; the response decode on the thread that
-/// takes the result (future::get / then). Never on a CAF scheduler thread. A scope's methods are
-/// called from one thread at a time. The response decode happens at most once per call.
+/// Threads: begin_call runs on the calling user thread. begin_serve, the argument decode, the
+/// function and the result encode run on one executor thread. The response decode runs on the
+/// thread that takes the result (future::get / then). Never on a CAF scheduler thread. A scope's
+/// methods are called from one thread at a time. The response decode happens at most once per
+/// call.
 /// Covered: tensors written by the codec itself (arguments, results, and tensors inside vectors,
 /// maps, tuples). Not covered: tensors inside user structs serialized through their own
 /// Boost `serialize` (troupe/tensors/boost_tensor.hpp) — they travel without notification.

@@ -36,9 +36,9 @@ struct encoded_result {
   std::vector<char> bytes;
 };
 
-/// A value kept as its live object and encoded only when it is sent (an OwnerRRef's value:
-/// encoded when a to_here is answered, under that call's interceptor scope, so the interceptor
-/// sees the very tensors the function returned). Immutable once made; thread-safe.
+/// A value kept as its live object and encoded only when it is sent. An OwnerRRef's value is
+/// encoded when a to_here is answered, under that call's interceptor scope. So the interceptor
+/// sees the very tensors the function returned. Immutable once made; thread-safe.
 class held_value {
  public:
   virtual ~held_value() = default;
@@ -111,9 +111,9 @@ class reply_later {
   /// from `encode` answers with remote_exception.
   virtual void complete_encoded(const std::function<std::vector<char>(const codec_context&)>& encode,
                                 reply_batch* batch = nullptr) = 0;
-  /// Runs `fn` with the served call's codec context for a decode (its peer, shared memory and
-  /// interceptor scope): for a payload nested in the call's arguments, decoded inside the served
-  /// function on its thread, so the interceptor sees its tensors as part of the call.
+  /// Runs `fn` with the served call's codec context for a decode: its peer, shared memory and
+  /// interceptor scope. It is for a payload nested in the call's arguments, decoded inside the
+  /// served function on its thread. So the interceptor sees its tensors as part of the call.
   virtual void with_context(const std::function<void(const codec_context&)>& fn) const = 0;
   /// Answers with this error code and message, into `batch` when given.
   virtual void fail(errc code, const std::string& message, reply_batch* batch = nullptr) = 0;
@@ -224,9 +224,9 @@ struct run_history {
   std::atomic<std::uint32_t> recent_ns{0};
 };
 
-/// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
-/// function (its exceptions propagate unchanged) and encodes the result, both under the served
-/// call's codec context (Note [codec context]).
+/// A type-erased registered function. It decodes the arguments (throws bad_argument), runs the
+/// user function (its exceptions propagate unchanged) and encodes the result. Decode and encode
+/// run under the served call's codec context (Note [codec context]).
 struct function_entry {
   std::string name;
   std::string signature;  ///< "int32(int32,string)", for messages

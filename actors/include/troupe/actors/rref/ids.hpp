@@ -46,8 +46,9 @@ typename Inspector::result_type inspect(Inspector& f, fork_id& x) {
 
 namespace rref_msg {
 
-/// How an RRef travels inside a user call or result: its id, owner, the fresh fork created for
-/// the receiver, and the parent (sender) that holds its own reference until the receiver ACKs.
+/// How an RRef travels inside a user call or result: its id, owner and the fresh fork created
+/// for the receiver. It also names the parent (sender), which holds its own reference until the
+/// receiver ACKs.
 struct wire {
   rref_id id;
   std::string owner;
