@@ -9,11 +9,12 @@
 //     waiting one (a real peer authenticates in milliseconds, so it is never the oldest);
 //   * before authentication a connection is read at most a small bound (one auth frame or
 //     hello, a few KiB), so no peer can make the node allocate more than that per connection.
-// accept() failing for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses accepting
-// with a backoff from 50 ms to 1 s: the listener is not polled meanwhile, so the I/O thread does
-// not spin, and connected peers are still served. New connections wait in the kernel's
-// backlog. Each such episode is said once on stderr, with the reason, and its end once too.
-// Connections closed by the deadline or the cap are said at most once a second, with a count.
+// accept() may fail for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM). Then accepting
+// pauses with a backoff from 50 ms to 1 s. The listener is not polled meanwhile, so the I/O
+// thread does not spin, and connected peers are still served. New connections wait in the
+// kernel's backlog. Each such episode is said once on stderr, with the reason, and its end once
+// too. Connections closed by the deadline or the cap are said at most once a second, with a
+// count.
 
 #include <chrono>
 #include <cstddef>

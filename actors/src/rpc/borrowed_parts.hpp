@@ -18,15 +18,16 @@
 // that; what was sent stays sent. The parts keep their tensors' storage alive until then and
 // release it as the send returns.
 //
-// Who borrows: no send path does yet; the parts, the gather write and send_large are in place
-// and tested on their own. rpc_async's arguments must not borrow: such a call would return only
-// once the request is in the kernel, and small calls the same thread makes next could no longer
-// pass it between fragments (Note [fragments]). A served function's result borrowing made the
-// byte pool's reuse of 64 MB buffers uneven (a fresh buffer in about one echo of eight), for a
-// reason not found yet. A payload nested in another (an rref's remote call, a stored value) is
-// copied: its buffer is read whole.
-// Whatever keeps a frame or hands its payload to someone flattens it first, one copy as before:
-// a transport hook (the fault plan reads, copies and delays payloads), a reply batch.
+// Who borrows: no send path. The parts, the gather write and send_large are in place and tested
+// on their own. rpc_async's arguments must not borrow. Such a call would return only once the
+// request is in the kernel. Small calls the same thread makes next could then no longer pass it
+// between fragments (Note [fragments]). A served function's result does not borrow either.
+// Borrowing there makes the byte pool's reuse of 64 MB buffers uneven, for a reason not known:
+// a fresh buffer in about one echo of eight. A payload nested in another (an rref's remote
+// call, a stored value) is copied: its buffer is read whole.
+// Whatever keeps a frame or hands its payload to someone flattens it first, one copy as before.
+// These are a transport hook (the fault plan reads, copies and delays payloads) and a reply
+// batch.
 
 #include <cstddef>
 #include <cstring>

@@ -3,20 +3,22 @@
 // connection (CAF-0.17-NOTES pitfall 8: one TCP connection per node pair, head-of-line blocking).
 //
 // Note [tensor over shared memory]
-// When a node encodes a payload for a peer on the same host (same CAF host id), the codec
-// context it builds names its bulk_names, the peer and `shm` (Note [codec context] in
+//
+// When a node encodes a payload for a peer on the same host (same CAF host id), it builds a
+// codec context. That context names its bulk_names, the peer and `shm` (Note [codec context] in
 // troupe/actors/rpc/codec_context.hpp). write_tensor then sends every tensor of at least
-// `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1): the owner's
-// pid, the segment's memfd number in the owner, its name, generation, the tensor's byte offset
-// in it and a one-use ticket. Segments are anonymous memfds, never names in /dev/shm: a peer
-// maps one by opening /proc/<owner pid>/fd/<fd> (same user; it checks that the file it got is
-// the memfd of that name, so a reused pid or fd number fails instead of mapping something else),
-// and the kernel frees the memory when the last mapping goes, so a SIGKILLed process, sender or
-// receiver, leaks nothing.
+// `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1). The
+// reference holds the owner's pid, the segment's memfd number in the owner, its name and
+// generation, the tensor's byte offset in it and a one-use ticket.
+// Segments are anonymous memfds, never names in /dev/shm. A peer maps one by opening
+// /proc/<owner pid>/fd/<fd> (same user). It checks that the file it got is the memfd of that
+// name, so a reused pid or fd number fails instead of mapping something else. The kernel frees
+// the memory when the last mapping goes. So a SIGKILLed process, sender or receiver, leaks
+// nothing.
 //
 //   * Owner (bulk_names, one per node): a pool per peer node of segments created with
-//     memfd_create and mapped once with MAP_POPULATE (a fresh segment per transfer made the
-//     kernel allocate and zero every page on both sides, ~40 ms per direction for 64 MB).
+//     memfd_create and mapped once with MAP_POPULATE. A fresh segment per transfer would make
+//     the kernel allocate and zero every page on both sides.
 //     Payload capacities are powers of two >= 1 MiB after a 4 KiB header page. The header holds
 //     an atomic REFERENCE COUNT (0 free, n holders, UINT32_MAX retired) and the generation. The
 //     owner takes a free segment only by CAS 0 -> 1 (the reference of the message it sends) and
@@ -59,19 +61,21 @@
 // Only memfds named "troupe_rpc_..." are ever opened by a receiver.
 //
 // Note [shm reachability]
-// The same CAF host id does not prove that a peer can open this process's memfds: processes in
-// different pid namespaces (containers sharing the host's network) or without ptrace-read access
-// to each other cannot. So a node sends a tensor through shared memory only to a peer that
-// showed it can, during the hello (messages.hpp); to any other peer, and before the handshake,
-// tensors travel as inline bytes (kind 0), share_memory_() tensors as ordinary copies.
+//
+// The same CAF host id does not prove that a peer can open this process's memfds. Processes in
+// different pid namespaces (containers sharing the host's network) cannot. Nor can processes
+// without ptrace-read access to each other. So a node sends a tensor through shared memory only
+// to a peer that showed it can, during the hello (messages.hpp). To any other peer, and before
+// the handshake, tensors travel as inline bytes (kind 0), share_memory_() tensors as ordinary
+// copies.
 //
 //   A --hello{probe_A}--> B: B opens probe_A like a segment: ok_B
 //   A <--hello_ack{probe_B, shm_ok = ok_B}-- B: reachable_A[B] = ok_B; A opens probe_B: ok_A
 //   A --shm_verdict{ok_A}--> B's agent, and channel_auth{..., shm_ok = ok_A} on the direct
 //   connection: reachable_B[A] = ok_A before any request of A's is read on either path
 //
-// Access need not be symmetric (a process that dropped its capabilities may not read one that
-// kept them, while the reverse is allowed), so each side is told by the other. A later hello
+// Access need not be symmetric: a process that dropped its capabilities may not read one that
+// kept them, while the reverse is allowed. So each side is told by the other. A later hello
 // (B calling A) repeats the exchange the other way round with the same outcome.
 //
 // A probe is a 4 KiB memfd named troupe_rpc_probe_..., opened and checked exactly as a

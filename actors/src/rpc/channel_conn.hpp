@@ -82,9 +82,9 @@ class channel_conn {
   /// `own_turn`: wait for a writer that is flushing to finish instead of leaving these bytes to
   /// it (write_fragmented).
   bool write_parts(const part* parts, std::size_t count, bool own_turn = false);
-  /// One whole frame in several buffers (the first holding at least its 5-byte header), written
-  /// as fragments (Note [fragments] in rpc/fragment.hpp), each with write_parts, so frames of
-  /// other writers go out between them. The same contract as write().
+  /// One whole frame in several buffers; the first holds at least its 5-byte header. It is
+  /// written as fragments (Note [fragments] in rpc/fragment.hpp), each with write_parts. So
+  /// frames of other writers go out between them. The same contract as write().
   bool write_fragmented(const part* parts, std::size_t count);
   /// Shuts the socket down (the I/O thread then sees the hang-up); idempotent, thread-safe.
   void close();
@@ -113,8 +113,8 @@ class channel_conn {
   fragment_streams streams;  ///< fragments being put together (the reading role too)
 
   // The reading role of an outgoing connection (Note [direct channel], "the caller reads its own
-  // response"): a caller thread that waits for one of its calls reads the socket itself; the I/O
-  // thread reads it only for calls nobody waits on.
+  // response"). A caller thread that waits for one of its calls reads the socket itself. The
+  // I/O thread reads it only for calls nobody waits on.
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
