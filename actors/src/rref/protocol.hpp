@@ -3,13 +3,13 @@
 // retry state both actors use for their idempotent control messages.
 //
 // Cross-process messages (announced in actors/src/messages.cpp). The control messages
-// (fork_request, child_ack, user_delete_batch, fork_probe) are remote actor messages: requests
-// to the peer node's RRef service actor (Note [rref service] in service.cpp), answered with an
-// `answer`; the fault plan sees each as "actor:troupe.rref.<name>" and each answer as
-// "actor:troupe.rref.answer". The data messages (remote_call, fetch) are written with CAF's binary
-// serializer into the byte-vector argument of the reserved RPC functions "troupe.rref.<name>"
-// (Note [rref data path] in serve.cpp). Ids and strings only; values never travel in them (a
-// fetch's answer is the deferred reply of its RPC, the encoded value itself).
+// (fork_request, child_ack, user_delete_batch, fork_probe) are remote actor messages. They are
+// requests to the peer node's RRef service actor (Note [rref service] in service.cpp), answered
+// with an `answer`. The fault plan sees each as "actor:troupe.rref.<name>" and each answer as
+// "actor:troupe.rref.answer". The data messages (remote_call, fetch) are written with CAF's
+// binary serializer into the byte-vector argument of the reserved RPC functions
+// "troupe.rref.<name>" (Note [rref data path] in serve.cpp). Ids and strings only; values never
+// travel in them (a fetch's answer is the deferred reply of its RPC, the encoded value itself).
 // The other messages here never leave the process (an actor and its router or handles); those
 // that carry live values or reply handles are never serialized.
 

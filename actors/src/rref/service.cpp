@@ -15,9 +15,9 @@
 //                        if it arrives later
 //
 // A sender looks a peer's service up once (Note [first contact]) and keeps the handle
-// (peer_services); this actor monitors every handle kept. Its down_msg drops the handle; when
-// the reason is peer_lost (the peer's process or connection is gone) the peer is marked lost,
-// so later control messages to it fail at once. The requests in flight to a lost peer fail at
+// (peer_services); this actor monitors every handle kept. Its down_msg drops the handle. When
+// the reason is peer_lost (the peer's process or connection is gone), the peer is marked lost.
+// So later control messages to it fail at once. The requests in flight to a lost peer fail at
 // once too: its proxy answers them with peer_lost when it is killed. A request that gets no
 // answer within rref_options::control_attempt_timeout is resent with backoff (control_retries).
 #include <caf/all.hpp>
