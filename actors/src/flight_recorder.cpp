@@ -91,9 +91,9 @@ flight_recorder::~flight_recorder() = default;
 std::uint64_t flight_recorder::begin(trace_kind kind, std::string_view name, std::uint64_t seq, std::string_view detail) noexcept {
   const std::uint64_t token = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   slot& s = slots_[(token - 1) % capacity_];
-  // Claim the slot: only the claimant writes its fields. A slot still being written by an older
-  // writer that stalled for a whole turn of the ring, or already taken by a newer token, is left
-  // alone and this operation goes unrecorded.
+  // Claim the slot: only the claimant writes its fields. A slot may still be written by an older
+  // writer that stalled for a whole turn of the ring, or be taken already by a newer token. Such
+  // a slot is left alone, and this operation goes unrecorded.
   std::uint64_t v = s.version.load(std::memory_order_acquire);
   do {
     if ((v & 1) != 0 || v >= 2 * token) return token;

@@ -68,8 +68,8 @@ struct node::impl {
   };
   std::map<std::string, link> peers;  // name -> link
   // Peers seen going down -> why. A call to one of them connects once, without the start-up
-  // retries, so it fails at once when the peer is really gone (and reconnects if it was only a
-  // dropped connection).
+  // retries. So it fails at once when the peer is really gone, and reconnects if it was only a
+  // dropped connection.
   std::map<std::string, std::string> lost;
   // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
   // its mutex; the first connects, the others find its link. Two concurrent BASP connections to
@@ -228,11 +228,12 @@ caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, st
 }
 
 // Note [hello retry]
+//
 // Two nodes that dial each other at the same moment open two CAF connections. CAF 0.17's BASP
-// broker keeps one per side and closes the other as redundant, and each side may pick a
-// different one; a message already sent on a connection the other side closes is lost. A hello
-// lost that way would wait out its whole deadline. So a hello gets a short timeout of its own
-// (500 ms, doubling), and a hello that times out or finds no route dials again and says hello
+// broker keeps one per side and closes the other as redundant. Each side may pick a different
+// one, and a message already sent on a connection the other side closes is lost. A hello lost
+// that way would wait out its whole deadline. So a hello gets a short timeout of its own
+// (500 ms, doubling). A hello that times out or finds no route dials again and says hello
 // again, until the deadline. By then the redundant connection is gone and the second hello
 // takes the one that stays. A hello is idempotent on the peer: it admits the same node again
 // and issues a fresh ticket for the direct connection. A refused hello (unauthorized) is final.
@@ -373,9 +374,10 @@ void node::impl::start_direct_channel(detail::agent_config& ac) {
 node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout) {
   link l{ack.agent, nullptr};
   caf::anon_send(agent, detail::watch_peer_msg{ack.agent, ack.info.name});
-  // Note [shm reachability]: the peer told us whether it can open our memory; we tell it whether
-  // we can open its, ahead of our first request on either path (this message precedes our
-  // agent's calls to its agent; the direct connection's auth frame precedes our requests on it).
+  // Note [shm reachability]: the peer told us whether it can open our memory. We tell it whether
+  // we can open its, ahead of our first request on either path. This message precedes our
+  // agent's calls to its agent, and the direct connection's auth frame precedes our requests on
+  // it.
   bool ours = false;
   if (detail::same_host(ack.agent.node(), sys->node())) {
     bulk->set_reachable(caf::to_string(ack.agent.node()), ack.shm_ok);
@@ -467,12 +469,13 @@ node::impl::link node::impl::self_link(std::chrono::milliseconds timeout) {
   return l;
 }
 
-// Note [teardown order]: remote nodes hold proxies to our agent, store and to CAF's internal SpawnServ and
-// ConfigServ, so the BASP broker monitors those actors. Left to ~actor_system, SpawnServ and ConfigServ get
-// their exit message only just before middleman::stop() finalizes the broker; their down messages then
-// race the broker's end, and under that race the broker, the down message and ConfigServ survive the
-// system in a reference cycle (LeakSanitizer, about 1 run in 10 under load). So all four exit here, while
-// the multiplexer still runs and the broker can process their down messages, and we wait (bounded) for each.
+// Note [teardown order]: remote nodes hold proxies to our agent, store and to CAF's internal
+// SpawnServ and ConfigServ, so the BASP broker monitors those actors. Left to ~actor_system,
+// SpawnServ and ConfigServ get their exit message only just before middleman::stop()
+// finalizes the broker. Their down messages then race the broker's end. Under that race the
+// broker, the down message and ConfigServ survive the system in a reference cycle
+// (LeakSanitizer, about 1 run in 10 under load). So all four exit here, while the multiplexer
+// still runs and the broker can process their down messages, and we wait (bounded) for each.
 void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
   const auto end = std::chrono::steady_clock::now() + bound;
   caf::scoped_actor self{*sys};

@@ -13,15 +13,15 @@
 // - one_for_all stops the others in reverse start order, then starts all in order;
 // - rest_for_one stops the children after the failed one in reverse, then starts them in order.
 // Each restart event is timed. More than max_restarts events within period make it give up.
-// A start that fails on every worker is such an event too: the supervisor retries it after a
-// backoff (start_backoff, doubled per consecutive failure of the child, at most
-// period / (max_restarts + 1)) and starts the children after it only once it ran. It gives up
+// A start that fails on every worker is such an event too. The supervisor retries it after a
+// backoff: start_backoff, doubled per consecutive failure of the child, at most
+// period / (max_restarts + 1). It starts the children after it only once it ran. It gives up
 // when the failures exceed the intensity, or after max_restarts + 1 consecutive failed starts of
 // one child (so starts that fail slower than the period still end).
-// A child that the spawn service started but that exited before the supervisor looked it up
-// (the lookup finds nothing, or another actor) is a crash, not a failed start: the supervisor
-// reports it started and exited (a message to itself, so the starts in progress finish first)
-// and restarts it by its type and the strategy.
+// A child may exit after the spawn service started it but before the supervisor looked it up
+// (the lookup finds nothing, or another actor). That is a crash, not a failed start. The
+// supervisor reports it started and exited, by a message to itself, so the starts in progress
+// finish first. Then it restarts the child by its type and the strategy.
 // Giving up or an exit message stop every running child in reverse start order, each waited for
 // by its down_msg (bounded by stop_timeout, then a kill). Then the supervisor quits; the reason
 // of a failure names the supervisor, the child and the cause.

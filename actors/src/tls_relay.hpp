@@ -2,11 +2,12 @@
 // Plain sockets in front of a node's TLS connections (Note [tls relay]).
 //
 // Note [tls relay]
-// With node_options::tls set, every connection between nodes that the node makes or accepts
-// (the direct channel, the CAF port's gate and so BASP, which carries the store, the hellos and
-// the heartbeats) is a TCP socket carrying mutual TLS (Note [tls]). The code that uses the
-// connection gets one end of a local socket pair instead of the TCP socket; one relay thread
-// per connection moves the bytes between the pair and the TLS connection:
+//
+// With node_options::tls set, every connection between nodes that the node makes or accepts is
+// a TCP socket carrying mutual TLS (Note [tls]). That covers the direct channel and the CAF
+// port's gate, and so BASP, which carries the store, the hellos and the heartbeats. The code
+// that uses the connection gets one end of a local socket pair instead of the TCP socket. One
+// relay thread per connection moves the bytes between the pair and the TLS connection:
 //
 //   user code <--plain--> [socket pair] <--relay thread--> TLS <--TCP--> peer
 //
