@@ -52,13 +52,13 @@ class handle_scope {
 ///   * results: where CUDA results (kind 4) of the peer go back to (Note [rpc device map]);
 ///   * devices: how CUDA tensors are written to the peer (kinds 3, 4, 5); null: staged as CPU
 ///     tensors (kind 0);
-///   * bulk, shm and peer: the node's segments and byte pool, whether tensors may go over shared
-///     memory to `peer` (Note [tensor over shared memory]); the byte pool is used with or without
-///     shm (Note [byte pool]);
+///   * bulk, shm and peer: the node's segments and byte pool, and whether tensors may go over
+///     shared memory to `peer` (Note [tensor over shared memory]). The byte pool is used with or
+///     without shm (Note [byte pool]);
 ///   * scope: the interceptor's view of this message (Note [call interceptor]);
 ///   * gather and borrow: the sender's list of tensors it writes from their storage, and whether
-///     this encode may add to it: set only by the encode whose buffer is the message's payload
-///     (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp);
+///     this encode may add to it. Only the encode whose buffer is the message's payload sets
+///     them (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp);
 ///   * work: told before a large tensor is copied (Note [predicted quick]);
 ///   * handles: the scope of the layer that owns the handles inside the value (RRefs: where
 ///     received ones bind, what sent ones create; Note [RRef protocol]);
