@@ -7,8 +7,8 @@
 //   * a connection that has not authenticated within auth_deadline is closed;
 //   * at most max_unauthenticated connections wait to authenticate; a new one closes the oldest
 //     waiting one (a real peer authenticates in milliseconds, so it is never the oldest);
-//   * before authentication a connection is read at most a small bound (one auth frame or
-//     hello, a few KiB), so no peer can make the node allocate more than that per connection.
+//   * before authentication, a connection is read at most a small bound: one auth frame or
+//     hello, a few KiB. So no peer can make the node allocate more than that per connection.
 // accept() may fail for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM). Then accepting
 // pauses with a backoff from 50 ms to 1 s. The listener is not polled meanwhile, so the I/O
 // thread does not spin, and connected peers are still served. New connections wait in the

@@ -21,36 +21,36 @@
 //     the kernel allocate and zero every page on both sides.
 //     Payload capacities are powers of two >= 1 MiB after a 4 KiB header page. The header holds
 //     an atomic REFERENCE COUNT (0 free, n holders, UINT32_MAX retired) and the generation. The
-//     owner takes a free segment only by CAS 0 -> 1 (the reference of the message it sends) and
-//     bumps the generation; a segment is never reused while any process holds it.
-//   * An ORDINARY tensor is copied into an owner segment (one copy; value semantics: the sender
-//     may change its tensor as soon as the call returns). A tensor whose storage already IS a
-//     segment (every large tensor received this way) is sent by reference, without a copy: the
-//     encoder adds one reference for the message. So an echo copies once (the caller's copy-in);
-//     the callee's result is a reference to the caller's own segment, which the caller views
-//     again, and a tensor can be forwarded to a third process the same way.
-//   * Receiver: the first decode of a message CLAIMS its ticket and its tensor inherits the
-//     message's reference; a duplicated frame (fault injection) finds its ticket claimed and
-//     takes a reference of its own (only while the count is live), so the counts stay exact. The
+//     owner takes a free segment only by CAS 0 -> 1, the reference of the message it sends. It
+//     then bumps the generation. A segment is never reused while any process holds it.
+//   * An ORDINARY tensor is copied into an owner segment. That is one copy, for value semantics:
+//     the sender may change its tensor as soon as the call returns. A tensor whose storage
+//     already IS a segment (every large tensor received this way) is sent by reference, without
+//     a copy. The encoder adds one reference for the message. So an echo copies once (the
+//     caller's copy-in). The callee's result is a reference to the caller's own segment, which
+//     the caller views again. A tensor can be forwarded to a third process the same way.
+//   * Receiver: the first decode of a message CLAIMS its ticket, and its tensor inherits the
+//     message's reference. A duplicated frame (fault injection) finds its ticket claimed. It
+//     takes a reference of its own, only while the count is live, so the counts stay exact. The
 //     tensor's storage is the mapped segment (zero copy, storage_kind::shared_memory, handle
 //     "rpc:<name>"); its deleter drops the reference. It checks the generation and that offset +
 //     bytes fit inside its own mapping (sizes are never trusted beyond it).
-//   * Sharing: a received large tensor is shared memory, like one from share_memory_(): when it
-//     is sent on, every holder views the same bytes and an in-place write by one is seen by all.
-//     An ordinary tensor is never shared by sending it.
-//   * Every process keeps one table of mappings: its own segments (while its pool or a tensor
-//     holds them) and peers' segments, least recently used first, bounded (bulk_cache_limit):
-//     a peer's mapping is let go only by CAS 0 -> retired (never one in use); the owner drops
-//     retired segments. The owner's pool is bounded (bulk_pool_limit) for what it RETAINS; when
-//     every segment is in use the pool grows anyway and sheds the surplus once it is free.
-//   * A share_memory_() tensor (tensor kind 2, bulk_codec.cpp) is never copied: its own handle
-//     travels (file_descriptor: the receiver opens /proc/<pid>/fd/<fd>, checked like a segment;
-//     file_system: by name) and the receiver maps it, so writes are shared both ways. The sender
-//     PINS its storage in a slot of its pin segment (a memfd of 4096 ticket slots) until the
-//     receiver has mapped it and cleared the slot, so a tensor the sender drops at once still
-//     arrives; the I/O thread and the next pin() sweep cleared slots, drop_peer() and teardown
-//     release the rest. A handle coming back to the process that sent it resolves to the same
-//     storage (remembered weakly by name).
+//   * Sharing: a received large tensor is shared memory, like one from share_memory_(). When it
+//     is sent on, every holder views the same bytes, and an in-place write by one is seen by
+//     all. An ordinary tensor is never shared by sending it.
+//   * Every process keeps one table of mappings, bounded (bulk_cache_limit). It holds its own
+//     segments (while its pool or a tensor holds them) and peers' segments, least recently used
+//     first. A peer's mapping is let go only by CAS 0 -> retired, never one in use. The owner
+//     drops retired segments. The owner's pool is bounded (bulk_pool_limit) for what it RETAINS.
+//     When every segment is in use, the pool grows anyway and sheds the surplus once it is free.
+//   * A share_memory_() tensor (tensor kind 2, bulk_codec.cpp) is never copied. Its own handle
+//     travels, and the receiver maps it, so writes are shared both ways. For file_descriptor the
+//     receiver opens /proc/<pid>/fd/<fd>, checked like a segment; for file_system it opens the
+//     name. The sender PINS its storage in a slot of its pin segment (a memfd of 4096 ticket
+//     slots). The pin holds until the receiver has mapped it and cleared the slot. So a tensor
+//     the sender drops at once still arrives. The I/O thread and the next pin() sweep cleared
+//     slots; drop_peer() and teardown release the rest. A handle coming back to the process that
+//     sent it resolves to the same storage (remembered weakly by name).
 //   * A message never decoded (dropped, peer died) keeps its reference: the segment stays in use
 //     until its owner drops that peer's pool (peer_down) or tears down. A dead peer's references
 //     die with it the same way. A node's teardown also lets go of every unused peer mapping.
