@@ -29,8 +29,8 @@
 // beyond raw TCP on a busy machine. A futex wake of a thread on another vCPU costs the waker a
 // VM exit. A prediction can fail (the function blocks this time), so a quick phase is watched:
 //   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
-//     long_work_ahead() on their node's executor first (the call state and the store client
-//     hold it), so a nested call hands the lead off before it blocks, at once;
+//     long_work_ahead() on their node's executor first; the call state and the store client
+//     hold it. So a nested call hands the lead off at once, before it blocks;
 //   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen.
 //     When it finds the same quick phase running at two ticks in a row, it wakes a follower to
 //     lead. So a user function that blocks on its own lock or sleeps delays the requests read

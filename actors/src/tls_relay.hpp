@@ -18,7 +18,7 @@
 //   The listener gets the pair's end at once and applies Note [connection hygiene] to it. A
 //   refused peer is logged on stderr with its address and OpenSSL's reason; its pair end is
 //   closed, which the listener reads as EOF. The listener keeps accepting.
-// * A closed pair end closes the TCP connection; a closed or failed TLS connection closes the
+// * A closed pair end closes the TCP connection. A closed or failed TLS connection closes the
 //   pair end after its received bytes are delivered: users see EOF as with plain TCP.
 // * There is no fallback: a peer that speaks no TLS fails the handshake and is refused.
 // * stop() shuts every TCP connection down and joins every relay thread.
