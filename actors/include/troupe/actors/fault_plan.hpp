@@ -163,7 +163,7 @@ double fault_random(std::uint64_t seed, const std::string& key, std::uint64_t n,
 /// The transport hook that applies a fault_plan. Thread-safe, never blocks (one mutex around
 /// counters). Share one instance among the nodes of a process.
 /// Every fault it applies is written to its log as one line (`troupe-fault: ...`) when it
-/// happens, and a summary line when it is destroyed (Note [fault schedule]). A kill or pause
+/// happens. A summary line follows when it is destroyed (Note [fault schedule]). A kill or pause
 /// event fires on the thread that calls on_point.
 class fault_injector : public transport_hook {
  public:

@@ -6,7 +6,7 @@
 /// Note [listen and advertise]
 /// A node binds `listen_addr` and publishes one address in the store for its peers. A concrete
 /// bind address is published as is. The wildcard 0.0.0.0 (or an empty address) is never
-/// published: the node publishes the local address that routes to the master instead, the
+/// published. Instead the node publishes the local address that routes to the master: the
 /// address its peers reach it on. A single-host job keeps loopback everywhere.
 ///
 ///   listen_addr     published

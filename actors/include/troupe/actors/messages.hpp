@@ -1,6 +1,6 @@
 #pragma once
 /// \file messages.hpp
-/// Every message type that crosses a process boundary, with its CAF `inspect()`, and the one
+/// Every message type that crosses a process boundary, with its CAF `inspect()`. Also the one
 /// registration function that announces them all (CAF-0.17-NOTES, pitfall 4: unannounced types
 /// vanish). No message holds a float or double: payloads are byte vectors that CAF copies raw
 /// (pitfall 1).
@@ -25,8 +25,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_info& x) {
   return f(caf::meta::type_name("troupe.worker_info"), x.name, x.rank, x.world_size);
 }
 
-/// A node's shared-memory probe (Note [shm reachability], src/rpc/bulk.hpp): a tiny memfd of
-/// the sending process that the receiver tries to open the way it would open a tensor segment.
+/// A node's shared-memory probe (Note [shm reachability], src/rpc/bulk.hpp). It is a tiny memfd
+/// of the sending process. The receiver tries to open it the way it would open a tensor segment.
 /// pid 0: none (shared memory off on that node, or not the same host).
 struct shm_probe {
   std::int32_t pid = 0;

@@ -57,7 +57,7 @@ namespace troupe {
 /// How shutdown() ends the node.
 enum class shutdown_mode {
   /// Waits (store barrier) until every rank reached shutdown, so no rank leaves while others
-  /// still call it; times out with an error naming the missing ranks, then tears down anyway.
+  /// still call it. A timeout is an error naming the missing ranks; it tears down anyway.
   graceful,
   /// Tears down at once; pending calls fail with invalid_state.
   immediate,
@@ -67,11 +67,14 @@ enum class shutdown_mode {
 class node {
  public:
   /// Starts the actor system, publishes the agent (rank 0 also hosts the store) and joins the
-  /// store. Blocks up to opts.join_timeout. Throws troupe::error: unauthorized (wrong or empty
-  /// token, a rank or name a live node holds, another world size), timeout / peer_lost (rank 0
-  /// unreachable), io_error (cannot listen). Without a hook, a plan named by the environment
-  /// variable TROUPE_FAULTS is loaded and logged to stderr (bad_argument naming the file and
-  /// line when it is malformed, io_error when unreadable).
+  /// store. Blocks up to opts.join_timeout. Throws troupe::error:
+  ///   * unauthorized: a wrong or empty token, a rank or name a live node holds, another world
+  ///     size;
+  ///   * timeout / peer_lost: rank 0 is unreachable;
+  ///   * io_error: it cannot listen.
+  /// Without a hook, it loads a plan named by the environment variable TROUPE_FAULTS and logs
+  /// it to stderr. A malformed plan is bad_argument naming the file and line; an unreadable one
+  /// is io_error.
   explicit node(node_options opts, const rpc::registry& functions = {}, std::shared_ptr<transport_hook> hook = nullptr);
   /// Immediate shutdown if shutdown() was not called. Never throws.
   ~node();
@@ -107,7 +110,7 @@ class node {
   /// wait on store_host_lost(). Shared; outlives the node (no events after shutdown).
   const std::shared_ptr<peer_events>& peer_losses() const;
 
-  /// Sets the device map for calls to `worker` (Note [rpc device map]): a CUDA tensor argument
+  /// Sets the device map for calls to `worker` (Note [rpc device map]). A CUDA tensor argument
   /// on local device i arrives on the peer's device map[i]. Replaces an earlier map of that
   /// worker. Blocks reading the worker list (up to `timeout`). Throws bad_argument (a negative
   /// index, two devices mapped to one, a worker not in the job, naming it), timeout.
@@ -120,9 +123,9 @@ class node {
   /// down (Note [shutdown hooks]); for layers whose actors live on system(). The returned handle
   /// unregisters it. Throws invalid_state after shutdown.
   shutdown_hook at_shutdown(std::function<void()> stop);
-  /// Reports that this process reached a named fault point at `step` (Note [fault events]): the
-  /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
-  /// user code (troupe::fault_point) and by the library's own points.
+  /// Reports that this process reached a named fault point at `step` (Note [fault events]).
+  /// The node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called
+  /// by user code (troupe::fault_point) and by the library's own points.
   void fault_point(const std::string& point, std::int64_t step);
   /// Passes a message this node does not send itself to its transport hook's on_send and
   /// returns the decision. Such a message is a collective payload of one of its process groups

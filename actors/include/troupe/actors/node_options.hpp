@@ -56,8 +56,8 @@ struct node_options {
   bool shared_memory_rpc = true;
   /// Device maps of RPC per peer worker name: local CUDA index -> the peer's CUDA index
   /// (Note [rpc device map] in troupe/actors/rpc/device_map.hpp). The node checks them when it
-  /// starts: the indices at once, the worker names once every rank joined (bounded by
-  /// join_timeout); bad_argument naming the entry or the worker.
+  /// starts. It checks the indices at once, and the worker names once every rank joined (bounded
+  /// by join_timeout). Errors are bad_argument naming the entry or the worker.
   std::map<std::string, std::map<int, int>> device_maps;
   /// The largest message a peer may send on the direct channel, in bytes. A message is an rpc
   /// request or response, or a remote actor message: payload, names and metadata. Every length a
@@ -74,8 +74,8 @@ struct node_options {
   /// Timeout of joining the store at start-up (connect + hello + register).
   std::chrono::milliseconds join_timeout{10000};
   /// Middleman heartbeat and connection timeout: a frozen peer is dropped after connection_timeout.
-  /// (500 ms dropped live in-process peers on a 2-core machine at load 5-6: a starved multiplexer
-  /// misses heartbeats; a dead process is seen at once through EOF, not through this.)
+  /// 500 ms drops live in-process peers on a 2-core machine at load 5-6: a starved multiplexer
+  /// misses heartbeats. A dead process is seen at once through EOF, not through this.
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds connection_timeout{1000};
   /// CAF scheduler: "sharing" policy with few threads is best on small machines (CAF-0.17-NOTES).
@@ -91,7 +91,7 @@ struct node_options {
   /// report in its error. The same knob as process_group_options::blame_after. 0: off (no watch
   /// thread).
   std::chrono::milliseconds blame_after{5000};
-  /// Receives each RPC hang report (on a watch or I/O thread; it must not block long); null
+  /// Receives each RPC hang report, on a watch or I/O thread; it must not block long. Null
   /// prints it on stderr as a line `troupe-blame: ...`.
   std::function<void(const std::string&)> on_blame;
   /// A directory: the node writes its recorder's Chrome trace there as trace-rank<rank>.json at

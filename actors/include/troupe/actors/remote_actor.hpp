@@ -1,9 +1,9 @@
 #pragma once
 /// \file remote_actor.hpp
 /// Training actors across processes: message types, publish by name, lookup by (worker, name).
-/// A looked-up actor is an ordinary CAF handle: `send`, `request(h, timeout, ...).then/await`,
-/// `scoped_actor` request/receive, `monitor` and `link` work across processes with CAF's own
-/// semantics (Note [remote actors] in src/remote/remote_actors.hpp).
+/// A looked-up actor is an ordinary CAF handle. `send`, `request(h, timeout, ...).then/await`,
+/// `scoped_actor` request/receive, `monitor` and `link` work across processes. They keep CAF's
+/// own semantics (Note [remote actors] in src/remote/remote_actors.hpp).
 ///
 ///   // every process, before its node starts
 ///   troupe::node_options opts = troupe::node_options::from_env();
@@ -25,8 +25,8 @@
 /// otherwise.
 ///
 /// Message fields: CAF's own float and double serialization is lossy and can hang
-/// (CAF-0.17-NOTES pitfall 1): carry floating-point data in a tensor, never in a float or double
-/// field.
+/// (CAF-0.17-NOTES pitfall 1). Carry floating-point data in a tensor, never in a float or
+/// double field.
 
 #include <chrono>
 #include <cstdint>
@@ -56,10 +56,10 @@ namespace detail {
 /// The codec context a node serializes an actor message under (Note [codec context]). It is the
 /// one its execution unit carries when the node writes a message to a peer, else the plain one.
 const rpc::codec_context& actor_codec_context(caf::execution_unit* unit);
-/// Records why a tensor in an actor message could not be written or read, on the execution
-/// unit the node serializes under (the first failure counts). CAF 0.17.6 drops an element's
-/// error inside a message (the sender writes a truncated message, the receiver reads `()`), so
-/// the node reads the failure from there. A unit of another kind ignores it.
+/// Records why a tensor in an actor message could not be written or read. It records on the
+/// execution unit the node serializes under; the first failure counts. CAF 0.17.6 drops an
+/// element's error inside a message: the sender writes a truncated message, the receiver reads
+/// `()`. So the node reads the failure from there. A unit of another kind ignores it.
 void note_actor_codec_failure(caf::execution_unit* unit, const error& e);
 }  // namespace detail
 
@@ -111,7 +111,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
 }
 
 /// Announces T (a struct with a CAF `inspect`, tensors allowed inside) for actor messages under
-/// `name`; the node announces it to CAF before its actor system starts. Every process of the
+/// `name`. The node announces it to CAF before its actor system starts. Every process of the
 /// job must announce the same types under the same names. An unannounced type makes a message
 /// fail to decode: a request gets a protocol_violation error naming it. Never blocks.
 template <class T>

@@ -9,11 +9,11 @@
 /// (Note [direct channel]). A reply then reaches its receiver on that thread. No I/O thread
 /// wakes up in between, so the round trip wakes two threads, as an rpc_sync does.
 ///   * The thread takes the connection's reading role. That is only this node's outgoing
-///     connection to the actor's node, when it carries that node's actor frames and no other
-///     thread reads it as a caller. Otherwise read_until() returns false at once and the thread
+///     connection to the actor's node. It must carry that node's actor frames, and no other
+///     thread may read it as a caller. Otherwise read_until() returns false at once and the thread
 ///     waits another way.
 ///   * It delivers every frame it reads as the I/O thread would: other actors' messages, the
-///     transport hook's decisions (a delayed frame is delivered later from the I/O thread).
+///     transport hook's decisions. A delayed frame is delivered later from the I/O thread.
 ///   * A reply may come another way: a delay, a local error, another connection. It is seen
 ///     when its receiver calls poke(), or at the latest after one poll slice (200 ms).
 ///   * The role ends with read_until(): the I/O thread reads the connection again.

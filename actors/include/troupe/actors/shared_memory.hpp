@@ -1,9 +1,9 @@
 #pragma once
 /// \file shared_memory.hpp
 /// CPU tensors in shared memory, with the two strategies of torch.multiprocessing:
-/// - `file_descriptor`: an anonymous memfd segment; the storage owns the mapping and the fd, and
-///   the fd crosses to another process over a Unix socket (SCM_RIGHTS, `shm_channel`);
-/// - `file_system`: a named POSIX segment (`shm_open`), the handle is its name and size; a
+/// - `file_descriptor`: an anonymous memfd segment. The storage owns the mapping and the fd.
+///   The fd crosses to another process over a Unix socket (SCM_RIGHTS, `shm_channel`);
+/// - `file_system`: a named POSIX segment (`shm_open`); the handle is its name and size. A
 ///   `shm_manager` process unlinks the segments of processes that died (Note [shm manager]).
 /// Every segment, mapping, fd and socket here is a move-only RAII type. Errors are
 /// troupe::error(io_error) naming the segment, the syscall and the errno text.
@@ -76,8 +76,8 @@ typename Inspector::result_type inspect(Inspector& f, shm_handle& x) {
 }
 
 /// A mapped shared-memory segment. Move-only. The destructor unmaps it and closes its fd. If it
-/// owns the name (the creator of a file_system segment), it then shm_unlinks it and calls the
-/// unlink hook, which unregisters it from a shm_manager.
+/// owns the name (the creator of a file_system segment), it then shm_unlinks it. Then it calls
+/// the unlink hook, which unregisters it from a shm_manager.
 class shm_segment {
  public:
   shm_segment() = default;
@@ -177,8 +177,8 @@ class shm_manager_client {
   void register_segment(const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   /// Unregisters `name` (after the owner unlinked it). Same blocking and errors.
   void unregister_segment(const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(5));
-  /// Returns once the manager has handled everything that happened before this call — including
-  /// the death of processes that exited earlier, whose segments are unlinked by then. Same
+  /// Returns once the manager has handled everything that happened before this call. That
+  /// includes the death of processes that exited earlier, whose segments are unlinked by then. Same
   /// blocking and errors as register_segment.
   void sync(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   const std::string& job() const noexcept { return job_; }
@@ -192,7 +192,7 @@ class shm_manager_client {
 };
 
 /// The runtime's shared_memory_provider: share() copies a storage's bytes into a new segment of
-/// its strategy and swaps it in, so every view of the storage follows. Thread-safe.
+/// its strategy and swaps it in. So every view of the storage follows. Thread-safe.
 class shm_provider final : public shared_memory_provider {
  public:
   /// file_descriptor strategy (memfd). `job` names the segments in diagnostics.

@@ -7,8 +7,8 @@
 /// Fork safety: spawn forks the calling process. Call it before the parent starts threads that
 /// hold locks the children need: an actor system, a thread pool, a logger. After fork() only the
 /// forking thread exists in the child. A lock held by another parent thread stays held forever
-/// there. The child runs only `fn` and then `_exit`s (no static destructors, no atexit
-/// handlers of the parent); stdio is flushed before the fork and before the child exits.
+/// there. The child runs only `fn` and then `_exit`s: no static destructors, no atexit handlers
+/// of the parent. stdio is flushed before the fork and before the child exits.
 
 #include <sys/types.h>
 
@@ -51,7 +51,7 @@ class spawn_context {
   /// errc::peer_lost (non-zero exit, signal). Later calls rethrow the same error.
   bool join(std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
-  /// Waits up to `timeout` until one more child exits; returns its rank if it succeeded, nullopt
+  /// Waits up to `timeout` until one more child exits. Returns its rank if it succeeded; nullopt
   /// when the timeout ran out or no child is left running. A failed child is handled as in
   /// join() (the others are killed, the error is thrown).
   std::optional<int> wait_any(std::chrono::milliseconds timeout);
@@ -84,8 +84,8 @@ class spawn_context {
 };
 
 /// Forks `nprocs` children, each running `fn(rank)` then `_exit(0)`. Blocks only for the forks.
-/// Throws bad_argument for nprocs < 1 and io_error (with errno text) if a pipe or fork fails, in
-/// which case the children already forked are killed and reaped.
+/// Throws bad_argument for nprocs < 1. Throws io_error (with errno text) if a pipe or fork
+/// fails; the children already forked are then killed and reaped.
 spawn_context spawn_children(int nprocs, const std::function<void(int)>& fn, const spawn_options& opts = {});
 
 /// Runs `fn(rank, args...)` in `nprocs` child processes (rank = 0..nprocs-1) and returns their

@@ -1,7 +1,7 @@
 #pragma once
 /// \file supervisor.hpp
-/// Supervisors as actors, after Erlang/OTP: a supervisor starts its children from child specs,
-/// monitors them, restarts them by its strategy, and gives up when they fail too often.
+/// Supervisors as actors, after Erlang/OTP. A supervisor starts its children from child specs
+/// and monitors them. It restarts them by its strategy, and gives up when they fail too often.
 ///
 ///   troupe::spawn_service spawner(n, {{"counter", make_counter}});   // on every hosting node
 ///   troupe::supervisor_options o;
@@ -89,9 +89,9 @@ struct supervisor_options {
 };
 
 /// Validates `o` and spawns a supervisor actor on `n`; it starts its children in order. Blocks
-/// to read the job's worker list. Throws troupe::error(bad_argument) naming the child for an
-/// empty or duplicate child name, an empty factory name, a max_restarts below 0, a period not
-/// above 0, or a negative start_backoff. For an unknown worker, bad_argument names the worker
+/// to read the job's worker list. Throws troupe::error(bad_argument) naming the child for:
+/// an empty or duplicate child name, an empty factory name, a max_restarts below 0, a period
+/// not above 0, a negative start_backoff. For an unknown worker, bad_argument names the worker
 /// and the job's workers.
 /// The supervisor runs in its own thread. A start that fails on every worker is retried after
 /// start_backoff and counts against the restart intensity. A child that exits before the

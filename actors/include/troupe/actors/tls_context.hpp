@@ -29,8 +29,9 @@ namespace troupe {
 /// peers on both roles. Immutable once built; shared by connections of any thread.
 class tls_context {
  public:
-  /// Loads the files. Throws errc::bad_argument when a field is empty and errc::io_error naming
-  /// the file that is missing, unreadable, not PEM, or whose key does not match the certificate.
+  /// Loads the files. Throws errc::bad_argument when a field is empty. Throws errc::io_error
+  /// naming the file that is missing, unreadable, not PEM, or whose key does not match the
+  /// certificate.
   explicit tls_context(const tls_options& opts);
   ~tls_context();
   tls_context(const tls_context&) = delete;

@@ -11,9 +11,10 @@
 /// actor messages do too (message_kind::actor_message, Note [remote actors]), on the sending
 /// actor's thread and on the thread that reads them. It may
 /// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
-/// message. Threads (Note [direct channel]): the calling user thread (request sent), the executor
-/// thread (request received, response sent) or the node's I/O thread (response received, delayed
-/// messages). It must not block.
+/// message. It runs on one of three threads (Note [direct channel]). The calling user thread
+/// runs it for a request sent, the executor thread for a request received or a response sent.
+/// The node's I/O thread runs it for a response received and for delayed messages. It must not
+/// block.
 ///
 ///   user thread --on_send--> [TCP] --on_receive--> executor (leader)
 ///

@@ -257,9 +257,9 @@ namespace detail {
 using oarchive = boost::archive::binary_oarchive;
 inline constexpr unsigned archive_flags = boost::archive::no_header | boost::archive::no_codecvt;
 
-/// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
-/// of the buffer, then the raw bytes of its contiguous CPU copy. It goes over shared memory
-/// (kinds 1, 2) when the writer's context allows that for its peer.
+/// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, then padding to a 64-byte
+/// offset of the buffer. Then come the raw bytes of its contiguous CPU copy. It goes over shared
+/// memory (kinds 1, 2) when the writer's context allows that for its peer.
 /// See Note [tensor over shared memory].
 /// Under the context's device scope, a CUDA tensor is written as kind 3 (or 5, by IPC handle)
 /// for the mapped device. Otherwise it throws device_mismatch naming its device and the peer.
@@ -295,14 +295,14 @@ class result_devices {
 /// A large tensor sent as inline bytes is not copied out of the received payload. Inline bytes
 /// are used between hosts, or without shared memory. A copy would cost one full copy per
 /// direction on top of the kernel's.
-/// A decode's codec context may have a payload_keeper. Then an inline tensor becomes a tensor
-/// VIEWING the keeper's buffer when it has at least adopt_min_bytes, is read from that buffer,
-/// and sits at a 16-byte aligned address. The writer pads its data to a 64-byte offset of the
-/// buffer for this. The view's storage keeps the keeper's owner alive.
+/// A decode's codec context may have a payload_keeper. Then some inline tensors become tensors
+/// VIEWING the keeper's buffer. Such a tensor has at least adopt_min_bytes, is read from that
+/// buffer, and sits at a 16-byte aligned address. The writer pads its data to a 64-byte offset of
+/// the buffer for this. The view's storage keeps the keeper's owner alive.
 /// The owner holds the payload's bytes and nothing else: no request, call state, connection or
 /// node part. So a kept tensor pins no node resource and makes no cycle through a function or a
-/// continuation. When the last tensor viewing the buffer goes, the owner gives the buffer back
-/// to the byte pool, if the node still exists (Note [byte pool]). The keepers:
+/// continuation. The owner gives the buffer back to the byte pool when the last tensor viewing
+/// it goes (Note [byte pool]). It does so only if the node still exists. The keepers:
 ///   * the served request (direct channel, served once; a fault plan's copies of one request
 ///     decode their own): the job keeps an empty holder. If a tensor viewed the payload, the
 ///     payload (the same heap block) moves into the holder when the function returns;
@@ -314,13 +314,14 @@ class result_devices {
 /// or a caller stores never pins more than twice its own bytes. A pooled buffer may be up to
 /// four times larger than the message (Note [byte pool]), and a payload may carry several
 /// tensors. Anything else is copied: smaller parts of a payload, bytes outside the keeper's
-/// buffer, nested payloads decoded with a context of their own, tensors under adopt_min_bytes.
+/// buffer, and tensors under adopt_min_bytes. So are nested payloads decoded with a context of
+/// their own.
 inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
 
 class payload_keeper {
  public:
-  /// Tensors read from `bytes` may view it and hold `owner`, which keeps the bytes alive (after
-  /// the keeper is gone) and no one writes to them any more. A null owner adopts nothing.
+  /// Tensors read from `bytes` may view it and hold `owner`. The owner keeps the bytes alive
+  /// after the keeper is gone, and no one writes to them any more. A null owner adopts nothing.
   payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner)
       : begin_(bytes.data()), end_(bytes.data() + bytes.size()), capacity_(bytes.capacity()), owner_(std::move(owner)) {}
   payload_keeper(const payload_keeper&) = delete;
@@ -344,7 +345,7 @@ template <class T> void write_value(writer& w, const T& x);
 template <class T> void read_value(reader& r, T& x);
 
 /// A value that writes and reads itself with the codec's writer and reader, so it sees their
-/// codec context (a handle type such as an RRef; Note [codec context]).
+/// codec context. A handle type such as an RRef is one (Note [codec context]).
 template <class T>
 concept self_coded = requires(const T& c, T& m, writer& w, reader& r) {
   c.write_payload(w);

@@ -1,7 +1,8 @@
 #pragma once
 /// \file device_map.hpp
-/// Device maps of RPC, as torch's TensorPipeRpcBackendOptions.set_device_map: for each peer,
-/// which CUDA device of the peer receives a tensor that lives on a CUDA device of this worker.
+/// Device maps of RPC, as torch's TensorPipeRpcBackendOptions.set_device_map. For each peer, a
+/// map says which CUDA device of the peer receives a tensor that lives on a CUDA device of this
+/// worker.
 ///
 /// Note [rpc device map]
 /// ---------------------
@@ -14,10 +15,10 @@
 ///   callee: result on cuda:0 --staged (kind 4, "cuda:0")--> caller: reverse map {0 -> 1} -> cuda:1
 ///
 /// - Set time: node_options::device_maps and node::set_device_map validate at once. A negative
-///   index, two local devices mapped to one peer device, or a peer that is not a worker of the
-///   job is bad_argument naming the peer and the entry.
-/// - Call time: a CUDA argument whose device has no entry in the map of the callee fails the
-///   call with device_mismatch naming the device and the peer. The future carries it; nothing
+///   index, two local devices mapped to one peer device, or a non-worker peer is bad_argument.
+///   The error names the peer and the entry.
+/// - Call time: a CUDA argument whose device has no entry in the callee's map fails the call.
+///   The error is device_mismatch naming the device and the peer. The future carries it; nothing
 ///   is sent. A CPU argument is unaffected by the map.
 /// - Transfer, same host and another process: the caller clones the tensor on its current
 ///   stream and records an interprocess event after the clone. It sends cudaIpcGetMemHandle of
@@ -63,8 +64,8 @@ void validate_device_map(const std::string& peer, const device_map& map);
 /// does, naming `peer`). Results of a call come back through it.
 device_map invert_device_map(const std::string& peer, const device_map& map);
 
-/// Throws device_mismatch naming the device and `peer` when `reverse` (invert_device_map of the
-/// map for `peer`) has no entry for the peer's CUDA device `remote`; else the local device.
+/// The local device for the peer's CUDA device `remote`, by `reverse` (invert_device_map of the
+/// map for `peer`). Throws device_mismatch naming the device and `peer` when there is no entry.
 troupe::device result_device(const std::string& peer, const device_map& reverse, int remote);
 
 /// How a node's CUDA arguments went to their peers (Note [rpc device map]).

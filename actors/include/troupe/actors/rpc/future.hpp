@@ -47,7 +47,7 @@ class call_state {
   /// Runs a continuation off the completing thread (the node's executor); false: it cannot.
   using poster = std::function<bool(std::function<void()>)>;
   /// A call of `function` on worker `to` from worker `from` (what() names it so, for errors).
-  /// `post` (one per node, shared) runs continuations off the completing thread; `work` (the
+  /// `post` (one per node, shared) runs continuations off the completing thread. `work` (the
   /// node's executor, or null) is told before a thread blocks on the call (Note [predicted quick]).
   call_state(std::string function, std::string to, std::string from, clock::time_point deadline, std::shared_ptr<const poster> post,
              std::shared_ptr<const long_work_notice> work = nullptr)
@@ -137,7 +137,7 @@ class call_state {
   std::string message_;
   std::vector<char> payload_;
   // A payload of adopt_min_bytes or more, held apart so that tensors viewing it keep only it
-  // alive (Note [adopted payload] in codec.hpp); value() is then this one.
+  // alive (Note [adopted payload] in codec.hpp). value() is then this one.
   std::shared_ptr<std::vector<char>> shared_payload_;
   std::vector<std::function<void()>> continuations_;
   std::vector<std::function<void()>> inline_continuations_;
@@ -208,14 +208,14 @@ class future {
   bool is_ready() const { return st_ && st_->ready(); }
   /// Blocks the caller up to `timeout`; returns whether the call completed.
   bool wait(std::chrono::milliseconds timeout) const { return st_ && st_->wait_for(timeout); }
-  /// Blocks until the call completes and returns its value, or throws its troupe::error
-  /// (timeout, peer_lost, unknown_function, bad_argument, remote_exception, protocol_violation,
-  /// or the code of an exception the call interceptor threw). With an interceptor, only the
-  /// first get() decodes the result; later ones return copies of it. The first get() moves a
-  /// move-only result out; later ones return a moved-from value.
+  /// Blocks until the call completes and returns its value, or throws its troupe::error. The
+  /// code is timeout, peer_lost, unknown_function, bad_argument, remote_exception,
+  /// protocol_violation, or that of an exception the call interceptor threw. With an interceptor,
+  /// only the first get() decodes the result; later ones return copies of it. The first get()
+  /// moves a move-only result out; later ones return a moved-from value.
   R get() const { return get_under(nullptr); }
-  /// get() with the handles in the result (RRefs) decoded under `handles` (Note [codec
-  /// context]); the first decoding get() of an intercepted call decides how they are decoded.
+  /// get() with the handles in the result (RRefs) decoded under `handles` (Note [codec context]).
+  /// The first decoding get() of an intercepted call decides how they are decoded.
   R get(handle_scope& handles) const { return get_under(&handles); }
   /// Runs `fn(future<R>)` on the node's executor once the call completes. It never runs on a CAF
   /// thread, and never inline in the agent. Returns the future of what `fn` returns, like

@@ -8,10 +8,10 @@
 /// every call it serves, the runtime asks the interceptor for a `call_scope` (null: not
 /// intercepted). It puts that scope in the codec context of the message's encode and decode
 /// (Note [codec context] in codec_context.hpp). Nothing about it is kept per thread.
-/// The codec reports every tensor it writes (`on_tensor_written`) and passes every tensor it
+/// The codec reports every tensor it writes (`on_tensor_written`). It passes every tensor it
 /// reads through `on_tensor_read`, which may return a different tensor (for example one that
-/// carries a grad_fn). After encoding, `take_meta()` gives the bytes that travel with the message
-/// (beside the payload, through the transport hook); before decoding, `on_meta` gets the bytes that
+/// carries a grad_fn). After encoding, `take_meta()` gives the bytes that travel with the message,
+/// beside the payload, through the transport hook. Before decoding, `on_meta` gets the bytes that
 /// arrived with it.
 ///
 ///   caller (user thread)                          callee (executor thread)
@@ -42,7 +42,7 @@
 /// maps, tuples). Not covered: tensors inside user structs serialized through their own
 /// Boost `serialize` (troupe/tensors/boost_tensor.hpp) — they travel without notification.
 /// Errors: an exception thrown by the interceptor on the caller side fails the call (the future
-/// carries it); on the callee side it becomes the call's remote_exception.
+/// carries it). On the callee side it becomes the call's remote_exception.
 
 #include <memory>
 #include <string>
@@ -83,10 +83,10 @@ class call_interceptor {
                                                   const std::vector<char>& meta) = 0;
 };
 
-/// Runs `s->enter()` when made and `s->leave()` when destroyed (a null `s` does nothing): the
-/// span in which a scope's message is encoded or decoded, or its served function runs. RAII; not
-/// copyable; destroyed on the thread that created it. An exception from enter() propagates (leave()
-/// does not run then); one from leave() is swallowed.
+/// Runs `s->enter()` when made and `s->leave()` when destroyed; a null `s` does nothing. That is
+/// the span in which a scope's message is encoded or decoded, or its served function runs. RAII;
+/// not copyable; destroyed on the thread that created it. An exception from enter() propagates
+/// (leave() does not run then); one from leave() is swallowed.
 class scope_guard {
  public:
   explicit scope_guard(call_scope* s);

@@ -27,9 +27,9 @@
 
 namespace troupe::rpc {
 
-/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`): sent as
-/// is, and the caller decodes it as T (`rpc_sync<T>`; the caller's interceptor sees its tensors).
-/// Encoded outside the served call's codec context (Note [codec context]), so the callee's
+/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`). It is
+/// sent as is. The caller decodes it as T (`rpc_sync<T>`); the caller's interceptor sees its
+/// tensors. Encoded outside the served call's codec context (Note [codec context]), so the callee's
 /// interceptor does not see its tensors and they travel as inline bytes. For layers that keep
 /// values type-erased.
 struct encoded_result {
@@ -76,8 +76,8 @@ std::shared_ptr<const held_value> hold(T value) {
 /// Holds bytes already encoded (encode_result<T> of some T); encode() returns them.
 inline std::shared_ptr<const held_value> hold_encoded(std::vector<char> bytes) { return hold(encoded_result{std::move(bytes)}); }
 
-/// Thrown by a served function to answer the call with this code and message (for example
-/// `invalid_state` or a stored `remote_exception`) instead of wrapping it as remote_exception.
+/// Thrown by a served function to answer the call with this code and message, instead of
+/// wrapping it as remote_exception. For example `invalid_state` or a stored `remote_exception`.
 class reply_error : public error {
  public:
   using error::error;
@@ -210,9 +210,9 @@ struct function_options {
   /// functions: an RRef fetch, fork request or delete). A leading executor thread runs such
   /// requests itself, before the others it read, instead of waking a thread for each
   /// (Note [direct channel]). A user function that may block or run long must not set it: requests
-  /// read after it would wait for it. (Functions whose recent runs were all short are run the
-  /// same way without it, with a watchdog for the run that turns out long: Note [predicted quick]
-  /// in the executor.)
+  /// read after it would wait for it. Functions whose recent runs were all short are run the
+  /// same way without it. A watchdog then covers the run that turns out long
+  /// (Note [predicted quick] in the executor).
   bool quick = false;
 };
 

@@ -1,10 +1,11 @@
 #pragma once
 /// \file context.hpp
-/// The RRef context of one node: the OwnerRRefs it owns, the UserRRef forks it holds, and the
-/// retried control messages between them (Note [RRef protocol]).
+/// The RRef context of one node: the OwnerRRefs it owns and the UserRRef forks it holds.
+/// It also holds the retried control messages between them (Note [RRef protocol]).
 ///
 /// Note [RRef protocol]
-/// Ids: rref_id{creator, counter}; fork_id{creator, counter}; the creator's own fork of an RRef
+///
+/// Ids: rref_id{creator, counter}; fork_id{creator, counter}. The creator's own fork of an RRef
 /// made by remote() has the same numbers as the RRef id (its "creator fork").
 ///
 /// Actors (actors/src/rref/): one owner_rref actor per OwnerRRef (Note [owner_rref actor]).
@@ -95,7 +96,7 @@
 ///   * a send_scope (the arguments of a call through the context) collects the forks it creates,
 ///     for the probe above;
 ///   * a binding_scope (a result taken through the context, to_here, remote's arguments) binds a
-///     received RRef to its context; without one it stays unbound until bind_to (add_function);
+///     received RRef to its context. Without one it stays unbound until bind_to (add_function);
 ///   * a stored value (codec_context::stored: remote's result, make_rref, a method's object)
 ///     refuses an RRef with not_supported, since stored bytes go to every fetcher.
 /// An RRef inside a Boost-serialized user struct is refused (its archive has no context).
@@ -203,8 +204,8 @@ std::shared_ptr<handle> bind(context_impl& ctx, const rref_msg::wire& w);
 /// rpc::future<T>, under the call's interceptor scope). Blocks up to `timeout`; throws timeout,
 /// owner_lost, remote_exception, invalid_state.
 std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono::milliseconds timeout);
-/// The live value on the owner: waits up to `timeout` for it (`wait`, owner-local to_here) or
-/// not at all (local_value: invalid_state while it does not exist, or off the owner).
+/// The live value on the owner. `wait` (owner-local to_here) waits up to `timeout` for it.
+/// local_value does not wait: invalid_state while it does not exist, or off the owner.
 std::shared_ptr<const rpc::held_value> held_here(const handle& h, std::chrono::milliseconds timeout, bool wait);
 bool confirmed(const handle& h);
 node& node_of(const handle& h);
@@ -231,9 +232,9 @@ struct rref_stats {
 /// Settings of an rref_context.
 struct rref_options {
   /// How long an RRef sent inside a result may stay unacknowledged before its sender probes the
-  /// caller (a lost reply, or the discarded extra reply of a duplicated request). A caller that
-  /// takes the result later than this finds the RRef refused. 0: three times the node's default
-  /// timeout.
+  /// caller. That covers a lost reply, or the discarded extra reply of a duplicated request. A
+  /// caller that takes the result later than this finds the RRef refused. 0: three times the
+  /// node's default timeout.
   std::chrono::milliseconds result_probe_after{0};
   /// How long the ids of deleted OwnerRRefs and released / probed forks are kept to refuse late
   /// duplicates of their messages. Must exceed the longest time a copy of a control message can
@@ -248,9 +249,9 @@ struct rref_options {
   std::chrono::microseconds release_window{1000};
 };
 
-/// The RRef context of one node. Construct it after the node and destroy it before; it registers
-/// the data path's reserved "troupe.rref.*" functions on the node and publishes its service
-/// actor as "troupe.rref". Thread-safe.
+/// The RRef context of one node. Construct it after the node and destroy it before. It
+/// registers the data path's reserved "troupe.rref.*" functions on the node. It publishes its
+/// service actor as "troupe.rref". Thread-safe.
 class rref_context {
  public:
   /// Registers the protocol's functions on `n` and publishes its service (one store round trip).
@@ -282,8 +283,8 @@ class rref_context {
   /// Kept for byte-level users: `fn` gets the value encoded (no interceptor scope). Bytes it
   /// changes replace the value (then held as bytes); unchanged bytes keep the live object.
   void with_value(const rref_id& id, std::chrono::milliseconds timeout, const std::function<void(std::vector<char>&)>& fn);
-  /// Like with_value on the live value: `fn` may replace the pointer with a new value (never
-  /// change the object it points to: fetches may be encoding it). Blocks like with_value.
+  /// Like with_value on the live value: `fn` may replace the pointer with a new value. It must
+  /// never change the object it points to: fetches may be encoding it. Blocks like with_value.
   void with_held(const rref_id& id, std::chrono::milliseconds timeout,
                  const std::function<void(std::shared_ptr<const rpc::held_value>&)>& fn);
 
@@ -298,8 +299,8 @@ class rref_context {
   std::size_t tombstone_count() const;
   /// Ids of everything still alive here ("owner worker0#3 forks {worker1/4}", "user ...").
   std::vector<std::string> leaks() const;
-  /// Blocks until this node holds no user fork and no control message is in flight, and (if
-  /// `owners_too`) no OwnerRRef; returns whether that happened within `timeout`.
+  /// Blocks until this node holds no user fork, no control message is in flight and, if
+  /// `owners_too`, no OwnerRRef. Returns whether that happened within `timeout`.
   bool wait_quiescent(std::chrono::milliseconds timeout, bool owners_too) const;
   /// Graceful end: waits like wait_quiescent(timeout, true); throws errc::timeout listing
   /// leaks() if anything is still alive.

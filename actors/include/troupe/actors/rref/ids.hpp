@@ -1,9 +1,9 @@
 #pragma once
 /// \file ids.hpp
 /// RRef identities and `wire`, the form of an RRef inside a user call or result (Note [RRef
-/// protocol] in context.hpp). The ids have both a CAF `inspect` (they travel inside the typed
-/// control messages of actors/src/rref/protocol.hpp) and a Boost `serialize` (an RRef inside a
-/// user payload goes through the codec). No field is a float.
+/// protocol] in context.hpp). The ids have a CAF `inspect`: they travel inside the typed control
+/// messages of actors/src/rref/protocol.hpp. They also have a Boost `serialize`: an RRef inside a
+/// user payload goes through the codec. No field is a float.
 
 #include <compare>
 #include <cstdint>

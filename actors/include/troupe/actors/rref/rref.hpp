@@ -45,7 +45,7 @@ auto encoder(const A&... a) {
   return [&a...](const rpc::codec_context& ctx) { return rpc::encode_args<rpc::detail::wire_t<A>...>(ctx, to_wire(a)...); };
 }
 
-/// A call through node::call (the rpc future path) whose arguments are encoded without copies;
+/// A call through node::call (the rpc future path) whose arguments are encoded without copies.
 /// `sent` collects the forks of the RRefs among them (Note [codec context]).
 template <class R, class... A>
 rpc::future<R> call_node(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
@@ -217,8 +217,8 @@ class rref {
     h_->owner = w.owner;
     h_->pending = std::make_unique<rref_msg::wire>(std::move(w));
   }
-  /// Boost serialization (an rref inside a user struct): refused with not_supported, since the
-  /// archive carries no codec context; pass it as an argument, or in a vector, map or tuple.
+  /// Boost serialization (an rref inside a user struct) is refused with not_supported, since the
+  /// archive carries no codec context. Pass it as an argument, or in a vector, map or tuple.
   template <class Ar> void save(Ar&, unsigned) const { refuse_archive(); }
   template <class Ar> void load(Ar&, unsigned) { refuse_archive(); }
   BOOST_SERIALIZATION_SPLIT_MEMBER()
@@ -271,10 +271,10 @@ void add_function(rref_context& ctx, const std::string& name, F fn) {
 }
 
 /// Registers the method `name` of T, callable through any rref<T> (rref::rpc_sync).
-/// `fn(T&, args...)` runs on an executor thread of the owner while it holds the value's lease:
-/// one method per RRef at a time (Note [owner_rref actor]). So it must not call a method of the
-/// same RRef. It works on a copy of the held object that then replaces it. Tensors inside share
-/// storage with the held ones. Must return a value.
+/// `fn(T&, args...)` runs on an executor thread of the owner while it holds the value's lease.
+/// That allows one method per RRef at a time (Note [owner_rref actor]). So it must not call a
+/// method of the same RRef. It works on a copy of the held object that then replaces it. Tensors
+/// inside share storage with the held ones. Must return a value.
 template <class T, class F>
 void add_method(rref_context& ctx, const std::string& name, F fn) {
   using sig = rpc::detail::signature<std::decay_t<F>>;
@@ -305,8 +305,8 @@ rref<T> remote(rref_context& ctx, const std::string& to, const std::string& func
   }, args...);
 }
 
-/// An owner-local RRef holding (a copy of) `value` as a live object; a tensor stays the same
-/// tensor (local_value returns it, a to_here on another worker records its gradient path).
+/// An owner-local RRef holding (a copy of) `value` as a live object. A tensor stays the same
+/// tensor: local_value returns it, and a to_here on another worker records its gradient path.
 template <class T>
 rref<T> make_rref(rref_context& ctx, const T& value) {
   if constexpr (std::is_copy_constructible_v<T>) {

@@ -1,7 +1,7 @@
 #pragma once
 /// \file cluster.hpp
-/// A test fixture that runs a job of N ranks as local processes under a fault plan and checks
-/// its invariants (Note [cluster fixture]).
+/// A test fixture that runs a job of N ranks as local processes under a fault plan. It checks
+/// the job's invariants (Note [cluster fixture]).
 ///
 ///   troupe::testing::cluster_options o;
 ///   o.world = 3;
@@ -22,8 +22,8 @@
 /// helper), or a new /dev/shm/troupe* segment whose name carries a rank's pid. Segments of other
 /// processes on the machine are not counted. Every child is reaped before run_cluster returns.
 ///
-/// Namespace hosts (cluster_options::hosts, e.g. the hosts of tools/netns_bed.sh; needs root):
-/// the ranks go on the hosts in blocks, rank r on hosts[r * hosts.size() / world]. Right after
+/// Namespace hosts (cluster_options::hosts, e.g. the hosts of tools/netns_bed.sh; needs root).
+/// The ranks go on the hosts in blocks, rank r on hosts[r * hosts.size() / world]. Right after
 /// the fork, a rank enters the host's network namespace. It also enters a UTS namespace of its
 /// own named after the host, so host identity, as the process groups see it, differs between
 /// hosts. Then its node listens on the host's address; the master is rank 0's host. A rank that
