@@ -49,8 +49,8 @@ struct watch_peer_msg {
   std::string name;
 };
 
-/// Tells the agent that a peer has been silent past the peer timeout (Note [silent peers]): it
-/// is lost as if its heartbeat had stopped (local only).
+/// Tells the agent that a peer has been silent past the peer timeout (Note [silent peers]).
+/// The peer is lost as if its heartbeat had stopped (local only).
 struct peer_silent_msg {
   std::string name;
   std::string reason;

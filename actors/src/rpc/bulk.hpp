@@ -1,6 +1,6 @@
 #pragma once
 // Large tensors between processes of one host travel through shared memory, not the CAF
-// connection (CAF-0.17-NOTES pitfall 8: one TCP connection per node pair, head-of-line blocking).
+// connection. CAF-0.17-NOTES pitfall 8: one TCP connection per node pair, head-of-line blocking.
 //
 // Note [tensor over shared memory]
 //
@@ -9,10 +9,10 @@
 // troupe/actors/rpc/codec_context.hpp). write_tensor then sends every tensor of at least
 // `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1). The
 // reference holds the owner's pid, the segment's memfd number in the owner, its name and
-// generation, the tensor's byte offset in it and a one-use ticket.
+// generation. It also holds the tensor's byte offset in it and a one-use ticket.
 // Segments are anonymous memfds, never names in /dev/shm. A peer maps one by opening
 // /proc/<owner pid>/fd/<fd> (same user). It checks that the file it got is the memfd of that
-// name, so a reused pid or fd number fails instead of mapping something else. The kernel frees
+// name. So a reused pid or fd number fails instead of mapping something else. The kernel frees
 // the memory when the last mapping goes. So a SIGKILLed process, sender or receiver, leaks
 // nothing.
 //
@@ -51,9 +51,10 @@
 //     the sender drops at once still arrives. The I/O thread and the next pin() sweep cleared
 //     slots; drop_peer() and teardown release the rest. A handle coming back to the process that
 //     sent it resolves to the same storage (remembered weakly by name).
-//   * A message never decoded (dropped, peer died) keeps its reference: the segment stays in use
-//     until its owner drops that peer's pool (peer_down) or tears down. A dead peer's references
-//     die with it the same way. A node's teardown also lets go of every unused peer mapping.
+//   * A message never decoded (dropped, peer died) keeps its reference. The segment stays in
+//     use until its owner drops that peer's pool (peer_down) or tears down. A dead peer's
+//     references die with it the same way. A node's teardown also lets go of every unused peer
+//     mapping.
 //
 //   owner: CAS 0->1, memcpy --pid,fd,name,gen,offset,ticket--> receiver: map (cached), claim,
 //   view; tensor sent on: refs+1 --> ... ; every tensor dies -> refs 0 -> free for the owner
@@ -126,11 +127,11 @@ class bulk_names {
   /// Closes the pools (later acquire() calls return nullptr), drops every segment not in use
   /// and lets go of this process's unused mappings of peers' segments. Node teardown.
   void unlink_all();
-  /// `peer` (a node id string) is gone: its pool is dropped; segments it still held are freed
-  /// by the kernel once no local tensor views them.
+  /// `peer` (a node id string) is gone: its pool is dropped. The kernel frees the segments it
+  /// still held once no local tensor views them.
   void drop_peer(const std::string& peer);
-  /// A segment for `peer` with room for `nbytes`, now holding one reference (its generation
-  /// bumped and written to the header), or nullptr when the pool is closed or cannot grow.
+  /// A segment for `peer` with room for `nbytes`, now holding one reference. Its generation is
+  /// bumped and written to the header. nullptr when the pool is closed or cannot grow.
   bulk_segment* acquire(const std::string& peer, std::size_t nbytes);
 
   /// Where a pin is: a slot of this node's pin segment holding `ticket` until the receiver

@@ -5,8 +5,8 @@
 //
 // A tensor sent as bytes (between hosts, or with shared memory off) travels inside its
 // message's payload, a std::vector<char> as large as the tensor. glibc serves some buffers with
-// a fresh mmap. One is a buffer of 64 MB or more allocated on any thread but the main one (a
-// thread arena's heap is at most 64 MB). Another is one above the main arena's mmap threshold
+// a fresh mmap. One is a buffer of 64 MB or more allocated on any thread but the main one.
+// (A thread arena's heap is at most 64 MB.) Another is one above the main arena's mmap threshold
 // (at most 32 MB). Without a pool every such message faults its buffers in page by page and
 // unmaps them again (rpc_bench --no-shm counts the page faults). The node keeps the buffers of
 // large payloads it is done with and hands them out again:
@@ -45,9 +45,9 @@ class byte_pool {
   byte_pool(const byte_pool&) = delete;
   byte_pool& operator=(const byte_pool&) = delete;
 
-  /// Makes `v` (its contents kept) have room for `need` bytes when it has not: a pooled buffer
-  /// that fits, else a fresh one rounded up to byte_pool_round. Returns whether it changed `v`'s
-  /// buffer. Needs below byte_pool_min_bytes are left alone.
+  /// Makes `v` (its contents kept) have room for `need` bytes when it has not. It takes a pooled
+  /// buffer that fits, else a fresh one rounded up to byte_pool_round. Returns whether it changed
+  /// `v`'s buffer. Needs below byte_pool_min_bytes are left alone.
   bool reserve(std::vector<char>& v, std::size_t need);
   /// Makes `v` a buffer with room for `n` bytes whose contents do not matter
   /// (Note [direct fragment data]). It is a pooled one that fits when there is one. Else it is a

@@ -99,8 +99,8 @@ bool channel_conn::write_parts(const part* parts, std::size_t count, bool own_tu
     if (closed()) return false;
     if (flushing_ && own_turn) {
       // A fragment waits for the flusher instead of handing it its bytes. Otherwise a small
-      // writer that happened to be flushing would send every later fragment of the large
-      // frame, and its own call would wait for the whole transfer.
+      // writer that happened to be flushing would send every later fragment of the large frame.
+      // Its own call would then wait for the whole transfer.
       ++turn_waiters_;
       while (flushing_ && !closed()) turn_cv_.wait_for(lock, std::chrono::milliseconds(50));
       --turn_waiters_;

@@ -1,6 +1,7 @@
 #pragma once
-// One direct RPC connection (Note [direct channel] in rpc/direct_channel.hpp): a non-blocking TCP
-// socket, its read buffer (the I/O thread's), and a write side that combines concurrent writes.
+// One direct RPC connection (Note [direct channel] in rpc/direct_channel.hpp). It holds a
+// non-blocking TCP socket and its read buffer (the I/O thread's). Its write side combines
+// concurrent writes.
 
 #include <atomic>
 #include <chrono>
@@ -49,8 +50,8 @@ struct uninit_allocator : std::allocator<T> {
 /// single connection. That is one system call per message instead of two on the round trip's
 /// critical path. The socket is therefore blocking, with SO_RCVTIMEO = first_read_slice. Every
 /// other send and recv on it passes MSG_DONTWAIT. Such a wait cannot also watch an eventfd.
-/// Whatever would have woken it is seen when the slice ends: another thread completing the
-/// caller's call (a deadline, a delayed response, stop()), or an interrupt of the leader. The
+/// Whatever would have woken it is seen when the slice ends. That is another thread completing
+/// the caller's call (a deadline, a delayed response, stop()), or an interrupt of the leader. The
 /// thread then falls back to poll() on the socket and its eventfd, at most first_read_slice
 /// late. A closed connection (peer lost, shutdown) ends the recv at once.
 inline constexpr std::chrono::microseconds first_read_slice{1000};
@@ -95,8 +96,8 @@ class channel_conn {
   /// for data, up to first_read_slice (Note [blocking first read]). Reads at most about
   /// `budget` bytes (Note [connection hygiene]: a small one before authentication).
   bool read_available(bool block_first = false, std::size_t budget = max_read_bytes);
-  /// The last read_available stopped with bytes possibly left in the socket (its budget used, or a
-  /// fragment read straight into its stream: Note [direct fragment data]).
+  /// The last read_available stopped with bytes possibly left in the socket. Its budget was used,
+  /// or a fragment was read straight into its stream (Note [direct fragment data]).
   bool more_to_read = false;
   /// Bytes read so far (tells a blocking first read that timed out from one that read).
   std::atomic<std::uint64_t> bytes_read{0};
@@ -122,8 +123,9 @@ class channel_conn {
   /// it runs on that thread: the reader checks its call after every read.
   std::atomic<std::thread::id> reader_thread{};
   std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (direct_channel::read_until_done)
-  // Under the channel's pending lock: calls pending on this connection, those nobody waits on,
-  // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
+  // Under the channel's pending lock: calls pending on this connection and those nobody waits
+  // on. Also whether a caller that stopped reading left calls behind (the I/O thread reads for
+  // them).
   mutable int pending_calls = 0;
   mutable int unattended = 0;
   mutable bool handed_over = false;
