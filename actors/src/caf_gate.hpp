@@ -3,8 +3,8 @@
 //
 // Note [CAF port gate]
 //
-// CAF 0.17's BASP broker trusts the first header on a connection: a client handshake
-// announcing a 4 GiB payload makes it allocate 4 GiB before anything is checked. So no
+// CAF 0.17's BASP broker trusts the first header on a connection. A client handshake announcing
+// a 4 GiB payload makes it allocate 4 GiB before anything is checked. So no
 // unauthenticated byte reaches CAF. The node's CAF port is a Troupe listener (the gate); the
 // middleman listens nowhere. A connecting node first sends a gate hello and waits for the verdict:
 //

@@ -1,9 +1,9 @@
 #pragma once
-// The executor: a fixed pool of threads running user RPC functions and future continuations,
-// never on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
+// The executor: a fixed pool of threads running user RPC functions and future continuations.
+// They never run on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
 //
-// Leader/follower (Note [direct channel]): with an io_source attached, an idle thread becomes the
-// leader and waits for input on the source itself (the direct rpc sockets). It runs the first
+// Leader/follower (Note [direct channel]): with an io_source attached, an idle thread becomes
+// the leader. It waits for input on the source itself (the direct rpc sockets). It runs the first
 // job it reads at once and queues the rest; another idle thread takes over as leader. A request
 // thus costs no hand-off from an I/O thread to a worker. At most one thread leads at a time.
 //
@@ -29,12 +29,12 @@
 // beyond raw TCP on a busy machine. A futex wake of a thread on another vCPU costs the waker a
 // VM exit. A prediction can fail (the function blocks this time), so a quick phase is watched:
 //   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
-//     long_work_ahead() on their node's executor first; the call state and the store client
+//     long_work_ahead() on their node's executor first. The call state and the store client
 //     hold it. So a nested call hands the lead off at once, before it blocks;
 //   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen.
 //     When it finds the same quick phase running at two ticks in a row, it wakes a follower to
-//     lead. So a user function that blocks on its own lock or sleeps delays the requests read
-//     after it by at most two ticks, and never deadlocks the node. The watchdog parks after
+//     lead. So a user function that blocks on its own lock or sleeps never deadlocks the node.
+//     It delays the requests read after it by at most two ticks. The watchdog parks after
 //     watchdog_park_ticks ticks without a quick phase (an idle node wakes nobody). The next
 //     quick phase unparks it.
 // A quick phase costs the leader two atomic increments and a load; it wakes nobody.

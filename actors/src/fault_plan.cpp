@@ -50,7 +50,7 @@ double parse_probability(const std::string& v, const std::string& field, int lin
   return p;
 }
 
-// A count in [0, max]: larger ones would not fit the field (fail_first is an int) or would
+// A count in [0, max]. A larger one would not fit the field (fail_first is an int). Or it would
 // overflow the arithmetic of a decision (delays are added up in milliseconds).
 long parse_count(const std::string& v, const std::string& field, int line, long max) {
   std::size_t used = 0;
