@@ -89,10 +89,10 @@ struct supervisor_options {
 };
 
 /// Validates `o` and spawns a supervisor actor on `n`; it starts its children in order. Blocks
-/// to read the job's worker list. Throws troupe::error(bad_argument) naming the child for:
-/// an empty or duplicate child name, an empty factory name, a max_restarts below 0, a period
-/// not above 0, a negative start_backoff. For an unknown worker, bad_argument names the worker
-/// and the job's workers.
+/// to read the job's worker list. Throws troupe::error(bad_argument) naming the child for a bad
+/// spec: an empty or duplicate child name, an empty factory name, or a max_restarts below 0. So
+/// are a period not above 0 and a negative start_backoff. For an unknown worker, bad_argument names
+/// the worker and the job's workers.
 /// The supervisor runs in its own thread. A start that fails on every worker is retried after
 /// start_backoff and counts against the restart intensity. A child that exits before the
 /// supervisor looked it up is a crash. The supervisor exits with a troupe error naming the
