@@ -95,8 +95,8 @@ class byte_pool;
 /// read buffer. So there is no second user-space pass over every byte of a large message sent
 /// as bytes. Take a fragment of a stream already open whose head has been read and whose data
 /// is not all there yet. The reader takes what is there and reads the rest of the data straight
-/// into the stream's buffer. It uses recvmsg: the rest of the fragment, then a few KiB into the
-/// read buffer for what follows it (the next fragment's head or a small frame).
+/// into the stream's buffer. It uses recvmsg: first the rest of the fragment. Then a few KiB go
+/// into the read buffer for what follows it (the next fragment's head or a small frame).
 /// A stream's buffer has room for its whole body from its first fragment (a pooled buffer,
 /// byte_pool::take) and a count of the bytes filled. It is grown as the data comes, at most
 /// `direct_step` bytes ahead of what was received (direct_room). Growing zero-fills only what a
@@ -175,8 +175,9 @@ class fragment_streams {
     std::size_t filled = 0;   ///< bytes of `rest` received (its size may be larger: room_for)
   };
   using iterator = std::map<std::uint32_t, stream>::iterator;
-  /// The checks of a later fragment of `data` bytes: the stream must be open, with the same
-  /// total, not beyond it, the last one exactly at it. Drops the stream when they fail.
+  /// The checks of a later fragment of `data` bytes. The stream must be open, with the same
+  /// total; the fragment must not pass it, and the last one must end exactly at it. Drops the
+  /// stream when they fail.
   bool later_fits(iterator it, const fragment_head& h, std::size_t data);
   result complete(iterator it, assembled& out);
   /// Room for `room` bytes in `s.rest` (from `pool` when there is one); false when out of memory.
@@ -191,8 +192,8 @@ class fragment_streams {
   void drop(iterator it);
   std::map<std::uint32_t, stream> open_;
   std::uint64_t announced_ = 0;  // the totals of the open streams
-  // The fragment being read straight into its stream: the stream (map nodes do not move), its
-  // number, whether it is the stream's last fragment, and the bytes still to come.
+  // The fragment being read straight into its stream. It holds the stream (map nodes do not
+  // move), its number, whether it is the stream's last fragment, and the bytes still to come.
   stream* direct_ = nullptr;
   stream whole_;  ///< a whole frame read straight into its buffer (start_frame)
   std::uint32_t direct_stream_ = 0;

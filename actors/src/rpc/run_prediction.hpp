@@ -1,6 +1,6 @@
 #pragma once
 // When an ordinary function's request is run as a quick job (Note [predicted quick] in
-// executor.hpp): the prediction from its recent runs, and the budget of one read.
+// executor.hpp). It holds the prediction from its recent runs, and the budget of one read.
 
 #include <algorithm>
 #include <chrono>

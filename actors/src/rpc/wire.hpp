@@ -87,8 +87,8 @@ bool parse_body(const char* data, std::size_t n, T& msg) {
 // against CAF's serializer and deserializer. The code below saves a virtual call and a
 // caf::error per field, four times per round trip (figures in docs/benchmarks.md).
 // The auth frame and the split large-payload paths (rpc/split_frame.hpp) are read by this code
-// too: CAF's loader allocates a sequence's announced length before it reads a byte. They are
-// written by CAF, so the two must agree, and they are tested to.
+// too. The reason: CAF's loader allocates a sequence's announced length before it reads a byte.
+// They are written by CAF, so the two must agree, and they are tested to.
 namespace frame_codec {
 
 inline std::size_t varbyte_size(std::uint32_t x) {
@@ -225,8 +225,8 @@ inline bool parse_body(const char* data, std::size_t n, rpc_response& m) {
   return r.ok && r.p == r.end;
 }
 
-/// parse_body for the auth frame (Note [frame codec]): its strings are checked against the bytes
-/// left before they are allocated (CAF's loader allocates a string's announced length first).
+/// parse_body for the auth frame (Note [frame codec]). Its strings are checked against the bytes
+/// left before they are allocated. CAF's loader would allocate a string's announced length first.
 inline bool parse_body(const char* data, std::size_t n, channel_auth& m) {
   frame_codec::reader r{data, data + n};
   r.seq(m.name);
