@@ -215,7 +215,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::map<rref_id, int> local_refs_on_way_;
   std::vector<rref_id> accepts_waiting_;  // withheld remote_call answers (Note [withheld accept])
   bool accepts_armed_ = false;            // the courier's timer for them runs
-  // Deleted owners and DELETING forks until their last control message is done: CAF ends an
+  // Deleted owners and DELETING forks until their last control message is done. CAF ends an
   // actor nobody references, so the router keeps them until they call actor_done.
   std::map<caf::actor_addr, caf::actor> draining_;  // binds on the owner not yet taken by its actor
   tombstones<rref_id> deleted_owners_;
@@ -269,15 +269,16 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   void value_done(const rref_id& id, rref_msg::value_set v, std::shared_ptr<rpc::reply_later> accept);
   /// Answers the withheld remote_call answers (the courier, one window after the first).
   void release_accepts();
-  /// A fetch of `id` from another worker: answered now from the snapshot if the value exists (or
-  /// failed if the id is gone), else parked in the entry until value_done. Never blocks.
+  /// A fetch of `id` from another worker. If the value exists, it is answered now from the
+  /// snapshot; if the id is gone, it fails. Else it is parked in the entry until value_done.
+  /// Never blocks.
   void fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply);
   /// The owner actor installs the snapshot of its current value (read by later fetches).
   void publish(const rref_id& id, std::shared_ptr<const published_value> v);
   /// The owner actor decided to delete: erases and tombstones it and fails the fetches parked in
-  /// its entry. It does not when its function is RUNNING, or when a bind of the id on this node
-  /// sent it a local reference it has not taken yet. Then it returns false: the actor stays, and
-  /// value_set / the reference re-checks.
+  /// its entry. It does not when its function is RUNNING. Nor does it when a bind of the id on
+  /// this node sent it a local reference it has not taken yet. Then it returns false: the actor
+  /// stays, and value_set / the reference re-checks.
   bool owner_gone(const rref_id& id);
   void local_ref_arrived(const rref_id& id);  // the actor took one of those local references
   void user_gone(const fork_key& k);   // the fork entered DELETING: tombstone
@@ -288,13 +289,13 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   // --- control messages (from actors) ---
   /// The service handle of `to` (this node's own for me_); nullopt until its first contact.
   std::optional<caf::actor> service_of(const std::string& to);
-  /// First contact with `to` (Note [first contact]): looks its service up off the actor threads;
-  /// then `who` gets retry_atom{seq} (send it now), or control_done{seq} with the failure.
+  /// First contact with `to` (Note [first contact]): looks its service up off the actor threads.
+  /// Then `who` gets retry_atom{seq} (send it now), or control_done{seq} with the failure.
   void contact(const std::string& to, std::uint64_t seq, caf::actor_addr who);
   /// Hands a released fork's user_delete for `owner` to the courier (G1; batched, retried).
   void send_delete(const std::string& owner, const rref_msg::user_delete& del);
-  /// Hands a handle's release (and the remote_done it carries) to fork `u` through the courier,
-  /// one window later (Note [release batching]); at once with release_window 0.
+  /// Hands a handle's release (and the remote_done it carries) to fork `u` through the courier.
+  /// It arrives one window later (Note [release batching]); at once with release_window 0.
   void hand_release(const user_rref_actor& u, std::optional<rref_msg::remote_done> done);
   /// The courier takes the handed-over deletes, and when `window_over` the releases too (then the
   /// next hand-over asks it again).
@@ -359,8 +360,8 @@ void send_attempt(Self* self, control_retries& ctl, context_impl& r, std::uint64
             [done](const caf::error& e) { done(control_failure(e), 0); });
 }
 
-/// Starts a retried control message `msg` to the service of `to` from actor `self` (its state
-/// holds `ctl`); `done` gets the answer (errc::ok) or the final failure.
+/// Starts a retried control message `msg` to the service of `to` from actor `self`; its state
+/// holds `ctl`. `done` gets the answer (errc::ok) or the final failure.
 template <class Self, class Msg>
 void start_control(Self* self, control_retries& ctl, context_impl& r, std::string to, Msg msg,
                    std::function<void(errc, std::int32_t)> done) {
@@ -393,8 +394,8 @@ void on_control_done(Self* self, control_retries& ctl, context_impl& r, const rr
   it->second.backoff = std::min({it->second.backoff * 2, std::chrono::milliseconds(200), r.opts_.control_attempt_timeout});
 }
 
-/// A draining actor asks itself to end once nothing is pending (a handler that quits directly
-/// may lose the response it is about to send); end() runs on that message.
+/// A draining actor asks itself to end once nothing is pending; end() runs on that message.
+/// A handler that quits directly may lose the response it is about to send.
 template <class Self>
 void request_end(Self* self, bool nothing_pending) {
   if (!nothing_pending || self->state.quitting) return;

@@ -26,7 +26,7 @@
 //                           to its fork; one user_delete_batch per owner (retried; idempotent, G1)
 //
 // Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
-// (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
+// or fails for good. So wait_quiescent and shutdown still see it. Cost: the owner deletes up
 // to two windows after the handle's release. Gain: one message, one owner wake-up and one
 // answer per batch instead of per fork (figures in docs/rref.md). A released fork's actor ends
 // at once, so a tight remote + to_here loop does not pay its predecessor's release.
@@ -80,8 +80,8 @@ void collect(courier_self self, context_impl& r, bool window_over) {
   self->delayed_send(self, r.opts_.release_window, flush_atom::value);
 }
 
-// Sweeps tombstones every ttl/2, sends the child_acks of RRefs bound on their owner or refused on
-// arrival (retried like every control message), and batches user_deletes (Note [release batching]).
+// Sweeps tombstones every ttl/2. Sends the child_acks of RRefs bound on their owner or refused on
+// arrival, retried like every control message. Batches user_deletes (Note [release batching]).
 courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_impl> r) {
   const auto period = std::max(r->opts_.tombstone_ttl / 2, std::chrono::milliseconds(1));
   self->delayed_send(self, period, sweep_atom::value);

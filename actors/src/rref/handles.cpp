@@ -1,5 +1,5 @@
 // The handles of rref<T>: passing one on (a child with the parent's hold, G2), binding one that
-// arrived, releasing one (G1), probing for lost carriers (Note [RRef protocol] in
+// arrived, releasing one (G1). Also probing for lost carriers (Note [RRef protocol] in
 // rref/context.hpp). The state lives in the actors; these functions message them.
 #include <caf/all.hpp>
 

@@ -32,9 +32,9 @@
 //   READY --lease_request--> LEASED --lease_return--> READY (one method at a time; a method works
 //                            on a copy of the object and hands back the new one: published)
 //
-// The actor owns the value's lifecycle (forks, deletion). What the router's entry of the id holds
-// (owner_entry, context_impl.hpp) is a read-through snapshot (shared_ptr to an immutable
-// published_value) and the fetches from other workers parked before the value exists:
+// The actor owns the value's lifecycle (forks, deletion). The router's entry of the id
+// (owner_entry, context_impl.hpp) holds a read-through snapshot: a shared_ptr to an immutable
+// published_value. It also holds the fetches from other workers parked before the value exists:
 //
 //   fetch (executor thread) --lock--> snapshot? answer it on this thread (no actor hop)
 //                                     none: park the reply in the entry
@@ -95,8 +95,9 @@ using owner_rref_actor = caf::typed_actor<
     caf::replies_to<rref_msg::summary_atom>::with<std::string>,
     caf::reacts_to<rref_msg::done_atom>>;
 
-/// How an owner actor starts: PENDING (the default), or READY with its value and either one
-/// local reference (make_rref) or the creator fork (a remote_call whose function finished first).
+/// How an owner actor starts: PENDING (the default), or READY with its value. A READY actor has
+/// either one local reference (make_rref) or the creator fork (a remote_call whose function
+/// finished first).
 struct owner_start {
   bool ready = false;
   std::int32_t code = 0;

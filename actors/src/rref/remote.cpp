@@ -136,7 +136,7 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
   auto carried = scope.take();
   const bool probe_on_failure = !carried.empty();
   // `release` (the handle is being released): whichever of the continuation and this function
-  // takes `turn` first decides whether the release rides on remote_done; either way both agree.
+  // takes `turn` first decides whether the release rides on remote_done. Either way both agree.
   auto watch = [st, done, carried = std::move(carried)](bool release) mutable {
     auto turn = std::make_shared<std::atomic<int>>(release ? 1 : 0);  // 1: releasing, 2: ran, 3: too late
     rpc::future<bool>(st).then_inline([done, carried = std::move(carried), turn](const rpc::future<bool>& r) mutable {

@@ -23,8 +23,8 @@ namespace troupe::rref_detail {
 namespace {
 
 
-// `quick`: the handler never blocks and takes microseconds (it hands the message on), so the
-// executor's leader runs it itself (rpc::function_options::quick); only remote_call runs a user
+// `quick`: the handler never blocks and takes microseconds (it hands the message on). So the
+// executor's leader runs it itself (rpc::function_options::quick). Only remote_call runs a user
 // function.
 template <class R, class Msg>
 void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&), bool quick = true) {

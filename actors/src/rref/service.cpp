@@ -1,10 +1,11 @@
 // The RRef service actor of a node: the peer-facing end of the control messages.
 //
 // Note [rref service]
-// Every rref_context spawns one service actor on the node's actor system and publishes it under
+//
+// Every rref_context spawns one service actor on the node's actor system. It publishes it under
 // the reserved name "troupe.rref" (publish_actor; store key troupe/actor/<worker>/troupe.rref).
-// The owner_rref, user_rref and courier actors of other nodes send it their control messages as
-// remote actor requests (Note [remote actors]); each is answered with an `answer`:
+// The owner_rref, user_rref and courier actors of other nodes send it their control messages.
+// They are remote actor requests (Note [remote actors]); each is answered with an `answer`:
 //
 //   fork_request      -> delegated to the owner actor (created PENDING if absent), which answers
 //                        the accept itself; 1 (refused) when the RRef is gone

@@ -26,8 +26,8 @@
 // release, so the actor is scheduled once for both. A handle's release reaches its fork
 // through the courier when the release window ends (Note [release batching]).
 //
-// A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
-// DELETING it is refused (the router then hands out a failed handle). to_here does not involve
+// A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack. In
+// DELETING it is refused, and the router then hands out a failed handle. to_here does not involve
 // this actor (its fetch is a call to the owner).
 
 #include <caf/replies_to.hpp>
