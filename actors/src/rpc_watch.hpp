@@ -67,8 +67,8 @@ class rpc_watch {
   void check();
   void blame(const trace_entry& e, std::chrono::steady_clock::duration waited);
 
-  // Where reports go: the board and on_blame, until the watch is destroyed (answers that come
-  // later are dropped, so on_blame is never called after the node's teardown).
+  // Where reports go: the board and on_blame, until the watch is destroyed. Answers that come
+  // later are dropped, so on_blame is never called after the node's teardown.
   struct outlet {
     std::mutex mu;
     bool closed = false;

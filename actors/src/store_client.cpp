@@ -115,8 +115,8 @@ void finish_call(proxy_actor* self, std::uint64_t id, detail::store_outcome out)
   p->set_value(std::move(out));
 }
 
-// Note [store faults]: the hook and the two ends of this client's store traffic (a copy the
-// proxy owns: it may outlive the client by a message or two).
+// Note [store faults]: the hook and the two ends of this client's store traffic. It is a copy
+// the proxy owns, since the proxy may outlive the client by a message or two.
 struct store_route {
   std::shared_ptr<transport_hook> hook;
   std::string me, host_worker;
@@ -197,8 +197,8 @@ caf::behavior store_proxy(proxy_actor* self, caf::actor store, std::string host,
   };
 }
 
-// Note [lost peer re-admission]: one bounded reconnect to the store host, unless another
-// thread already made one since `seen`; throws peer_lost naming the host when it does not answer.
+// Note [lost peer re-admission]: one bounded reconnect to the store host, unless another thread
+// already made one since `seen`. Throws peer_lost naming the host when it does not answer.
 void readmit(detail::store_client_impl& impl, const caf::actor& seen, const std::string& what) {
   std::lock_guard<std::mutex> lock(*impl.mu);
   if (impl.store != seen) return;
