@@ -135,8 +135,8 @@ void remote_actors::forward(const caf::node_id& to, caf::strong_actor_ptr sender
   std::vector<char> frame(frame_header_size);
   caf::error err;
   {
-    // Tensors go the way of `to` (Note [codec context]); CUDA tensors by the device rules of the
-    // note: a response keeps its devices, anything else takes this node's map for the peer.
+    // Tensors go the way of `to` (Note [codec context]). CUDA tensors follow the note's device
+    // rules: a response keeps its devices; anything else takes this node's map for the peer.
     const rpc::detail::device_scope requested(maps_, c->peer, false), answering;
     rpc::codec_context codec;
     codec.bulk = bulk_.get();

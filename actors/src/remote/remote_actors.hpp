@@ -2,22 +2,23 @@
 // Remote actors: CAF proxies of actors in other processes, over the direct channel.
 //
 // Note [remote actors]
-// A handle to an actor of another node is an ordinary CAF handle whose actor is a remote_proxy
-// (remote/remote_proxy.hpp), made by this node's proxy_registry through remote_actors (its
-// backend). Sending to it serializes the message and writes it as one actor frame on the
-// connection to that node (Note [direct channel]); the receiving node enqueues it to the local
+// A handle to an actor of another node is an ordinary CAF handle. Its actor is a remote_proxy
+// (remote/remote_proxy.hpp). This node's proxy_registry makes it through remote_actors, its
+// backend. Sending to it serializes the message and writes it as one actor frame on the
+// connection to that node (Note [direct channel]). The receiving node enqueues it to the local
 // actor on the thread that read the frame (no executor job).
 //
 //   A: actor a --send/request--> proxy(b) --[frame actor: sender id, receiver id, message id,
 //      content]--> connection A<->B --> B's reading thread: proxy(a) = sender; b->enqueue
 //   B: b replies to proxy(a) --[frame actor, response id]--> same connection --> a->enqueue
 //
-// Connections. Each peer node has one connection that carries its actor frames both ways: the
-// first one used for actor traffic (this node's outgoing connection to it when a lookup made the
-// proxy, or the peer's incoming connection when the peer spoke first). It stays the channel until
-// it closes, so the frames of one sender to one receiver keep their order, large or small. A
-// tensor of 1 MiB or more to a same-host peer that can open our memory goes as a shared-memory
-// segment handle; every other tensor as inline bytes (Note [tensor over shared memory]).
+// Connections. Each peer node has one connection that carries its actor frames both ways. It is
+// the first one used for actor traffic. That is this node's outgoing connection to it when a
+// lookup made the proxy, or the peer's incoming connection when the peer spoke first. It stays
+// the channel until it closes, so the frames of one sender to one receiver keep their order,
+// large or small. A tensor of 1 MiB or more goes as a shared-memory segment handle when the peer
+// is on the same host and can open our memory. Every other tensor goes as inline bytes
+// (Note [tensor over shared memory]).
 //
 // Monitoring. A new proxy sends `watch(id)` (an actor_control frame) to its node. That node
 // attaches to the actor and answers `down(id, reason)` when it exits, or at once when no actor
@@ -27,35 +28,39 @@
 // `down` for it. A link is a message (link_atom) the receiving node turns into a link between the
 // actor and its proxy of the linker, as CAF's BASP does.
 //
-// Failure. A connection that closes (EOF after a SIGKILL, a malformed frame, an error) or a peer
-// the node sees go down (a frozen peer: the middleman heartbeat) kills every proxy of that node
-// with errc::peer_lost naming the worker. A killed proxy fails the requests it forwarded that got
-// no response yet (the requesters get the error at once, not at their timeout), and fails every
-// later request to it at once.
+// Failure. Two events kill every proxy of a node with errc::peer_lost naming the worker. One is
+// its connection closing (EOF after a SIGKILL, a malformed frame, an error). The other is the
+// node seeing the peer go down (a frozen peer: the middleman heartbeat). A killed proxy fails the requests it
+// forwarded that got no response yet. Their requesters get the error at once, not at their
+// timeout. It also fails every later request to it at once.
 //
-// CUDA tensors (Note [rpc device map], the same rules as a call's): a request or a one-way
-// message takes the sender's device map for the receiving worker, so its CUDA tensors land on
-// the mapped devices (staged through host memory, kind 3); a device without an entry fails the
-// send with device_mismatch naming the device and the worker (a request gets the error). A
-// response keeps its devices (kind 4) and lands on the requester's device by the reverse of the
-// requester's map for the responder. Actor messages never go by CUDA IPC handle: a one-way
+// CUDA tensors follow a call's rules (Note [rpc device map]). A request or a one-way message
+// takes the sender's device map for the receiving worker. Its CUDA tensors land on the mapped
+// devices, staged through host memory (kind 3). A device without an entry fails the send with
+// device_mismatch naming the device and the worker; a request gets the error. A response keeps
+// its devices (kind 4). It lands on the requester's device by the reverse of the requester's
+// map for the responder. Actor messages never go by CUDA IPC handle: a one-way
 // message has no answer that would say when the sender may free its private copy. A received
 // CUDA tensor is ready on every stream when the actor sees it.
 //
-// Codec failures. CAF 0.17.6 drops the error of one element of a message: a tensor that cannot
-// be written, or a type that is not announced, would leave a truncated message, read as `()` by
-// the peer. So the node checks every element's type is announced before it writes, and a
-// tensor's inspect notes its failure on the node's execution unit (note_actor_codec_failure). A message
-// that failed to write is not sent: a request gets the error (device_mismatch or bad_argument)
-// at once, a response is replaced by that error (its requester fails at once), and a one-way
-// message is dropped with a line on stderr. A message that failed to read is
-// not delivered: a request is answered with the error, a response becomes the error its
-// requester gets, and a one-way message is dropped with a line on stderr.
+// Codec failures. CAF 0.17.6 drops the error of one element of a message. A tensor that cannot
+// be written, or a type that is not announced, would leave a truncated message. The peer would
+// read it as `()`. So the node checks that every element's type is announced before it writes.
+// A tensor's inspect notes its failure on the node's execution unit (note_actor_codec_failure).
+// A message that failed to write is not sent:
+//   - a request gets the error (device_mismatch or bad_argument) at once;
+//   - a response is replaced by that error, so its requester fails at once;
+//   - a one-way message is dropped with a line on stderr.
+// A message that failed to read is not delivered:
+//   - a request is answered with the error;
+//   - a response becomes the error its requester gets;
+//   - a one-way message is dropped with a line on stderr.
 //
-// Faults. Message frames pass the transport hook as message_kind::actor_message: a dropped
-// request leaves its requester waiting until its request timeout; a duplicated message is
-// delivered twice (a request is handled twice; the requester takes the first response and
-// CAF discards the second); delays and reorders change arrival order across messages.
+// Faults. Message frames pass the transport hook as message_kind::actor_message.
+//   - A dropped request leaves its requester waiting until its request timeout.
+//   - A duplicated message is delivered twice. A request is handled twice; the requester takes
+//     the first response and CAF discards the second.
+//   - Delays and reorders change arrival order across messages.
 // Control frames (watch, down) are not faulted: they carry failure detection itself.
 //
 // Sizes. A message frame holds at most node_options::max_message_bytes; a larger message fails

@@ -116,9 +116,9 @@ void direct_channel::lead(led_jobs& jobs) {
 // Note [lead through a large message]: a round that only read a message's data (its budget,
 // max_read_bytes, used up: Note [fragments]) made no job. Returning then would have the executor
 // wake a follower to lead, a thread switch per MiB of a large message. So the leader reads on
-// while that holds, watching every led connection and its interrupt between rounds (poll, no
-// wait): it returns as soon as a round makes a job (a small call between fragments is served at
-// once), an interrupt comes, or nothing is left to read.
+// while that holds. Between rounds it watches every led connection and its interrupt (poll, no
+// wait). It returns as soon as a round makes a job, an interrupt comes, or nothing is left to
+// read. So a small call between fragments is served at once.
 void direct_channel::read_on(const std::vector<std::shared_ptr<channel_conn>>& polled, led_jobs& jobs) {
   std::vector<pollfd> fds;
   while (jobs.jobs.empty() && jobs.quick.empty() && !lead_interrupted_.load()) {
@@ -339,8 +339,8 @@ bool direct_channel::parse_frames(const std::shared_ptr<channel_conn>& c, job_li
           break;
         }
       }
-      // A large frame arriving in pieces: room for all of it now, not one doubling after another
-      // (each a copy of what came so far); read_available then fills it in large reads.
+      // A large frame arriving in pieces gets room for all of it now. Doubling step by step
+      // would copy what came so far each time. read_available then fills it in large reads.
       if (in.capacity() < at + frame_header_size + len) in.reserve(at + frame_header_size + len);
       break;
     }
@@ -553,8 +553,8 @@ void direct_channel::release_reading(const std::shared_ptr<channel_conn>& c) {
   if (left || c->actor_traffic.load(std::memory_order_acquire)) wake();
 }
 
-// The I/O thread, at most every max_poll_ms: responses of calls whose caller has not waited yet
-// (it is busy, or dropped the future) are read and completed within that bound rather than at
+// The I/O thread, at most every max_poll_ms, reads the responses of calls whose caller has not
+// waited yet (it is busy, or dropped the future). They complete within that bound rather than at
 // their deadline. (is_ready() marks its call unattended at once: call_state::ready().)
 void direct_channel::read_unwaited(const std::vector<std::shared_ptr<channel_conn>>& outgoing) {
   const auto now = clock::now();

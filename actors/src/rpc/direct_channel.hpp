@@ -54,9 +54,9 @@
 //   * EOF seen by the reader drops the connection and fails its calls with peer_lost at once.
 //
 // Guarantees (with Note [transport hook]):
-//   * every request and response passes on_send on its sender and on_receive on its receiver,
-//     with the same decisions: drop (the call stays pending), copies, delay (run from the I/O
-//     thread's timer queue, so reordering works);
+//   * every request and response passes on_send on its sender and on_receive on its receiver.
+//     Both take the same decisions: drop (the call stays pending), copies, and delay. A delay
+//     runs from the I/O thread's timer queue, so reordering works;
 //   * every pending call completes exactly once (rpc/call_table.hpp): response, deadline, EOF or
 //     error (peer_lost naming the worker), the peer's CAF down message (a frozen peer: heartbeat;
 //     peer_down()), or stop() (invalid_state);
@@ -159,9 +159,9 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   void post(std::function<void()> fn) { later(std::chrono::milliseconds(0), std::move(fn)); }
 
   /// The calling thread waits for call `st` on `c` by reading `c` itself (Note [direct channel]:
-  /// the caller reads its own response) until the call completed, `until`, or the connection
-  /// closed; returns at once when another thread reads `c` (the caller then blocks on the call as
-  /// before). Completes other calls it reads responses for.
+  /// the caller reads its own response). It stops when the call completed, at `until`, or when the
+  /// connection closed. It returns at once when another thread reads `c`; the caller then blocks
+  /// on the call as before. Completes other calls it reads responses for.
   void read_until_done(const std::shared_ptr<channel_conn>& c, const rpc::detail::call_state& st, clock::time_point until);
   /// The calling thread reads outgoing `c` until `done()` holds, `until` passes or `c` closes,
   /// delivering every frame as the I/O thread would (Note [caller reads actor replies] in

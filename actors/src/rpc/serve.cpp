@@ -1,19 +1,19 @@
 // Serving one call (rpc/serve.hpp).
 //
 // Note [deferred reply]
-// A served function may answer later: it takes the served call (rpc::served_call&) as its first
-// parameter, calls call.defer() on its executor thread (which marks the call as deferred and
-// returns a reply_later handle) and returns rpc::deferred{}. serve_job then sends nothing; whoever
+// A served function may answer later. It takes the served call (rpc::served_call&) as its first
+// parameter. On its executor thread it calls call.defer(), which marks the call as deferred and
+// returns a reply_later handle. It returns rpc::deferred{}. serve_job then sends nothing; whoever
 // holds the handle answers once, from any thread:
 //
 //   executor: fn(call, args) --call.defer()--> handle; return deferred{}   (no response yet)
 //   any thread: handle.complete(v) --[codec context + serve scope entered]--> encode --> respond
 //   last handle dropped unanswered --> respond(invalid_state "dropped its deferred reply")
 //
-// The encode runs under a codec context like the immediate path's (same-host bulk tensors, CUDA
-// results with their device, the interceptor's serve scope, entered again on the completing
-// thread; Note [codec context]) with the caller as reply_to, so a deferred result is indistinguishable
-// from an immediate one for the caller and the interceptor. If the function throws after defer(),
+// The encode runs under a codec context like the immediate path's (Note [codec context]). Bulk
+// tensors go to a same-host caller, CUDA results keep their device. The interceptor's serve scope
+// is entered again on the completing thread. The caller is its reply_to. So neither the
+// caller nor the interceptor can tell a deferred result from an immediate one. If the function throws after defer(),
 // the exception answers the call and the handle's later answers are ignored. The caller's
 // deadline still bounds its wait.
 #include "rpc/serve.hpp"
@@ -31,8 +31,8 @@ namespace troupe::detail {
 
 namespace {
 
-// The codec context of a served call from `caller` to `to` (Note [codec context]): its answer's
-// CUDA tensors keep their device (`answer`), tensors go over shared memory to a same-host caller,
+// The codec context of a served call from `caller` to `to` (Note [codec context]). Its answer's
+// CUDA tensors keep their device (`answer`). Tensors go over shared memory to a same-host caller.
 // RRefs in its answer know they go to `caller`.
 rpc::codec_context served_context(const serve_target& to, const std::string& caller, const rpc::detail::device_scope& answer,
                                   rpc::call_scope* scope) {
@@ -101,9 +101,9 @@ class deferred_reply final : public rpc::reply_later {
   std::atomic<bool> answered_{false};
 };
 
-// The served call handed to its function (rpc::served_call): what serve_job was given, and the
-// context a deferred reply keeps, made only by defer() (most calls answer at once and need no
-// copy of it). It holds the handle until the function returned, so an exception that unwinds the
+// The served call handed to its function (rpc::served_call). It holds what serve_job was given.
+// Only defer() makes the context a deferred reply keeps; most calls answer at once and need no
+// copy of it. It holds the handle until the function returned, so an exception that unwinds the
 // function's own handle still answers the call with that exception, not with "dropped".
 struct deferral_point final : rpc::served_call {
   deferral_point(const rpc::function_entry* f, const rpc_request* r, const std::string* m, const serve_target* t,

@@ -27,23 +27,22 @@ struct serve_target {
   std::shared_ptr<const rpc::long_work_notice> work;
 };
 
-/// Takes a served call's response, the reply batch it was given into (null: send it now;
-/// Note [reply batch]), and the tensor bytes that belong in its payload (Note [borrowed tensor
-/// bytes]).
+/// Takes a served call's response and the reply batch it was given into (null: send it now;
+/// Note [reply batch]). Also takes the tensor bytes that belong in its payload
+/// (Note [borrowed tensor bytes]).
 using respond_fn = std::function<void(rpc_response, rpc::reply_batch*, rpc::detail::borrowed_parts)>;
 
-/// Decodes, runs and encodes one call under a codec context for `to` with the caller as reply_to
-/// and the interceptor's serve scope (Note [codec context]), and hands the
-/// response to `respond` — at once, or later from the thread that completes a deferred reply
-/// (Note [deferred reply]). Never throws: every failure becomes the response's code
+/// Decodes, runs and encodes one call. The codec context is for `to`, with the caller as reply_to
+/// and the interceptor's serve scope (Note [codec context]). Hands the response to `respond`:
+/// at once, or later from the thread that completes a deferred reply (Note [deferred reply]). Never throws: every failure becomes the response's code
 /// (bad_argument, remote_exception, ...).
 void serve_job(const rpc::function_entry& fn, const rpc_request& req, const std::string& me, const serve_target& to,
                rpc::call_interceptor* ic, respond_fn respond);
 
-/// serve_job for a request served once (no fault plan's copies of it), whose large inline tensors
-/// may view its payload (Note [adopted payload]): if one does, the payload (the same heap block)
-/// moves out of `req` into the holder those tensors keep alive, which gives it back to `to`'s byte
-/// pool when the last of them goes (if the node still exists). Nothing else of the request stays
+/// serve_job for a request served once (no fault plan's copies of it). Its large inline tensors
+/// may view its payload (Note [adopted payload]). If one does, the payload (the same heap block)
+/// moves out of `req` into a holder those tensors keep alive. The holder gives it back to `to`'s
+/// byte pool when the last of them goes, if the node still exists. Nothing else of the request stays
 /// with them. `adopt` false: serve_job as is.
 void serve_adopting(const rpc::function_entry& fn, rpc_request& req, bool adopt, const std::string& me, const serve_target& to,
                     rpc::call_interceptor* ic, respond_fn respond);
