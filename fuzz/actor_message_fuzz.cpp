@@ -1,6 +1,7 @@
 // Harness: the bodies of the actor frames a node reads (actors/src/remote/remote_actors.cpp,
-// Note [remote actors]): a message frame's head and content (a caf::message of troupe's types,
-// a user type with a tensor, actor handles that make proxies), and control frames.
+// Note [remote actors]). These are control frames, and a message frame's head and content. The
+// content is a caf::message of troupe's types, a user type with a tensor, or actor handles that
+// make proxies.
 // Input: a selector byte (bit 0: a control frame), then the body.
 // Beyond "no crash": a decoded message renders as text (every value in it is read), and a
 // message that decoded encodes again to bytes that decode to the same text.

@@ -1,12 +1,12 @@
 #pragma once
-// The actor system of the actor_message harness and its seed writer: every message type a node
-// announces (register_messages, troupe.tensor) plus one user type, and a proxy registry whose
-// proxies are remote_proxy objects of a remote_actors layer with no connection (a proxy made
-// while decoding sends nothing). Both sides announce the same types, as the nodes of a job do.
-// The system runs no thread of its own (CAF's testing scheduler, inline logger output): what an
-// input makes it do (a dropped proxy's cleanup) runs in the harness's thread, in run_jobs(), so
-// the coverage of an input is the same on every run and machine (Note [deterministic fuzz round]
-// in tools/fuzz.sh).
+// The actor system of the actor_message harness and its seed writer. It announces every message
+// type a node announces (register_messages, troupe.tensor) plus one user type. Its proxy
+// registry makes remote_proxy objects of a remote_actors layer with no connection, so a proxy
+// made while decoding sends nothing. Both sides announce the same types, as the nodes of a job do.
+// The system runs no thread of its own (CAF's testing scheduler, inline logger output). What an
+// input makes it do, such as a dropped proxy's cleanup, runs in the harness's thread, in
+// run_jobs(). So the coverage of an input is the same on every run and machine
+// (Note [deterministic fuzz round] in tools/fuzz.sh).
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/proxy_registry.hpp>

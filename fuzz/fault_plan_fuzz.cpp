@@ -1,8 +1,8 @@
 // Harness: the fault-plan parser (troupe/actors/fault_plan.hpp, Note [fault plan]).
 // Input: the plan's text.
 // Beyond "no crash": a parsed plan reads back equal from its to_string() (rules, partitions, kill
-// and pause events), and an injector of it decides a few requests and responses of every rule's
-// key and a message across its first partition. Kill and pause events are parsed, never fired.
+// and pause events). An injector of it decides a few requests and responses of every rule's key,
+// and a message across its first partition. Kill and pause events are parsed, never fired.
 #include "fuzz_input.hpp"
 #include "troupe/actors/fault_plan.hpp"
 

@@ -1,9 +1,11 @@
 // Harness: the reading side of a direct rpc connection (Note [fragments], Note [direct fragment
-// data]): frames cut into reads of a chosen size, parsed the way direct_channel::parse_frames and
-// on_readable do (headers, whole frames, fragments added or read straight into their streams,
-// large frames read straight into a buffer, assembled messages parsed), without a socket.
-// Input: a flags byte (1: outgoing connection, so responses are read; 2: buffers from a byte
-// pool; 4: not yet authenticated), two bytes of read size, then the bytes of the stream.
+// data]), without a socket. Frames are cut into reads of a chosen size. They are parsed the way
+// direct_channel::parse_frames and on_readable do: headers, whole frames, fragments added or
+// read straight into their streams, large frames read straight into a buffer, assembled
+// messages.
+// Input: a flags byte, two bytes of read size, then the bytes of the stream. Flags: 1, an
+// outgoing connection, so responses are read; 2, buffers from a byte pool; 4, not yet
+// authenticated.
 #include <algorithm>
 #include <cstring>
 
@@ -20,10 +22,10 @@ using troupe::rpc_request;
 using troupe::rpc_response;
 
 // The node's node_options::max_message_bytes (direct_channel::max_body()): a frame or fragmented
-// total beyond it is dropped. Far below the default (1 GiB), so that a few bytes announcing a
-// large frame, whose buffer the reader sizes and zero-fills at once, cost the fuzzer milliseconds
-// rather than seconds under ASan; the checks are the same for every limit, and a frame of up to
-// 4 MiB still takes several reads of max_read_bytes.
+// total beyond it is dropped. It is far below the default (1 GiB). A few bytes announcing a large
+// frame make the reader size and zero-fill its buffer. With this limit that costs the fuzzer
+// milliseconds rather than seconds under ASan. The checks are the same for every limit. A frame
+// of up to 4 MiB still takes several reads of max_read_bytes.
 constexpr std::uint32_t max_body = std::uint32_t{4} << 20;
 static_assert(max_body >= min_message_bytes && max_body > max_read_bytes);
 

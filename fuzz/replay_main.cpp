@@ -3,11 +3,12 @@
 // Usage: troupe_replay_<name> FILE_OR_DIR...; a folder's files are replayed in name order.
 
 // Note [replay]
-// Every input that once made a harness fail (fuzz/regressions/<name>/) and every committed seed
-// goes through the harness's LLVMFuzzerTestOneInput in the normal build's ctest, so a fixed
-// finding stays fixed without clang. Here a finding is a crash, an exception other than
-// troupe::error (std::terminate), a violated property (abort) or one allocation of more than
-// 2 GiB (libFuzzer's default malloc limit): the input's path is printed and the process aborts.
+// The normal build's ctest sends inputs through the harness's LLVMFuzzerTestOneInput: every
+// input that once made a harness fail (fuzz/regressions/<name>/) and every committed seed. So a
+// fixed finding stays fixed without clang. Here a finding is one of: a crash; an exception other
+// than troupe::error (std::terminate); a violated property (abort); one allocation of more than
+// 2 GiB (libFuzzer's default malloc limit). On a finding the input's path is printed and the
+// process aborts.
 // Sanitizer findings (a read past a buffer that does not crash) show only in the fuzz build.
 // The run fails when it replayed no input at all.
 

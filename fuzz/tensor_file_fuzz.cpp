@@ -1,8 +1,8 @@
 // Harness: tensor and state-dict files (troupe/tensors/serialization.hpp, Note [Tensor file
 // format]) read back by load_tensor and load_state_dict_file.
-// Input: a selector byte (bit 0: a state dict, else a tensor; bit 1: the header's length and
-// both checksums are made right first, so that mutations of the payload reach the archive
-// reader instead of stopping at a checksum), then the file's bytes.
+// Input: a selector byte, then the file's bytes. Bit 0 of the selector: a state dict, else a
+// tensor. Bit 1: the header's length and both checksums are made right first. Then mutations of
+// the payload reach the archive reader instead of stopping at a checksum.
 #include <vector>
 
 #include "checksum.hpp"

@@ -7,8 +7,9 @@
 // so the highest number each rank entered shows who is missing. Each rank publishes its last
 // entered collective under "troupe/pg/<group>/at/<rank>" as "<seq>\t<op>\t<note>":
 //   - once at construction ("0": none entered yet);
-//   - from a watch thread, never from the collective path: when its current collective has run
-//     blame_after / 2, and otherwise at most every blame_after / 2 while the number changed.
+//   - from a watch thread, never from the collective path. It writes when its current collective
+//     has run blame_after / 2. Otherwise it writes at most every blame_after / 2 while the number
+//     changed.
 // When the current collective has run blame_after, the watch thread reads every rank's position
 // and hands the report to on_blame (stderr by default):
 //

@@ -14,13 +14,13 @@
 //                                -> then-step, copy back to .grad (or .grad is a bucket view)
 //   optimizer (same thread, same current stream): runs after the copy back
 //
-// - Each parameter owns one event, recorded on the backward thread's current stream after its
-//   gradient was copied into the bucket (so after the stream that produced the gradient, which
-//   the autograd engine orders before the hook).
+// - Each parameter owns one event. It is recorded on the backward thread's current stream after
+//   its gradient was copied into the bucket. So it comes after the stream that produced the
+//   gradient, which the autograd engine orders before the hook.
 // - The bucket actor makes its own current stream wait on the events of its bucket before the
-//   hook runs; the group then orders its stream after that stream (Note [NCCL process group]),
-//   or a host_staged_group copies the bucket to the host on that stream and waits for the copy
-//   (Note [Host-staged collectives]); the copy back runs on the backward thread's stream in
+//   hook runs. The group then orders its stream after that stream (Note [NCCL process group]).
+//   A host_staged_group instead copies the bucket to the host on that stream and waits for the
+//   copy (Note [Host-staged collectives]). The copy back runs on the backward thread's stream in
 //   work::wait.
 // - The averaged gradients are in place on the backward thread's current stream when backward
 //   returns; the host has seen every collective complete.

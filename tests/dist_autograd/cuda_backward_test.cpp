@@ -1,6 +1,6 @@
 // Distributed autograd with CUDA tensors (Note [Gradients keep their device], Note [rpc device
-// map]): a forward whose tensors cross workers on the device gives the gradients of the local
-// computation, each on the device of its tensor. Needs a GPU: skips visibly without.
+// map]). A forward whose tensors cross workers on the device gives the gradients of the local
+// computation. Each gradient is on the device of its tensor. Needs a GPU: skips visibly without.
 #include <catch2/catch.hpp>
 
 #include "dist_autograd/dist_job.hpp"

@@ -1,6 +1,6 @@
-// RRefs in payloads follow the codec context of their encode or decode (Note [codec context]):
-// a call's arguments collect their forks in that call's send_scope, a result binds to the
-// context only under its binding_scope, and a served call's answer knows its caller.
+// RRefs in payloads follow the codec context of their encode or decode (Note [codec context]).
+// A call's arguments collect their forks in that call's send_scope. A result binds to the
+// context only under its binding_scope. A served call's answer knows its caller.
 #include <mutex>
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
-// CUDA tensors in remote actor messages (Note [remote actors], Note [rpc device map]): a
-// request's tensors land on the device the sender's map names, a response comes back on the
-// requester's device by the reverse map, and an unmapped device fails the request naming it and
-// the worker. Needs a GPU: skips visibly without.
+// CUDA tensors in remote actor messages (Note [remote actors], Note [rpc device map]). A
+// request's tensors land on the device the sender's map names. A response comes back on the
+// requester's device by the reverse map. An unmapped device fails the request naming it and the
+// worker. Needs a GPU: skips visibly without.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>

@@ -1,6 +1,6 @@
-// Note [borrowed tensor bytes] (rpc/borrowed_parts.hpp) between processes: a large tensor sent as
-// bytes goes out from its own storage, and the send returns once it is written, so the caller
-// may change the tensor at once and the storage is no longer held.
+// Note [borrowed tensor bytes] (rpc/borrowed_parts.hpp) between processes. A large tensor sent as
+// bytes goes out from its own storage. The send returns once it is written. So the caller may
+// change the tensor at once, and the storage is no longer held.
 #include <cstring>
 #include <string>
 #include <vector>

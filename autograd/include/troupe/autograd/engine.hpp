@@ -11,8 +11,8 @@
 ///    with the highest sequence number (created last) runs first, as PyTorch.
 /// 3. Each node runs on the calling thread with grad mode off, holding its run mutex: tensor
 ///    hooks, pre-hooks, apply, post-hooks. Without retain_graph its saved tensors are freed.
-/// 4. Captured edges: their summed gradient goes to the task's `capture` callback; when a task
-///    names captured edges, only nodes on a path to one of them run (nothing else is touched).
+/// 4. Captured edges: their summed gradient goes to the task's `capture` callback. When a task
+///    names captured edges, only nodes on a path to one of them run; nothing else is touched.
 /// Guarantees: every node runs at most once per pass, after all gradients into it are summed.
 /// Failure: the first exception stops the pass and reaches the caller as a troupe::error whose
 /// message names the node ("backward of mul: ..."); nodes already run keep their effects.

@@ -11,11 +11,11 @@
 ///   CPU group's worker:                     collective on h (fingerprints, failures as usual)
 ///   thread calling work::wait():            wait CPU work -> h --H2D on its current stream--> t
 ///
-/// - The D2H copy runs on the calling thread's current stream of the device and the host waits
-///   for it, so the collective sees everything enqueued on that stream before the call (DDP
-///   orders that stream after its gradient events, Note [DDP on CUDA]).
-/// - The result reaches the device tensor when the work is waited for: `wait()` or
-///   `synchronize_stream()` copies it once, on the waiting thread's current stream, so later work
+/// - The D2H copy runs on the calling thread's current stream of the device. The host waits for
+///   it, so the collective sees everything enqueued on that stream before the call. DDP orders
+///   that stream after its gradient events (Note [DDP on CUDA]).
+/// - The result reaches the device tensor when the work is waited for. `wait()` or
+///   `synchronize_stream()` copies it once, on the waiting thread's current stream. So later work
 ///   on that stream sees it. `is_completed()` only says the CPU collective finished.
 /// - Host copies go through the tensor library's pinned staging (Note [Pinned staging]).
 /// - Errors of the CPU group (peer_lost, collective_mismatch, timeout) come through the work
