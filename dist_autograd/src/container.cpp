@@ -159,6 +159,8 @@ context_id container::create_context() {
 
 void container::release(context_id id) { impl_->release_everywhere(id, std::string()); }
 
+bool container::await_releases(std::chrono::milliseconds timeout) { return impl_->await_releases(timeout); }
+
 std::size_t container::num_contexts() const {
   std::lock_guard<std::mutex> lock(impl_->m);
   return impl_->contexts.size();
@@ -216,7 +218,7 @@ context::context(container& c)
 context::~context() {
   tls_current = {static_cast<const container::impl*>(previous_owner_), previous_};
   try {
-    c_.release(id_);
+    c_.impl_->release_async(id_);  // Note [context actor]: the peers' answers are not awaited
   } catch (...) {  // a destructor never throws; release is best effort by design
   }
 }

@@ -294,6 +294,51 @@ void container::impl::release_everywhere(context_id id, const std::string& excep
   release_through(opts, a, std::move(r));
 }
 
+void container::impl::release_async(context_id id) {
+  const auto targets = release_targets(id, std::string());
+  caf::actor actor;
+  const auto record = drop(id, actor);
+  if (!record) return;
+  // An actor that exists just ends: a retry gets a fresh one (below).
+  if (auto a = caf::actor_cast<context_handle>(actor)) caf::anon_send(a, ctx_release{{}, true, nullptr, {}, targets, {}});
+  if (targets.empty()) return;
+  auto peers = peers_of(targets);  // a worker without a service handle is given up
+  {
+    std::lock_guard<std::mutex> lock(releasing_m);
+    releasing += peers.size();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + opts.release_timeout;
+  for (const auto& [w, h] : peers) {
+    auto on_reply = [weak = weak_from_this(), record, targets, w = w, h = h](caf::message&& reply) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (!timed_out(reply, "release") || self->opts.attempts <= 1) return self->release_ended();
+      // Attempt 1 timed out: a context actor retries it after a backoff and counts it.
+      auto settled = targets;
+      settled.erase(w);
+      auto done = std::make_shared<answer_once<std::int32_t>>([weak](const std::int32_t&) {
+        if (auto s = weak.lock()) s->release_ended();
+      }, 0);
+      auto a = spawn_context_actor(self->n, self->opts, record);
+      caf::anon_send(a, ctx_release{{}, true, std::move(done), {{w, h}}, std::move(settled), {w}});
+    };
+    requester->request(h, caf::make_message(release_request{id, n.info().name}), std::move(on_reply), deadline);
+  }
+}
+
+void container::impl::release_ended() {
+  {
+    std::lock_guard<std::mutex> lock(releasing_m);
+    if (releasing > 0) --releasing;
+  }
+  releasing_cv.notify_all();
+}
+
+bool container::impl::await_releases(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(releasing_m);
+  return releasing_cv.wait_for(lock, timeout, [&] { return releasing == 0; });
+}
+
 void container::impl::serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done) {
   const auto targets = release_targets(id, from);
   caf::actor actor;

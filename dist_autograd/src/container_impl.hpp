@@ -222,6 +222,18 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded). The
   /// context's actor sends the releases and retries those that time out.
   void release_everywhere(context_id id, const std::string& except);
+  /// Releases `id` here and sends its release to the workers involved, without waiting (Note
+  /// [context actor]). A release that times out is retried by a context actor; one that fails
+  /// otherwise is given up. Blocks only on a first lookup of a peer's service.
+  void release_async(context_id id);
+  /// Blocks until every release_async of this worker was answered or given up, at most `timeout`.
+  bool await_releases(std::chrono::milliseconds timeout);
+
+  std::mutex releasing_m;
+  std::condition_variable releasing_cv;
+  std::size_t releasing = 0;  ///< releases of release_async in flight, per worker (guarded by releasing_m)
+  /// One release of release_async to one worker ended.
+  void release_ended();
 };
 
 /// The context current on this thread and the container it belongs to.

@@ -49,21 +49,34 @@ class direct_requester {
   direct_requester(const direct_requester&) = delete;
   direct_requester& operator=(const direct_requester&) = delete;
 
-  /// Sends `msg` to `dest` as a request; `fn` gets its reply. Returns the key for cancel.
-  std::uint64_t request(const caf::actor& dest, caf::message msg, reply_fn fn);
+  /// Sends `msg` to `dest` as a request; `fn` gets its reply. With a `deadline`, `fn` gets an
+  /// empty message once it passed without a reply (on the actor clock's thread). Returns the key
+  /// for cancel.
+  std::uint64_t request(const caf::actor& dest, caf::message msg, reply_fn fn,
+                        std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   /// Forgets request `key`: a reply that comes later is dropped.
   void cancel(std::uint64_t key);
   node& owner() { return n_; }
 
  private:
+  struct entry {
+    reply_fn fn;
+    std::chrono::steady_clock::time_point deadline;
+  };
   void on_reply(std::uint64_t key, caf::message&& content);
+  /// Arms the sweep for `at` unless one is armed for that time or earlier.
+  void arm(std::chrono::steady_clock::time_point at);
+  /// Hands an empty message to every request past its deadline; arms the next sweep.
+  void sweep();
 
   node& n_;
   caf::actor_system& sys_;
   caf::strong_actor_ptr companion_;
   std::mutex m_;
-  std::unordered_map<std::uint64_t, reply_fn> pending_;
+  std::unordered_map<std::uint64_t, entry> pending_;
   std::uint64_t next_ = 0;  // guarded by m_
+  /// When the armed sweep runs (guarded by m_); max: none is armed.
+  std::chrono::steady_clock::time_point armed_ = std::chrono::steady_clock::time_point::max();
 };
 
 /// The replies to a batch of direct requests, collected for one waiting thread.

@@ -121,6 +121,7 @@ TEST_CASE("a chain worker0 -> worker1 -> worker2 -> worker1 -> worker0 gives the
   troupe::backward(troupe::sum(troupe::mul(zl, zl)));
   tensor x = leaf(5, {2, 3});
   for (int iter = 0; iter < 20; ++iter) {
+    REQUIRE(t.job[0].await_releases(10s));  // ~context does not wait for the previous release
     da::context ctx(t.job[0]);
     tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "relay", x);
     t.job[0].backward(ctx.id(), {troupe::sum(out)});
