@@ -124,6 +124,8 @@ struct propagation_outbox {
   /// list them in `sent`; the caller reads their replies before it involves the actor.
   class reply_batch* direct = nullptr;
   std::vector<direct_attempt> sent;
+  /// Set on a served run: its recv functions send first attempts through it (nested_run.hpp).
+  class nested_run* nested = nullptr;
 };
 
 /// An incoming propagation as the record knows it (context_state::handled).

@@ -25,7 +25,7 @@ caf::actor_companion* companion_of(const caf::strong_actor_ptr& p) {
 }  // namespace
 
 direct_requester::direct_requester(node& n)
-    : n_(n), sys_(n.system()), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion>())) {
+    : n_(n), sys_(n.system()), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion, caf::hidden>())) {
   companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr e) {
     if (!e) return;
     if (e->mid.is_response()) return on_reply(e->mid.request_id().integer_value(), e->move_content_to_message());
