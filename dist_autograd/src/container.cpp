@@ -55,7 +55,7 @@ void hand_over(container::impl& c, context_id id, std::uint64_t pass, bool retai
     if (std::get<0>(first) == propagate_done) continue;
     if (!outbox.actor) outbox.actor = c.actor_of(id);  // the actor comes only when there is work for it
     caf::anon_send(caf::actor_cast<context_handle>(outbox.actor),
-                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first), false});
+                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first)});
     ++outbox.started;
   }
 }

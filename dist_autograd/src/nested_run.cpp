@@ -94,7 +94,7 @@ void nested_run::hand_over() {
   std::size_t count = 0;
   for (auto& a : attempts_) {
     if (std::get<0>(*a.answer) == propagate_done) continue;
-    caf::anon_send(actor, ctx_start{group_, a.seq, a.to, a.peer, a.msg, pass_, retain_, a.grads, a.answer, false});
+    caf::anon_send(actor, ctx_start{group_, a.seq, a.to, a.peer, a.msg, pass_, retain_, a.grads, a.answer});
     ++count;
   }
   caf::anon_send(actor, ctx_await{group_, count, local_, key_, std::move(done_)});
