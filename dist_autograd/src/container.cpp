@@ -134,6 +134,8 @@ container::~container() {
     for (auto& [id, a] : impl_->actors)
       if (a) actors.push_back(a);
     impl_->actors.clear();
+    for (auto& a : impl_->retrying) actors.push_back(std::move(a));
+    impl_->retrying.clear();
     impl_->contexts.clear();
   }
   {

@@ -303,6 +303,10 @@ void container::impl::release_async(context_id id) {
         if (auto s = weak.lock()) s->release_ended();
       }, 0);
       auto a = spawn_context_actor(self->n, self->opts, record);
+      {
+        std::lock_guard<std::mutex> lock(self->m);  // stopped with the container
+        self->retrying.push_back(caf::actor_cast<caf::actor>(a));
+      }
       caf::anon_send(a, ctx_release{{}, true, std::move(done), {{w, h}}, std::move(settled), {w}});
     };
     requester->request(h, caf::make_message(release_request{id, n.info().name}), std::move(on_reply), deadline);
