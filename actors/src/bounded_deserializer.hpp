@@ -2,19 +2,20 @@
 // A CAF binary deserializer that never allocates more than its input can fill.
 //
 // Note [bounded CAF reader]
+//
 // caf::binary_deserializer (0.17) resizes a byte vector to the length it reads before reading a
-// byte of it: a varbyte of five bytes makes it allocate and zero 4 GiB. bounded_deserializer
-// reads the same format (it delegates every read to a binary_deserializer over the same bytes)
-// and checks each sequence length against the bytes left before CAF sees it:
+// byte of it. A varbyte of five bytes makes it allocate and zero 4 GiB. bounded_deserializer
+// reads the same format: it delegates every read to a binary_deserializer over the same bytes.
+// It checks each sequence length against the bytes left before CAF sees it:
 //   * a sequence (vector, map, set, byte vector) of n elements needs n <= bytes left, since
 //     every element takes a byte at least. So a std::vector<bool> (8 elements a byte) longer
 //     than the bytes after its length is refused as well: carry flags as bytes.
 //   * strings are range-checked by CAF itself before they are allocated.
-// A refusal is a caf::error of category troupe, code protocol_violation, whose text names the
-// length and the bytes left; violation() keeps the same text for callers without a system to
-// render it. Every decoder of peer bytes through CAF uses this class: remote actor messages
-// (remote/remote_actors.cpp), RRef control replies (rref/protocol.hpp), shared tensor metas
-// (shm_channel.cpp) and frame bodies (rpc/wire.hpp).
+// A refusal is a caf::error of category troupe, code protocol_violation. Its text names the
+// length and the bytes left. violation() keeps the same text for callers without a system to
+// render it. Every decoder of peer bytes through CAF uses this class. These are remote actor
+// messages (remote/remote_actors.cpp), RRef control replies (rref/protocol.hpp), shared tensor
+// metas (shm_channel.cpp) and frame bodies (rpc/wire.hpp).
 
 #include <caf/binary_deserializer.hpp>
 #include <caf/deserializer.hpp>
@@ -65,7 +66,7 @@ class bounded_deserializer final : public caf::deserializer {
   caf::error apply_impl(std::u32string& x) override { return in_.apply(x); }
 
  private:
-  // A non-finite float is refused: CAF's serializer loops forever on an infinity
+  // A non-finite float is refused. CAF's serializer loops forever on an infinity
   // (CAF-0.17-NOTES pitfall 1), so a decoded message holding one could never be sent on.
   template <class F>
   caf::error finite(F& x) {

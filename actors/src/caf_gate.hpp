@@ -2,8 +2,9 @@
 // The gate in front of a node's CAF port (Note [CAF port gate]).
 //
 // Note [CAF port gate]
-// CAF 0.17's BASP broker trusts the first header on a connection: a client handshake
-// announcing a 4 GiB payload makes it allocate 4 GiB before anything is checked. So no
+//
+// CAF 0.17's BASP broker trusts the first header on a connection. A client handshake announcing
+// a 4 GiB payload makes it allocate 4 GiB before anything is checked. So no
 // unauthenticated byte reaches CAF. The node's CAF port is a Troupe listener (the gate); the
 // middleman listens nowhere. A connecting node first sends a gate hello and waits for the verdict:
 //
@@ -13,8 +14,8 @@
 //   (CAF writes the client handshake and answers with the agent's handle).
 //   wrong token: --'N'-->, closed, logged on both sides (the client throws unauthorized).
 //
-// The gate reads at most the hello (6 bytes and a token of up to max_gate_token bytes) from a
-// connection before the verdict, so nothing unauthenticated makes the node allocate more. The
+// Before the verdict, the gate reads at most the hello from a connection: 6 bytes and a token of
+// up to max_gate_token bytes. So nothing unauthenticated makes the node allocate more. The
 // bounds of Note [connection hygiene] apply: a deadline, a cap, backoff when accept fails. An
 // existing link is never touched by what a new connection sends. The job token is compared in
 // constant time. The agent's hello (Note [job token]) still checks the token and the identity.

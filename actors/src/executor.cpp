@@ -97,8 +97,8 @@ void executor::stop() {
   if (watchdog_.joinable() && watchdog_.get_id() != std::this_thread::get_id()) watchdog_.join();
 }
 
-// Leads once: waits on the source without the lock, runs the quick jobs and the first ordinary
-// job it got and queues the rest for the others. Returns with the lock held again.
+// Leads once: waits on the source without the lock, and runs the quick jobs and the first
+// ordinary job it got. It queues the rest for the others. Returns with the lock held again.
 void executor::lead_once(std::unique_lock<std::mutex>& lock) {
   leading_ = true;
   io_source* src = source_;

@@ -1,39 +1,42 @@
 #pragma once
-// The executor: a fixed pool of threads running user RPC functions and future continuations,
-// never on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
+// The executor: a fixed pool of threads running user RPC functions and future continuations.
+// They never run on CAF scheduler threads (DESIGN.md: user code never blocks inside an actor).
 //
-// Leader/follower (Note [direct channel]): with an io_source attached, an idle thread becomes the
-// leader and waits for input on the source itself (the direct rpc sockets). It runs the first
+// Leader/follower (Note [direct channel]): with an io_source attached, an idle thread becomes
+// the leader. It waits for input on the source itself (the direct rpc sockets). It runs the first
 // job it reads at once and queues the rest; another idle thread takes over as leader. A request
 // thus costs no hand-off from an I/O thread to a worker. At most one thread leads at a time.
 //
 // Quick jobs (rpc::function_options::quick: never block, microseconds) are run by the leader
-// itself, in order, before the first ordinary job. They wake no thread. A read of quick jobs only
-// wakes nobody: the leader leads again right after. So does a read that made no job (remote actor
-// frames go to their actors on the reading thread) unless a posted job waits: then one follower
-// leads while the leader runs that job. A read with ordinary jobs wakes one follower
-// to lead, plus one per ordinary job after the first. A quick job that turns out long (an RRef
-// fetch answering with a large tensor: the codec copies it) calls long_work_ahead() on the
-// executor first; the codec finds the executor in its codec context (codec_context::work). That
-// wakes a follower to take the lead, so the sockets are not left unread meanwhile (rref_bench
-// figures in docs/rref.md). The executor knows its quick leader by thread id: a notice from any
-// other thread, or to another executor, does nothing.
+// itself, in order, before the first ordinary job. They wake no thread. A read of quick jobs
+// only wakes nobody: the leader leads again right after. So does a read that made no job,
+// unless a posted job waits; then one follower leads while the leader runs that job. (Remote
+// actor frames go to their actors on the reading thread, so they make no job.) A read with
+// ordinary jobs wakes one follower to lead, plus one per ordinary job after the first.
+// A quick job may turn out long: an RRef fetch answering with a large tensor, which the codec
+// copies. It calls long_work_ahead() on the executor first; the codec finds the executor in its
+// codec context (codec_context::work). That wakes a follower to take the lead, so the sockets
+// are not left unread meanwhile (rref_bench figures in docs/rref.md). The executor knows its
+// quick leader by thread id: a notice from any other thread, or to another executor, does
+// nothing.
 //
 // Note [predicted quick]
+//
 // An ordinary function whose last 16 runs each took under 50 us (rpc/call_server.cpp) runs the
 // same way, as a quick job. The bound: the quick jobs of one read are expected to take under
-// 50 us together, so requests of tens of microseconds that arrive together still run in parallel
-// on followers. Why: a follower's wake-up is most of what a small round trip costs beyond raw
-// TCP on a busy machine. A futex wake of a thread on another vCPU costs the waker a VM exit. A
-// prediction can fail (the function blocks this time), so a quick phase is watched:
+// 50 us together. So requests of tens of microseconds that arrive together still run in
+// parallel on followers. Why: a follower's wake-up is most of what a small round trip costs
+// beyond raw TCP on a busy machine. A futex wake of a thread on another vCPU costs the waker a
+// VM exit. A prediction can fail (the function blocks this time), so a quick phase is watched:
 //   * our own blocking waits (an RPC future's wait/get, rpc_sync, a store request) call
-//     long_work_ahead() on their node's executor first (the call state and the store client
-//     hold it), so a nested call hands the lead off before it blocks, at once;
-//   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen and
-//     wakes a follower to lead when it finds the same quick phase running at two ticks in a row:
-//     a user function that blocks on its own lock or sleeps delays the requests read after it by
-//     at most two ticks, and never deadlocks the node. The watchdog parks after watchdog_park_ticks
-//     ticks without a quick phase (an idle node wakes nobody) and the next quick phase unparks it.
+//     long_work_ahead() on their node's executor first. The call state and the store client
+//     hold it. So a nested call hands the lead off at once, before it blocks;
+//   * the executor's watchdog thread ticks every watchdog tick (1 ms) while quick phases happen.
+//     When it finds the same quick phase running at two ticks in a row, it wakes a follower to
+//     lead. So a user function that blocks on its own lock or sleeps never deadlocks the node.
+//     It delays the requests read after it by at most two ticks. The watchdog parks after
+//     watchdog_park_ticks ticks without a quick phase (an idle node wakes nobody). The next
+//     quick phase unparks it.
 // A quick phase costs the leader two atomic increments and a load; it wakes nobody.
 
 #include <atomic>
@@ -88,9 +91,9 @@ class executor final : public rpc::long_work_notice {
   void stop();
   /// Attaches `source` (null detaches). Detaching waits until no thread is inside lead().
   void set_source(io_source* source);
-  /// Called before long work (a copy of a large tensor, a blocking wait) on any thread: if this
-  /// thread is this executor's leader running quick jobs with no follower woken for them, wakes
-  /// one now to take the lead. Otherwise does nothing. Cheap (one atomic load).
+  /// Called before long work (a copy of a large tensor, a blocking wait) on any thread. This
+  /// thread may be this executor's leader running quick jobs, with no follower woken for them.
+  /// Then it wakes one now to take the lead. Otherwise does nothing. Cheap (one atomic load).
   void long_work_ahead() const override;
 
  private:

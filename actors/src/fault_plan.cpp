@@ -50,7 +50,7 @@ double parse_probability(const std::string& v, const std::string& field, int lin
   return p;
 }
 
-// A count in [0, max]: larger ones would not fit the field (fail_first is an int) or would
+// A count in [0, max]. A larger one would not fit the field (fail_first is an int). Or it would
 // overflow the arithmetic of a decision (delays are added up in milliseconds).
 long parse_count(const std::string& v, const std::string& field, int line, long max) {
   std::size_t used = 0;
@@ -376,9 +376,9 @@ constexpr std::string_view store_prefix = "troupe.store";  // Note [store faults
 
 bool is_store(const std::string& function) { return function.size() > store_prefix.size() && function.compare(0, store_prefix.size(), store_prefix) == 0 && function[store_prefix.size()] == '.'; }
 
-// The first rule that matches a message of `kind` calling `function`: "*", the kind's key, the
-// function; a store message (Note [store faults]) also "troupe.store" and "troupe.store:KEY"
-// with `store_key`, and not the RPC kinds' keys.
+// The first rule that matches a message of `kind` calling `function`. Rules match by "*", the
+// kind's key or the function. A store message (Note [store faults]) also matches by
+// "troupe.store" and by "troupe.store:KEY" with `store_key`, and not by the RPC kinds' keys.
 const fault_rule* match_rule(const std::vector<fault_rule>& rules, message_kind kind, const std::string& function, std::string_view store_key) {
   const bool store = is_store(function);
   const char* kind_key = store || kind == message_kind::store_request || kind == message_kind::store_response ? "troupe.store"
@@ -442,8 +442,8 @@ transport_decision fault_injector::on_send(envelope& msg) {
     const bool store = is_store(function);
     r = match_rule(plan_.rules, msg.kind, function, store ? std::string_view(msg.payload.data(), msg.payload.size()) : std::string_view());
     if (!r) return {};
-    // Actor messages count per type only under a rule for that type (a kind rule counts them
-    // all); store messages per operation, or per key under a rule for the key.
+    // Actor messages count per type only under a rule for that type; a kind rule counts them
+    // all. Store messages count per operation, or per key under a rule for the key.
     const bool by_function = !function.empty() && (msg.kind != message_kind::actor_message || r->match == function) &&
                              !(store && r->match.compare(0, store_prefix.size() + 1, "troupe.store:") == 0);
     key = (request ? "req:" : "rep:") + (by_function ? function : r->match);

@@ -17,8 +17,8 @@ constexpr std::size_t name_words = flight_recorder::max_name / 8;
 constexpr std::size_t detail_words = flight_recorder::max_detail / 8;
 constexpr std::uint64_t token_bits = 16;
 
-// Text is kept in relaxed atomic words, so a reader racing a writer reads stale bytes (and then
-// discards them: Note [flight recorder]) instead of racing on plain memory.
+// Text is kept in relaxed atomic words. So a reader racing a writer reads stale bytes instead of
+// racing on plain memory, and then discards them (Note [flight recorder]).
 template <std::size_t N>
 void store_text(std::array<std::atomic<std::uint64_t>, N>& words, std::string_view text) {
   char buf[N * 8] = {};
@@ -91,9 +91,9 @@ flight_recorder::~flight_recorder() = default;
 std::uint64_t flight_recorder::begin(trace_kind kind, std::string_view name, std::uint64_t seq, std::string_view detail) noexcept {
   const std::uint64_t token = next_.fetch_add(1, std::memory_order_relaxed) + 1;
   slot& s = slots_[(token - 1) % capacity_];
-  // Claim the slot: only the claimant writes its fields. A slot still being written by an older
-  // writer that stalled for a whole turn of the ring, or already taken by a newer token, is left
-  // alone and this operation goes unrecorded.
+  // Claim the slot: only the claimant writes its fields. A slot may still be written by an older
+  // writer that stalled for a whole turn of the ring. Or a newer token may have taken it. Such
+  // a slot is left alone, and this operation goes unrecorded.
   std::uint64_t v = s.version.load(std::memory_order_acquire);
   do {
     if ((v & 1) != 0 || v >= 2 * token) return token;

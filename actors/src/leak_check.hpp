@@ -2,12 +2,13 @@
 // The leak check of a forked child that leaves with _exit (Note [leak check in children]).
 
 // Note [leak check in children]
-// A child leaves with _exit, which skips LeakSanitizer's check at exit, so a sanitizer build runs
-// it by hand: after the child's work returned (its objects destroyed), what is still allocated and
-// unreachable is a leak. A child with leaks fails with exit code `leak_exit_code` (unless it failed
-// already) and the report is on its stderr. What it inherited from the parent is checked too,
-// reachable from the parent's globals as there. Without a sanitizer the status is left as it is.
-// Used by spawn() (spawn.cpp) and the ranks of run_cluster (testing/cluster.cpp).
+//
+// A child leaves with _exit, which skips LeakSanitizer's check at exit. So a sanitizer build
+// runs it by hand: after the child's work returned (its objects destroyed), what is still
+// allocated and unreachable is a leak. A child with leaks fails with exit code `leak_exit_code`
+// (unless it failed already) and the report is on its stderr. What it inherited from the parent
+// is checked too, reachable from the parent's globals as there. Without a sanitizer the status
+// is left as it is. Used by spawn() (spawn.cpp) and the ranks of run_cluster (testing/cluster.cpp).
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TROUPE_LSAN 1

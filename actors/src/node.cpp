@@ -68,11 +68,11 @@ struct node::impl {
   };
   std::map<std::string, link> peers;  // name -> link
   // Peers seen going down -> why. A call to one of them connects once, without the start-up
-  // retries, so it fails at once when the peer is really gone (and reconnects if it was only a
-  // dropped connection).
+  // retries. So it fails at once when the peer is really gone, and reconnects if it was only a
+  // dropped connection.
   std::map<std::string, std::string> lost;
   // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
-  // its mutex; the first connects, the others find its link. Two concurrent BASP connections to
+  // its mutex. The first connects, the others find its link. Two concurrent BASP connections to
   // one node make CAF keep one, and a hello sent over the other is lost. Two processes that
   // dial each other at once can lose a hello the same way: Note [hello retry].
   std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting;  // under peers_mutex
@@ -137,7 +137,7 @@ hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseco
   return ack;
 }
 
-// Note [CAF port gate]: the gate hello first, then the socket goes to our BASP broker, which
+// Note [CAF port gate]: the gate hello first. Then the socket goes to our BASP broker, which
 // answers with the agent published behind the peer's gate. One attempt, bounded by `timeout`;
 // null (and `failed`) when it fails. An unauthorized gate throws.
 caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, dial_failure& failed) {
@@ -200,6 +200,7 @@ void check_token(const node_options& o, const std::string& me) {
 }  // namespace
 
 // Note [CAF connect tick]
+//
 // CAF 0.17.6's BASP broker keeps a pending connect in a context whose last_seen is the clock's
 // epoch until the peer's first bytes arrive. Its heartbeat tick drops every context not seen
 // within connection_timeout. So a connect fails with connection_timeout when the peer's server
@@ -210,9 +211,9 @@ void check_token(const node_options& o, const std::string& me) {
 //   our tick: pending context "last seen" at the epoch --> connection_timeout
 //   peer --server handshake--> (too late: the socket is closed)
 
-// Dials through the gate until `timeout`. A dial that the gate refused or left unanswered
-// ends the try: a frozen peer's kernel still accepts the TCP connection, so only the bound ends
-// that wait. A dial that the gate admitted reached a live process, so a failed CAF handshake
+// Dials through the gate until `timeout`. A dial that the gate refused or left unanswered ends
+// the try. A frozen peer's kernel still accepts the TCP connection, so only the bound ends that
+// wait. A dial that the gate admitted reached a live process, so a failed CAF handshake
 // behind it is dialled again (Note [CAF connect tick]).
 caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
   using clock = std::chrono::steady_clock;
@@ -228,11 +229,12 @@ caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, st
 }
 
 // Note [hello retry]
+//
 // Two nodes that dial each other at the same moment open two CAF connections. CAF 0.17's BASP
-// broker keeps one per side and closes the other as redundant, and each side may pick a
-// different one; a message already sent on a connection the other side closes is lost. A hello
-// lost that way would wait out its whole deadline. So a hello gets a short timeout of its own
-// (500 ms, doubling), and a hello that times out or finds no route dials again and says hello
+// broker keeps one per side and closes the other as redundant. Each side may pick a different
+// one, and a message already sent on a connection the other side closes is lost. A hello lost
+// that way would wait out its whole deadline. So a hello gets a short timeout of its own
+// (500 ms, doubling). A hello that times out or finds no route dials again and says hello
 // again, until the deadline. By then the redundant connection is gone and the second hello
 // takes the one that stays. A hello is idempotent on the peer: it admits the same node again
 // and issues a fresh ticket for the direct connection. A refused hello (unauthorized) is final.
@@ -367,15 +369,16 @@ void node::impl::start_direct_channel(detail::agent_config& ac) {
   };
 }
 
-// A peer we said hello to: its agent (monitored by ours from now on, so a frozen peer is seen by
-// the heartbeat) and the direct connection for our calls. A peer whose direct channel cannot be
+// A peer we said hello to: its agent and the direct connection for our calls. Ours monitors its
+// agent from now on, so the heartbeat sees a frozen peer. A peer whose direct channel cannot be
 // reached is not linked: resolve() throws peer_lost naming it.
 node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout) {
   link l{ack.agent, nullptr};
   caf::anon_send(agent, detail::watch_peer_msg{ack.agent, ack.info.name});
-  // Note [shm reachability]: the peer told us whether it can open our memory; we tell it whether
-  // we can open its, ahead of our first request on either path (this message precedes our
-  // agent's calls to its agent; the direct connection's auth frame precedes our requests on it).
+  // Note [shm reachability]: the peer told us whether it can open our memory. We tell it whether
+  // we can open its, ahead of our first request on either path. This message precedes our
+  // agent's calls to its agent, and the direct connection's auth frame precedes our requests on
+  // it.
   bool ours = false;
   if (detail::same_host(ack.agent.node(), sys->node())) {
     bulk->set_reachable(caf::to_string(ack.agent.node()), ack.shm_ok);
@@ -425,7 +428,7 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
 }
 
 // Note [lost peer re-admission]: a peer lost before gets one bounded window, not the start-up
-// retries, so a call to a dead peer fails at once. A dial that fails is made again at the
+// retries. So a call to a dead peer fails at once. A dial that fails is made again at the
 // store's newer address when a replacement published one after `addr` was read (`addr` then
 // names it). The window: connection_timeout, at least 1 s, at most `timeout`.
 hello_ack node::impl::readmit(const std::string& name, std::string& addr, const std::string& lost_because, std::chrono::milliseconds timeout) {
@@ -454,7 +457,7 @@ hello_ack node::impl::readmit(const std::string& name, std::string& addr, const 
   }
 }
 
-// Calls to this node take a direct connection to its own channel, so they keep every guarantee
+// Calls to this node take a direct connection to its own channel. So they keep every guarantee
 // of a call between nodes (deadline, hook, executor) on the one path. Made on first use.
 node::impl::link node::impl::self_link(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(self_mutex);  // held across the connect: a loopback connect is quick
@@ -467,12 +470,13 @@ node::impl::link node::impl::self_link(std::chrono::milliseconds timeout) {
   return l;
 }
 
-// Note [teardown order]: remote nodes hold proxies to our agent, store and to CAF's internal SpawnServ and
-// ConfigServ, so the BASP broker monitors those actors. Left to ~actor_system, SpawnServ and ConfigServ get
-// their exit message only just before middleman::stop() finalizes the broker; their down messages then
-// race the broker's end, and under that race the broker, the down message and ConfigServ survive the
-// system in a reference cycle (LeakSanitizer, about 1 run in 10 under load). So all four exit here, while
-// the multiplexer still runs and the broker can process their down messages, and we wait (bounded) for each.
+// Note [teardown order]: remote nodes hold proxies to our agent, store and to CAF's internal
+// SpawnServ and ConfigServ, so the BASP broker monitors those actors. Left to ~actor_system,
+// SpawnServ and ConfigServ get their exit message only just before middleman::stop()
+// finalizes the broker. Their down messages then race the broker's end. Under that race the
+// broker, the down message and ConfigServ survive the system in a reference cycle
+// (LeakSanitizer, about 1 run in 10 under load). So all four exit here, while the multiplexer
+// still runs and the broker can process their down messages, and we wait (bounded) for each.
 void node::impl::await_actors_gone(std::chrono::milliseconds bound) {
   const auto end = std::chrono::steady_clock::now() + bound;
   caf::scoped_actor self{*sys};

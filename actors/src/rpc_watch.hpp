@@ -1,24 +1,26 @@
 #pragma once
 // Note [rpc blame]
-// Hang blame for slow calls. A node with blame_after > 0 runs this watch: every tick
-// (blame_after / 4, within 10..250 ms) it reads its flight recorder, and each RPC it made that
-// has run blame_after or longer, and that it has not blamed yet, gets one report. The report
-// names the caller, the callee, the function, the call's number in the caller's recorder and how
-// long it has waited; then the watch asks the callee where it is, through the reserved quick
-// function troupe.blame.where (bounded by ask_bound, 2 s; the watch does not wait for the
-// answer, and the caller waits for none of this), which answers from the callee's recorder:
-// running the function for this caller (since when), or not (its last such run ended when, or it
-// has no record: never received, or still queued there), and what else it runs. A callee that is
-// gone makes the report say "is lost", one that does not answer in time "did not answer". The
-// report with the answer goes to
-// node_options::on_blame (stderr by default) and to the node's blame_board, so a call that
-// then times out carries it in its error.
+//
+// Hang blame for slow calls. A node with blame_after > 0 runs this watch. Every tick
+// (blame_after / 4, within 10..250 ms) it reads its flight recorder. Each RPC it made that has
+// run blame_after or longer, and that it has not blamed yet, gets one report. The report names
+// the caller, the callee, the function, the call's number in the caller's recorder and how long
+// it has waited. Then the watch asks the callee where it is, through the reserved quick function
+// troupe.blame.where. The question is bounded by ask_bound (2 s). The watch does not wait for
+// the answer, and the caller waits for none of this. The callee answers from its recorder:
+//   * running the function for this caller (since when);
+//   * or not: its last such run ended when, or it has no record (never received, or still
+//     queued there);
+//   * and what else it runs.
+// A callee that is gone makes the report say "is lost", one that does not answer in time "did
+// not answer". The report with the answer goes to node_options::on_blame (stderr by default)
+// and to the node's blame_board. So a call that then times out carries it in its error.
 //
 //   watch --tick--> recorder: rpc_call open >= blame_after --> board[seq] = caller part
 //         --troupe.blame.where(caller, fn)--> callee recorder --answer--> board[seq], on_blame
 //
-// Limits: a call whose deadline comes before blame_after is never blamed; a callee with every
-// executor thread blocked answers late or not at all (the report says so); the recorder keeps
+// Limits: a call whose deadline comes before blame_after is never blamed. A callee with every
+// executor thread blocked answers late or not at all (the report says so). The recorder keeps
 // the last recorder_capacity operations, so a call older than those is not seen.
 
 #include <chrono>
@@ -65,8 +67,8 @@ class rpc_watch {
   void check();
   void blame(const trace_entry& e, std::chrono::steady_clock::duration waited);
 
-  // Where reports go: the board and on_blame, until the watch is destroyed (answers that come
-  // later are dropped, so on_blame is never called after the node's teardown).
+  // Where reports go: the board and on_blame, until the watch is destroyed. Answers that come
+  // later are dropped, so on_blame is never called after the node's teardown.
   struct outlet {
     std::mutex mu;
     bool closed = false;

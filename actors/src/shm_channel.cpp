@@ -1,5 +1,6 @@
-// Shared tensors over a Unix SOCK_SEQPACKET socket: one message = a tag byte, the CAF-serialised
-// shared_tensor_meta and, for the file_descriptor strategy, the segment's fd as SCM_RIGHTS.
+// Shared tensors over a Unix SOCK_SEQPACKET socket. One message is a tag byte and the
+// CAF-serialised shared_tensor_meta. For the file_descriptor strategy, the segment's fd follows
+// as SCM_RIGHTS.
 
 #include <poll.h>
 #include <sys/socket.h>

@@ -2,12 +2,13 @@
 //
 // Note [shm manager]
 // ~~~~~~~~~~~~~~~~~~
-// A named segment outlives a process that is killed before it shm_unlinks it (it keeps using
-// memory until reboot). shm_manager::start() binds an abstract Unix SOCK_SEQPACKET socket, then
-// forks the manager process (setsid, so a terminal ^C aimed at the job spares it; every inherited
-// fd but its own closed, so it never holds a job's socket open). Every process of the job
-// connects one shm_manager_client (after its fork) and registers each name BEFORE creating the
-// segment, so there is no window in which a crash leaks an unregistered segment:
+// A named segment outlives a process that is killed before it shm_unlinks it; it keeps using
+// memory until reboot. shm_manager::start() binds an abstract Unix SOCK_SEQPACKET socket, then
+// forks the manager process. The manager calls setsid, so a terminal ^C aimed at the job spares
+// it. It closes every inherited fd but its own, so it never holds a job's socket open. Every
+// process of the job connects one shm_manager_client (after its fork). It registers each name
+// BEFORE creating the segment, so there is no window in which a crash leaks an unregistered
+// segment:
 //
 //   client process                manager                          owner (start())
 //   register "/troupe_j_.." --->  names[client] += name  (uid and prefix checked)
@@ -20,7 +21,7 @@
 //                                 the owner died (getppid changed) ---> unlink all, _exit(0)
 //
 // Guarantees: a segment registered by a process that dies is unlinked as soon as the manager
-// sees that process's socket close; when the owner stops the manager (or dies), every segment
+// sees that process's socket close. When the owner stops the manager (or dies), every segment
 // still registered is unlinked. Mappings that other processes already hold stay valid (unlink
 // removes only the name); a process that opens the name afterwards gets ENOENT (io_error).
 // Assumes a client socket is not shared with forked children (the client refuses to run in a

@@ -21,8 +21,8 @@ namespace {
 }
 
 // Maps `fd` shared read-write; `mapped` is at least 1 byte. MAP_POPULATE allocates and maps every
-// page in one call: a tensor segment is written or read whole, and one populate costs far less
-// than a page fault per 4 KB (64 MB copy-in: see bench/shm_bench.cpp).
+// page in one call. A tensor segment is written or read whole. One populate costs far less than
+// a page fault per 4 KB (64 MB copy-in: see bench/shm_bench.cpp).
 void* map_shared(int fd, std::size_t mapped, const std::string& what, const std::string& name) {
   void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) throw_io(what, name, "mmap");

@@ -1,7 +1,7 @@
 // The shared_memory_provider of the runtime, share_memory_(), and rebuilding tensors from handles.
 //
-// A shared storage's data_ptr owns its shm_segment: the data_ptr context is the segment (held in
-// a unique_ptr that the deleter reclaims), and storage::shared_handle() is "fd:<name>" or
+// A shared storage's data_ptr owns its shm_segment. The data_ptr context is the segment, held in
+// a unique_ptr that the deleter reclaims. storage::shared_handle() is "fd:<name>" or
 // "fs:<name>", which is how shared_handle_of() knows the context is one of ours.
 
 #include <unistd.h>

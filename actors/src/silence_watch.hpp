@@ -1,13 +1,15 @@
 #pragma once
 // Note [silent peers]
-// A fault plan that cuts two workers apart, or drops one's heartbeats to another, stops what the
-// transport would see of a frozen peer only in part: the CAF heartbeat and the connections are
-// not faulted. So a node whose hook may silence peers (transport_hook::may_silence) runs this
-// watch: every period it asks the hook, for each peer it is linked to, since when that peer has
-// been silent towards this node; once that is the peer timeout (connection_timeout) or longer,
-// it declares the peer lost through the agent, as its heartbeat would: pending calls to it fail
-// with peer_lost naming it, and peer_events publishes the loss. A lost peer that is linked again
-// while still silent is lost again at the next check. Without such a hook nothing runs.
+//
+// A fault plan may cut two workers apart, or drop one's heartbeats to another. That stops what
+// the transport would see of a frozen peer only in part: the CAF heartbeat and the connections
+// are not faulted. So a node whose hook may silence peers (transport_hook::may_silence) runs
+// this watch. Every period it asks the hook, for each peer it is linked to, since when that peer
+// has been silent towards this node. Once that is the peer timeout (connection_timeout) or
+// longer, it declares the peer lost through the agent, as its heartbeat would. Pending calls to
+// it fail with peer_lost naming it, and peer_events publishes the loss. A lost peer that is
+// linked again while still silent is lost again at the next check. Without such a hook nothing
+// runs.
 //
 //   watch thread --period--> hook.silent_since(peer, me) >= timeout? --declare(peer)--> agent
 

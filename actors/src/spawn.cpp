@@ -2,9 +2,9 @@
 //
 // Note [spawn]
 // ~~~~~~~~~~~~
-// spawn_children(n, fn) flushes stdio and forks n children. Each child gets one pipe (the
-// "error pipe", write end in the child, non-blocking read end in the parent) and, in the parent,
-// a pidfd (pidfd_open) that becomes readable when the child exits.
+// spawn_children(n, fn) flushes stdio and forks n children. Each child gets one pipe, the
+// "error pipe": write end in the child, non-blocking read end in the parent. In the parent,
+// each child also gets a pidfd (pidfd_open) that becomes readable when the child exits.
 //
 //   parent                                   child r
 //   ------                                   -------
@@ -16,16 +16,16 @@
 //           drain pipes, waitpid(WNOHANG)
 //
 // States of a child: running -> exited(status 0) | failed(status != 0, signal, exception).
-// join/wait_any poll every running child's pidfd and error pipe until the deadline; a readable
-// pipe is drained (so a long message never blocks the child), a readable pidfd is reaped with
-// waitpid. The first failure seen wins: the parent sends SIGTERM to every running child, waits
-// up to kill_grace for them (pidfd poll), SIGKILLs the rest, reaps them all, stores the error
-// and throws it (remote_exception when the pipe carried text, else peer_lost with the exit code
-// or the signal's name). Later joins rethrow the stored error. The destructor does the same
-// terminate-and-reap for survivors, so no zombie and no orphan outlives the context; a child
-// whose parent dies is SIGKILLed by the kernel (PR_SET_PDEATHSIG — note it fires when the
-// *thread* that forked exits, so fork from a long-lived thread). The child starts with default
-// signal handlers and an empty signal mask (see reset_signals).
+// join/wait_any poll every running child's pidfd and error pipe until the deadline. A readable
+// pipe is drained, so a long message never blocks the child. A readable pidfd is reaped with
+// waitpid. The first failure seen wins. The parent sends SIGTERM to every running child and
+// waits up to kill_grace for them (pidfd poll). It SIGKILLs the rest, reaps them all, stores the
+// error and throws it. The error is remote_exception when the pipe carried text, else peer_lost
+// with the exit code or the signal's name. Later joins rethrow the stored error.
+// The destructor does the same terminate-and-reap for survivors, so no zombie and no orphan
+// outlives the context. A child whose parent dies is SIGKILLed by the kernel (PR_SET_PDEATHSIG).
+// Note that it fires when the *thread* that forked exits, so fork from a long-lived thread.
+// The child starts with default signal handlers and an empty signal mask (see reset_signals).
 // Without pidfd_open (kernel < 5.3) the wait falls back to polling waitpid every 20 ms.
 
 #include "troupe/actors/spawn.hpp"
@@ -93,9 +93,9 @@ void write_all(int fd, const std::string& text) noexcept {
   }
 }
 
-// Gives the child the signal state of a fresh program: handlers installed by the parent (a test
-// framework's, a runtime's) would otherwise run on SIGTERM in the child; ignored signals stay
-// ignored (as across exec) and the signal mask is cleared so SIGTERM can end the child.
+// Gives the child the signal state of a fresh program. Handlers installed by the parent (a test
+// framework's, a runtime's) would otherwise run on SIGTERM in the child. Ignored signals stay
+// ignored (as across exec), and the signal mask is cleared so SIGTERM can end the child.
 void reset_signals() noexcept {
   for (int sig = 1; sig < NSIG; ++sig) {
     struct sigaction old {};

@@ -1,9 +1,10 @@
 // The blocking store client (troupe/actors/store.hpp).
 //
 // Note [store client]
-// A user thread never talks to the store directly: it hands a job to the node's store proxy (an
+//
+// A user thread never talks to the store directly. It hands a job to the node's store proxy (an
 // event-based actor, one per client) and blocks on a promise. The proxy sends the typed request
-// with a deadline (the operation's timeout plus a grace period) and monitors the store when it is
+// with a deadline: the operation's timeout plus a grace period. It monitors the store when it is
 // remote, so each call ends exactly once:
 //
 //   user --job--> proxy --request(deadline)--> store
@@ -11,25 +12,26 @@
 //
 // A store host that dies fails every pending call with peer_lost naming the host within the
 // runtime's peer-loss bound (the down_msg), not after the timeout. A later call finds the proxy
-// lost: the client reconnects once, bounded (Note [lost peer re-admission]), rebinds the proxy
-// to the fresh store handle and sends the call again (it was never sent, so this is no retry);
-// when the host does not answer, the call fails with peer_lost naming it. The user thread
-// also bounds its own wait (deadline + 1 s) in case the proxy itself is gone. Stopping the
-// client (destructor) exits the proxy, which fails what is still pending with invalid_state.
+// lost. The client then reconnects once, bounded (Note [lost peer re-admission]). It rebinds the
+// proxy to the fresh store handle and sends the call again; it was never sent, so this is no
+// retry. When the host does not answer, the call fails with peer_lost naming it. The user
+// thread also bounds its own wait (deadline + 1 s) in case the proxy itself is gone. Stopping
+// the client (destructor) exits the proxy, which fails what is still pending with invalid_state.
 //
 // Note [store faults]
+//
 // A node's transport hook sees its store traffic on the proxy, which every store call of the
-// node passes: each request before it is sent (on_send of a store_request from this worker to the
-// store host's, `function` the reserved name of the operation, "troupe.store.get" and so on,
-// `payload` its first key's bytes) and each answer when it arrives (on_send of a store_response
-// from the host to this worker that names the same function; the store host's node sees
-// nothing of it). The hook's decision drops, delays or duplicates it; a fault plan matches these
-// by the operation, by "troupe.store:KEY", by "troupe.store" (all of them) or by "*", and its
-// partitions cut them. With a hook, every call has an
-// expiry at its deadline on the proxy: a lost request or answer ends the call there with a
-// timeout naming the operation, the key and the store host, never a hang. A duplicated request
-// runs twice on the store (an add adds twice); the first answer ends the call. Without a hook
-// nothing of this runs.
+// node passes. It sees each request before it is sent, as on_send of a store_request from this
+// worker to the store host's. There `function` is the reserved name of the operation
+// ("troupe.store.get" and so on), and `payload` its first key's bytes. It sees each answer when
+// it arrives, as on_send of a store_response from the host to this worker that names the same
+// function. The store host's node sees nothing of it. The hook's decision drops, delays or
+// duplicates it. A fault plan matches these by the operation, by "troupe.store:KEY", by
+// "troupe.store" (all of them) or by "*", and its partitions cut them.
+// With a hook, every call has an expiry at its deadline on the proxy. A lost request or answer
+// ends the call there with a timeout naming the operation, the key and the store host, never a
+// hang. A duplicated request runs twice on the store (an add adds twice); the first answer ends
+// the call. Without a hook nothing of this runs.
 #include <future>
 #include <map>
 
@@ -113,8 +115,8 @@ void finish_call(proxy_actor* self, std::uint64_t id, detail::store_outcome out)
   p->set_value(std::move(out));
 }
 
-// Note [store faults]: the hook and the two ends of this client's store traffic (a copy the
-// proxy owns: it may outlive the client by a message or two).
+// Note [store faults]: the hook and the two ends of this client's store traffic. It is a copy
+// the proxy owns, since the proxy may outlive the client by a message or two.
 struct store_route {
   std::shared_ptr<transport_hook> hook;
   std::string me, host_worker;
@@ -195,8 +197,8 @@ caf::behavior store_proxy(proxy_actor* self, caf::actor store, std::string host,
   };
 }
 
-// Note [lost peer re-admission]: one bounded reconnect to the store host, unless another
-// thread already made one since `seen`; throws peer_lost naming the host when it does not answer.
+// Note [lost peer re-admission]: one bounded reconnect to the store host, unless another thread
+// already made one since `seen`. Throws peer_lost naming the host when it does not answer.
 void readmit(detail::store_client_impl& impl, const caf::actor& seen, const std::string& what) {
   std::lock_guard<std::mutex> lock(*impl.mu);
   if (impl.store != seen) return;

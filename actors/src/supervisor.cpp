@@ -13,20 +13,20 @@
 // - one_for_all stops the others in reverse start order, then starts all in order;
 // - rest_for_one stops the children after the failed one in reverse, then starts them in order.
 // Each restart event is timed. More than max_restarts events within period make it give up.
-// A start that fails on every worker is such an event too: the supervisor retries it after a
-// backoff (start_backoff, doubled per consecutive failure of the child, at most
-// period / (max_restarts + 1)) and starts the children after it only once it ran. It gives up
-// when the failures exceed the intensity, or after max_restarts + 1 consecutive failed starts of
-// one child (so starts that fail slower than the period still end).
-// A child that the spawn service started but that exited before the supervisor looked it up
-// (the lookup finds nothing, or another actor) is a crash, not a failed start: the supervisor
-// reports it started and exited (a message to itself, so the starts in progress finish first)
-// and restarts it by its type and the strategy.
-// Giving up or an exit message stop every running child in reverse start order, each waited for
-// by its down_msg (bounded by stop_timeout, then a kill). Then the supervisor quits; the reason
+// A start that fails on every worker is such an event too. The supervisor retries it after a
+// backoff: start_backoff, doubled per consecutive failure of the child, at most
+// period / (max_restarts + 1). It starts the children after it only once it ran. It gives up
+// when the failures exceed the intensity. It also gives up after max_restarts + 1 consecutive
+// failed starts of one child, so starts that fail slower than the period still end.
+// A child may exit after the spawn service started it but before the supervisor looked it up
+// (the lookup finds nothing, or another actor). That is a crash, not a failed start. The
+// supervisor reports it started and exited, by a message to itself, so the starts in progress
+// finish first. Then it restarts the child by its type and the strategy.
+// Giving up or an exit message stop every running child in reverse start order. Each is waited
+// for by its down_msg (bounded by stop_timeout, then a kill). Then the supervisor quits; the reason
 // of a failure names the supervisor, the child and the cause.
 // A down_msg of an incarnation the supervisor stopped itself is stale and ignored: stopping
-// demonitors first. A lost peer kills its proxies with peer_lost, so a child on a dead worker
+// demonitors first. A lost peer kills its proxies with peer_lost. So a child on a dead worker
 // gives a down_msg, and a restart there fails fast and moves to the next worker.
 #include "troupe/actors/supervisor.hpp"
 
@@ -95,8 +95,9 @@ void report(self_ptr self, kind k, const child_state& c, std::string cause) {
   self->state.o.on_event(supervisor_event{k, c.spec.name, c.worker, c.incarnation, c.actor, std::move(cause)});
 }
 
-// The running incarnation of child k that the spawn service of `w` started as actor `id`:
-// monitored, or, when it exited before the lookup, reported as crashed (Note [supervisor restart]).
+// The running incarnation of child k that the spawn service of `w` started as actor `id`. It is
+// monitored. When it exited before the lookup, it is reported as crashed
+// (Note [supervisor restart]).
 void adopt_child(self_ptr self, std::size_t k, const std::string& w, std::uint64_t id) {
   auto& st = self->state;
   auto& c = st.children[k];

@@ -151,7 +151,7 @@ void tls_relays::relay::pump() {
     pollfd fds[2] = {{tcp_ended ? -1 : tcp, tcp_events, 0}, {plain_hung_up ? -1 : plain, plain_events, 0}};
     ::poll(fds, 2, max_poll_ms);
     if (quit->load()) return;  // stop(): even a user that no longer reads does not hold the thread
-    // A hang-up is reported whatever was asked for: stop polling that side, so the loop does not
+    // A hang-up is reported whatever was asked for. So stop polling that side: the loop must not
     // spin while the other side still has bytes to move.
     if ((fds[0].revents & (POLLHUP | POLLERR)) && down_end > 0) tcp_ended = true;
     if ((fds[1].revents & (POLLHUP | POLLERR)) && !plain_hung_up) {

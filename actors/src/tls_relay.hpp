@@ -2,11 +2,12 @@
 // Plain sockets in front of a node's TLS connections (Note [tls relay]).
 //
 // Note [tls relay]
-// With node_options::tls set, every connection between nodes that the node makes or accepts
-// (the direct channel, the CAF port's gate and so BASP, which carries the store, the hellos and
-// the heartbeats) is a TCP socket carrying mutual TLS (Note [tls]). The code that uses the
-// connection gets one end of a local socket pair instead of the TCP socket; one relay thread
-// per connection moves the bytes between the pair and the TLS connection:
+//
+// With node_options::tls set, every connection between nodes that the node makes or accepts is
+// a TCP socket carrying mutual TLS (Note [tls]). That covers the direct channel and the CAF
+// port's gate, and so BASP, which carries the store, the hellos and the heartbeats. The code
+// that uses the connection gets one end of a local socket pair instead of the TCP socket. One
+// relay thread per connection moves the bytes between the pair and the TLS connection:
 //
 //   user code <--plain--> [socket pair] <--relay thread--> TLS <--TCP--> peer
 //
@@ -17,7 +18,7 @@
 //   The listener gets the pair's end at once and applies Note [connection hygiene] to it. A
 //   refused peer is logged on stderr with its address and OpenSSL's reason; its pair end is
 //   closed, which the listener reads as EOF. The listener keeps accepting.
-// * A closed pair end closes the TCP connection; a closed or failed TLS connection closes the
+// * A closed pair end closes the TCP connection. A closed or failed TLS connection closes the
 //   pair end after its received bytes are delivered: users see EOF as with plain TCP.
 // * There is no fallback: a peer that speaks no TLS fails the handshake and is refused.
 // * stop() shuts every TCP connection down and joins every relay thread.
@@ -47,21 +48,21 @@ class tls_relays {
   tls_relays(const tls_relays&) = delete;
   tls_relays& operator=(const tls_relays&) = delete;
 
-  /// Client side: takes the connected TCP socket `tcp_fd` (to `where`, for messages), runs the
-  /// handshake before `deadline` and returns the plain end (non-blocking, close-on-exec; the
+  /// Client side: takes the connected TCP socket `tcp_fd` (to `where`, for messages). It runs
+  /// the handshake before `deadline` and returns the plain end (non-blocking, close-on-exec; the
   /// caller owns it). Throws unauthorized (the peer's certificate does not verify, or the peer
   /// refused ours), peer_lost (closed) or timeout; the socket is closed then.
   int connect(int tcp_fd, const std::string& where, std::chrono::steady_clock::time_point deadline);
-  /// Server side: takes the accepted TCP socket and returns the plain end at once; the handshake
+  /// Server side: takes the accepted TCP socket and returns the plain end at once. The handshake
   /// runs on the relay thread and must end within `handshake_bound`. Throws io_error when no
   /// socket pair or thread can be made (the socket is closed then).
   int accept(int tcp_fd, std::chrono::milliseconds handshake_bound);
   /// Why the relay behind the plain end `plain_fd` ended with a TLS failure, or "" (none, or
   /// not ended yet). Tells a refused certificate from a lost connection.
   std::string refusal(int plain_fd);
-  /// Waits up to `bound` until every relay ended by itself: its user closed the plain end and
-  /// the bytes written before went out, or the peer closed. True when all did. Lets a process
-  /// deliver its last words before stop() cuts the connections.
+  /// Waits up to `bound` until every relay ended by itself. A relay ends when its user closed the
+  /// plain end and the bytes written before went out, or when the peer closed. True when all did.
+  /// Lets a process deliver its last words before stop() cuts the connections.
   bool drain(std::chrono::milliseconds bound);
   /// Shuts every connection down and joins every relay thread. Idempotent.
   void stop();

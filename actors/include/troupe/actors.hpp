@@ -1,8 +1,8 @@
 #pragma once
 /// \file actors.hpp
-/// The runtime in one include: nodes, their options and addresses, the rendezvous store, RPC and its
-/// futures, remote references, worker processes (spawn), supervisors with their spawn
-/// service, and shared-memory tensors.
+/// The runtime in one include. It holds nodes, their options and addresses, the rendezvous
+/// store, RPC and its futures, and remote references. It also holds worker processes (spawn),
+/// supervisors with their spawn service, and shared-memory tensors.
 /// Link `troupe::actors`.
 
 #include "troupe/actors/host_address.hpp"

@@ -5,15 +5,16 @@
 // Note [connection hygiene]
 // A listener (the direct rpc port, the CAF port's gate) admits connections under three bounds:
 //   * a connection that has not authenticated within auth_deadline is closed;
-//   * at most max_unauthenticated connections wait to authenticate; a new one closes the oldest
-//     waiting one (a real peer authenticates in milliseconds, so it is never the oldest);
-//   * before authentication a connection is read at most a small bound (one auth frame or
-//     hello, a few KiB), so no peer can make the node allocate more than that per connection.
-// accept() failing for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) pauses accepting
-// with a backoff from 50 ms to 1 s: the listener is not polled meanwhile, so the I/O thread does
-// not spin, and connected peers are still served. New connections wait in the kernel's
-// backlog. Each such episode is said once on stderr, with the reason, and its end once too.
-// Connections closed by the deadline or the cap are said at most once a second, with a count.
+//   * at most max_unauthenticated connections wait to authenticate. A new one closes the
+//     oldest waiting one. A real peer authenticates in milliseconds, so it is never the oldest;
+//   * before authentication, a connection is read at most a small bound: one auth frame or
+//     hello, a few KiB. So no peer can make the node allocate more than that per connection.
+// accept() may fail for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM). Then accepting
+// pauses with a backoff from 50 ms to 1 s. The listener is not polled meanwhile, so the I/O
+// thread does not spin, and connected peers are still served. New connections wait in the
+// kernel's backlog. Each such episode is said once on stderr, with the reason, and its end once
+// too. Connections closed by the deadline or the cap are said at most once a second, with a
+// count.
 
 #include <chrono>
 #include <cstddef>
@@ -28,8 +29,9 @@ class accept_guard {
   /// `who` names the node and `what` the listener in the lines on stderr.
   accept_guard(std::string who, std::string what);
 
-  /// Accepts one connection (non-blocking, close-on-exec): its fd, or -1 when there is none now
-  /// or accepting is paused (resource shortage: the pause starts here and is logged).
+  /// Accepts one connection (non-blocking, close-on-exec) and returns its fd. Returns -1 when
+  /// there is none now, or when accepting is paused (resource shortage: the pause starts here
+  /// and is logged).
   int accept_one(int listen_fd);
   /// Whether the listener should be polled now.
   bool accepting(clock::time_point now) const { return now >= resume_at_; }

@@ -4,13 +4,13 @@
 // Note [node agent]
 // The agent admits peers and watches them; it carries no calls (every call takes the direct
 // channel, Note [direct channel]).
-// - hello: a peer presents the job token and its identity (Note [worker identity]); the answer
+// - hello: a peer presents the job token and its identity (Note [worker identity]). The answer
 //   carries the store, this node's direct port with a one-use secret for that peer, and the
 //   shared-memory probe (Note [shm reachability]).
-// - watch: the agent monitors each peer's agent once, so a peer whose CAF connection drops or
-//   whose middleman heartbeat stops (a frozen process), or one the silence watch declares lost
-//   (Note [silent peers]), is reported once through on_peer_down; the node then fails that peer's
-//   calls on the direct channel and notifies peer-loss watchers.
+// - watch: the agent monitors each peer's agent once. A peer may lose its CAF connection, stop
+//   its middleman heartbeat (a frozen process), or be declared lost by the silence watch
+//   (Note [silent peers]). It is then reported once through on_peer_down. The node then fails
+//   that peer's calls on the direct channel and notifies peer-loss watchers.
 //
 //   peer --hello{token, info}==CAF==> agent --issue_ticket--> direct channel
 //   peer <==hello_ack{store, direct port, secret, shm probe}== agent
@@ -49,8 +49,8 @@ struct watch_peer_msg {
   std::string name;
 };
 
-/// Tells the agent that a peer has been silent past the peer timeout (Note [silent peers]): it
-/// is lost as if its heartbeat had stopped (local only).
+/// Tells the agent that a peer has been silent past the peer timeout (Note [silent peers]).
+/// The peer is lost as if its heartbeat had stopped (local only).
 struct peer_silent_msg {
   std::string name;
   std::string reason;

@@ -2,31 +2,33 @@
 // Large tensors of a payload that are written to the socket from their own storage.
 //
 // Note [borrowed tensor bytes]
-// A large tensor sent as inline bytes (kinds 0, 3 and 4: between hosts, or without shared
-// memory) is not copied into the payload. The encode leaves its bytes out of the payload buffer
-// and records a borrowed part: where in the buffer the bytes belong, and the tensor. The frame
-// goes out as a gather of the buffer's pieces and the tensors' bytes (sendmsg, fragments
-// included: Note [fragments]). On the wire it is the same frame as with the bytes copied in, so
-// the receiver reads it as before (Note [direct fragment data], Note [adopted payload]).
+//
+// A large tensor sent as inline bytes is not copied into the payload. Such tensors are kinds 0,
+// 3 and 4: between hosts, or without shared memory. The encode leaves its bytes out of the payload
+// buffer and records a borrowed part: where in the buffer the bytes belong, and the tensor. The
+// frame goes out as a gather of the buffer's pieces and the tensors' bytes (sendmsg, fragments
+// included: Note [fragments]). On the wire it is the same frame as with the bytes copied in.
+// So the receiver reads it as before (Note [direct fragment data], Note [adopted payload]).
 //
 //   payload buffer:  [ count | tag | tensor header | pad ][ later arguments ]
 //   borrowed part:                                      ^ at, t's nbytes from t's storage
 //   on the wire:     frame head | buffer[0, at) | t's bytes | buffer[at, end) | frame tail
 //
-// Value semantics hold: a frame with borrowed parts is written on the sending thread, and the
+// Value semantics hold. A frame with borrowed parts is written on the sending thread, and the
 // send returns once the kernel holds every byte of it. The sender may change its tensor after
 // that; what was sent stays sent. The parts keep their tensors' storage alive until then and
 // release it as the send returns.
 //
-// Who borrows: no send path does yet; the parts, the gather write and send_large are in place
-// and tested on their own. rpc_async's arguments must not borrow: such a call would return only
-// once the request is in the kernel, and small calls the same thread makes next could no longer
-// pass it between fragments (Note [fragments]). A served function's result borrowing made the
-// byte pool's reuse of 64 MB buffers uneven (a fresh buffer in about one echo of eight), for a
-// reason not found yet. A payload nested in another (an rref's remote call, a stored value) is
-// copied: its buffer is read whole.
-// Whatever keeps a frame or hands its payload to someone flattens it first, one copy as before:
-// a transport hook (the fault plan reads, copies and delays payloads), a reply batch.
+// Who borrows: no send path. The parts, the gather write and send_large are in place and tested
+// on their own. rpc_async's arguments must not borrow. Such a call would return only once the
+// request is in the kernel. Small calls the same thread makes next could then no longer pass it
+// between fragments (Note [fragments]). A served function's result does not borrow either.
+// Borrowing there makes the byte pool's reuse of 64 MB buffers uneven, for a reason not known.
+// A fresh buffer comes in about one echo of eight. A payload nested in another (an rref's remote
+// call, a stored value) is copied: its buffer is read whole.
+// Whatever keeps a frame or hands its payload to someone flattens it first, one copy as before.
+// These are a transport hook (the fault plan reads, copies and delays payloads) and a reply
+// batch.
 
 #include <cstddef>
 #include <cstring>

@@ -155,8 +155,8 @@ std::shared_ptr<seg_mapping> segment_table::pins(const std::string& name, int pi
   return m;
 }
 
-// Caller holds mutex_. Lets go of unused peers' mappings (CAS free -> retired: never one in use;
-// retired ones another process retired) until `need` more bytes fit under `limit`.
+// Caller holds mutex_. Lets go of unused peers' mappings until `need` more bytes fit under
+// `limit`. It lets go by CAS free -> retired, never one in use, or of ones another process retired.
 void segment_table::evict(std::size_t need, std::size_t limit) {
   for (auto it = lru_.begin(); it != lru_.end() && bytes_ + need > limit;) {
     auto* h = header_of(it->second->base);

@@ -1,57 +1,60 @@
 #pragma once
 // Large tensors between processes of one host travel through shared memory, not the CAF
-// connection (CAF-0.17-NOTES pitfall 8: one TCP connection per node pair, head-of-line blocking).
+// connection. CAF-0.17-NOTES pitfall 8: one TCP connection per node pair, head-of-line blocking.
 //
 // Note [tensor over shared memory]
-// When a node encodes a payload for a peer on the same host (same CAF host id), the codec
-// context it builds names its bulk_names, the peer and `shm` (Note [codec context] in
+//
+// When a node encodes a payload for a peer on the same host (same CAF host id), it builds a
+// codec context. That context names its bulk_names, the peer and `shm` (Note [codec context] in
 // troupe/actors/rpc/codec_context.hpp). write_tensor then sends every tensor of at least
-// `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1): the owner's
-// pid, the segment's memfd number in the owner, its name, generation, the tensor's byte offset
-// in it and a one-use ticket. Segments are anonymous memfds, never names in /dev/shm: a peer
-// maps one by opening /proc/<owner pid>/fd/<fd> (same user; it checks that the file it got is
-// the memfd of that name, so a reused pid or fd number fails instead of mapping something else),
-// and the kernel frees the memory when the last mapping goes, so a SIGKILLed process, sender or
-// receiver, leaks nothing.
+// `bulk_threshold` bytes as a reference to a shared-memory SEGMENT (tensor kind 1). The
+// reference holds the owner's pid, the segment's memfd number in the owner, its name and
+// generation. It also holds the tensor's byte offset in it and a one-use ticket.
+// Segments are anonymous memfds, never names in /dev/shm. A peer maps one by opening
+// /proc/<owner pid>/fd/<fd> (same user). It checks that the file it got is the memfd of that
+// name. So a reused pid or fd number fails instead of mapping something else. The kernel frees
+// the memory when the last mapping goes. So a SIGKILLed process, sender or receiver, leaks
+// nothing.
 //
 //   * Owner (bulk_names, one per node): a pool per peer node of segments created with
-//     memfd_create and mapped once with MAP_POPULATE (a fresh segment per transfer made the
-//     kernel allocate and zero every page on both sides, ~40 ms per direction for 64 MB).
+//     memfd_create and mapped once with MAP_POPULATE. A fresh segment per transfer would make
+//     the kernel allocate and zero every page on both sides.
 //     Payload capacities are powers of two >= 1 MiB after a 4 KiB header page. The header holds
 //     an atomic REFERENCE COUNT (0 free, n holders, UINT32_MAX retired) and the generation. The
-//     owner takes a free segment only by CAS 0 -> 1 (the reference of the message it sends) and
-//     bumps the generation; a segment is never reused while any process holds it.
-//   * An ORDINARY tensor is copied into an owner segment (one copy; value semantics: the sender
-//     may change its tensor as soon as the call returns). A tensor whose storage already IS a
-//     segment (every large tensor received this way) is sent by reference, without a copy: the
-//     encoder adds one reference for the message. So an echo copies once (the caller's copy-in);
-//     the callee's result is a reference to the caller's own segment, which the caller views
-//     again, and a tensor can be forwarded to a third process the same way.
-//   * Receiver: the first decode of a message CLAIMS its ticket and its tensor inherits the
-//     message's reference; a duplicated frame (fault injection) finds its ticket claimed and
-//     takes a reference of its own (only while the count is live), so the counts stay exact. The
+//     owner takes a free segment only by CAS 0 -> 1, the reference of the message it sends. It
+//     then bumps the generation. A segment is never reused while any process holds it.
+//   * An ORDINARY tensor is copied into an owner segment. That is one copy, for value semantics:
+//     the sender may change its tensor as soon as the call returns. A tensor whose storage
+//     already IS a segment (every large tensor received this way) is sent by reference, without
+//     a copy. The encoder adds one reference for the message. So an echo copies once (the
+//     caller's copy-in). The callee's result is a reference to the caller's own segment, which
+//     the caller views again. A tensor can be forwarded to a third process the same way.
+//   * Receiver: the first decode of a message CLAIMS its ticket, and its tensor inherits the
+//     message's reference. A duplicated frame (fault injection) finds its ticket claimed. It
+//     takes a reference of its own, only while the count is live, so the counts stay exact. The
 //     tensor's storage is the mapped segment (zero copy, storage_kind::shared_memory, handle
 //     "rpc:<name>"); its deleter drops the reference. It checks the generation and that offset +
 //     bytes fit inside its own mapping (sizes are never trusted beyond it).
-//   * Sharing: a received large tensor is shared memory, like one from share_memory_(): when it
-//     is sent on, every holder views the same bytes and an in-place write by one is seen by all.
-//     An ordinary tensor is never shared by sending it.
-//   * Every process keeps one table of mappings: its own segments (while its pool or a tensor
-//     holds them) and peers' segments, least recently used first, bounded (bulk_cache_limit):
-//     a peer's mapping is let go only by CAS 0 -> retired (never one in use); the owner drops
-//     retired segments. The owner's pool is bounded (bulk_pool_limit) for what it RETAINS; when
-//     every segment is in use the pool grows anyway and sheds the surplus once it is free.
-//   * A share_memory_() tensor (tensor kind 2, bulk_codec.cpp) is never copied: its own handle
-//     travels (file_descriptor: the receiver opens /proc/<pid>/fd/<fd>, checked like a segment;
-//     file_system: by name) and the receiver maps it, so writes are shared both ways. The sender
-//     PINS its storage in a slot of its pin segment (a memfd of 4096 ticket slots) until the
-//     receiver has mapped it and cleared the slot, so a tensor the sender drops at once still
-//     arrives; the I/O thread and the next pin() sweep cleared slots, drop_peer() and teardown
-//     release the rest. A handle coming back to the process that sent it resolves to the same
-//     storage (remembered weakly by name).
-//   * A message never decoded (dropped, peer died) keeps its reference: the segment stays in use
-//     until its owner drops that peer's pool (peer_down) or tears down. A dead peer's references
-//     die with it the same way. A node's teardown also lets go of every unused peer mapping.
+//   * Sharing: a received large tensor is shared memory, like one from share_memory_(). When it
+//     is sent on, every holder views the same bytes, and an in-place write by one is seen by
+//     all. An ordinary tensor is never shared by sending it.
+//   * Every process keeps one table of mappings, bounded (bulk_cache_limit). It holds its own
+//     segments (while its pool or a tensor holds them) and peers' segments, least recently used
+//     first. A peer's mapping is let go only by CAS 0 -> retired, never one in use. The owner
+//     drops retired segments. The owner's pool is bounded (bulk_pool_limit) for what it RETAINS.
+//     When every segment is in use, the pool grows anyway and sheds the surplus once it is free.
+//   * A share_memory_() tensor (tensor kind 2, bulk_codec.cpp) is never copied. Its own handle
+//     travels, and the receiver maps it, so writes are shared both ways. For file_descriptor the
+//     receiver opens /proc/<pid>/fd/<fd>, checked like a segment; for file_system it opens the
+//     name. The sender PINS its storage in a slot of its pin segment (a memfd of 4096 ticket
+//     slots). The pin holds until the receiver has mapped it and cleared the slot. So a tensor
+//     the sender drops at once still arrives. The I/O thread and the next pin() sweep cleared
+//     slots; drop_peer() and teardown release the rest. A handle coming back to the process that
+//     sent it resolves to the same storage (remembered weakly by name).
+//   * A message never decoded (dropped, peer died) keeps its reference. The segment stays in
+//     use until its owner drops that peer's pool (peer_down) or tears down. A dead peer's
+//     references die with it the same way. A node's teardown also lets go of every unused peer
+//     mapping.
 //
 //   owner: CAS 0->1, memcpy --pid,fd,name,gen,offset,ticket--> receiver: map (cached), claim,
 //   view; tensor sent on: refs+1 --> ... ; every tensor dies -> refs 0 -> free for the owner
@@ -59,19 +62,21 @@
 // Only memfds named "troupe_rpc_..." are ever opened by a receiver.
 //
 // Note [shm reachability]
-// The same CAF host id does not prove that a peer can open this process's memfds: processes in
-// different pid namespaces (containers sharing the host's network) or without ptrace-read access
-// to each other cannot. So a node sends a tensor through shared memory only to a peer that
-// showed it can, during the hello (messages.hpp); to any other peer, and before the handshake,
-// tensors travel as inline bytes (kind 0), share_memory_() tensors as ordinary copies.
+//
+// The same CAF host id does not prove that a peer can open this process's memfds. Processes in
+// different pid namespaces (containers sharing the host's network) cannot. Nor can processes
+// without ptrace-read access to each other. So a node sends a tensor through shared memory only
+// to a peer that showed it can, during the hello (messages.hpp). To any other peer, and before
+// the handshake, tensors travel as inline bytes (kind 0), share_memory_() tensors as ordinary
+// copies.
 //
 //   A --hello{probe_A}--> B: B opens probe_A like a segment: ok_B
 //   A <--hello_ack{probe_B, shm_ok = ok_B}-- B: reachable_A[B] = ok_B; A opens probe_B: ok_A
 //   A --shm_verdict{ok_A}--> B's agent, and channel_auth{..., shm_ok = ok_A} on the direct
 //   connection: reachable_B[A] = ok_A before any request of A's is read on either path
 //
-// Access need not be symmetric (a process that dropped its capabilities may not read one that
-// kept them, while the reverse is allowed), so each side is told by the other. A later hello
+// Access need not be symmetric: a process that dropped its capabilities may not read one that
+// kept them, while the reverse is allowed. So each side is told by the other. A later hello
 // (B calling A) repeats the exchange the other way round with the same outcome.
 //
 // A probe is a 4 KiB memfd named troupe_rpc_probe_..., opened and checked exactly as a
@@ -122,11 +127,11 @@ class bulk_names {
   /// Closes the pools (later acquire() calls return nullptr), drops every segment not in use
   /// and lets go of this process's unused mappings of peers' segments. Node teardown.
   void unlink_all();
-  /// `peer` (a node id string) is gone: its pool is dropped; segments it still held are freed
-  /// by the kernel once no local tensor views them.
+  /// `peer` (a node id string) is gone: its pool is dropped. The kernel frees the segments it
+  /// still held once no local tensor views them.
   void drop_peer(const std::string& peer);
-  /// A segment for `peer` with room for `nbytes`, now holding one reference (its generation
-  /// bumped and written to the header), or nullptr when the pool is closed or cannot grow.
+  /// A segment for `peer` with room for `nbytes`, now holding one reference. Its generation is
+  /// bumped and written to the header. nullptr when the pool is closed or cannot grow.
   bulk_segment* acquire(const std::string& peer, std::size_t nbytes);
 
   /// Where a pin is: a slot of this node's pin segment holding `ticket` until the receiver

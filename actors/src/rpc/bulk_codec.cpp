@@ -110,8 +110,9 @@ bool write_tensor_bulk(writer& w, const tensor& h) {
 
 namespace {
 
-// Takes this decode's reference (the message's on the first decode of its ticket, a new one for a
-// duplicate) and checks the generation; throws protocol_violation when the segment moved on.
+// Takes this decode's reference and checks the generation. On the first decode of its ticket
+// that is the message's reference; a duplicate takes a new one. Throws protocol_violation when
+// the segment moved on.
 void take_reference(d::segment_header* hdr, const std::string& name, std::uint64_t gen, std::uint64_t ticket) {
   const bool first = d::table().claim(ticket);
   const std::uint32_t refs = hdr->refs.load(std::memory_order_acquire);

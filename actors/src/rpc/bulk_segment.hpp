@@ -1,6 +1,7 @@
 #pragma once
-// Internals of Note [tensor over shared memory] (rpc/bulk.hpp) shared by bulk.cpp (segments,
-// pools, the process's table of mappings) and bulk_codec.cpp (tensor kinds 1 and 2, pins).
+// Internals of Note [tensor over shared memory] (rpc/bulk.hpp). bulk.cpp uses them for
+// segments, pools and the process's table of mappings; bulk_codec.cpp for tensor kinds 1 and 2 and
+// pins.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -88,8 +89,9 @@ std::shared_ptr<seg_mapping> create_memfd_mapping(const std::string& name, std::
 /// opened, protocol_violation when it is another file.
 int open_peer_memfd(const std::string& name, int pid, int fd);
 
-/// Every segment this process maps: its own (weakly: the pool and tensors hold them), peers'
-/// (an LRU bounded by bulk_cache_limit) and peers' pin segments, plus the tickets claimed.
+/// Every segment this process maps, plus the tickets claimed. That is its own segments (weakly:
+/// the pool and tensors hold them), peers' (an LRU bounded by bulk_cache_limit) and peers' pin
+/// segments.
 class segment_table {
  public:
   void add_own(const std::shared_ptr<seg_mapping>& m);
@@ -98,8 +100,8 @@ class segment_table {
   std::shared_ptr<seg_mapping> get(const std::string& name, int pid, int fd);
   /// The mapping of a peer's pin segment (cached; see pin_table).
   std::shared_ptr<seg_mapping> pins(const std::string& name, int pid, int fd);
-  /// Remembers (weakly) a share_memory_() storage this process sent by handle, so its own
-  /// handle coming back resolves to the same storage instead of a second mapping.
+  /// Remembers (weakly) a share_memory_() storage this process sent by handle. So its own handle
+  /// coming back resolves to the same storage instead of a second mapping.
   void add_own_shared(const std::string& name, const std::shared_ptr<storage>& s);
   /// That storage, if it is still alive.
   std::shared_ptr<storage> own_shared(const std::string& name);

@@ -17,10 +17,10 @@ std::vector<char> byte_pool::fitting(std::size_t need) {
       bytes_ -= got.capacity();
     }
   }
-  // None fits: a fresh one, rounded up so that a message of about the same size fits it later
-  // (a frame body is a few bytes longer than the payload it carries): to a MiB, or below a MiB to
-  // byte_pool_min_bytes, so that it is never twice the need (a tensor viewing its payload must
-  // fill half of the buffer: Note [adopted payload]).
+  // None fits: a fresh one, rounded up so that a message of about the same size fits it later.
+  // A frame body is a few bytes longer than the payload it carries. It is rounded to a MiB, or
+  // below a MiB to byte_pool_min_bytes. So it is never twice the need: a tensor viewing its
+  // payload must fill half of the buffer (Note [adopted payload]).
   if (got.capacity() < need) {
     const std::size_t round = need >= byte_pool_round ? byte_pool_round : byte_pool_min_bytes;
     got.reserve((need + round - 1) / round * round);  // `got` is empty here: nothing kept fitted

@@ -1,7 +1,7 @@
 #pragma once
-// The caller side of the direct channel (Note [direct channel] in rpc/direct_channel.hpp): a
-// call is entered in the call table, passes the transport hook and is written by the calling
-// thread; its response passes the hook on the reading thread and completes it.
+// The caller side of the direct channel (Note [direct channel] in rpc/direct_channel.hpp).
+// A call is entered in the call table, passes the transport hook and is written by the calling
+// thread. Its response passes the hook on the reading thread and completes it.
 //
 //   call --table.add--> hook.on_send --> frame_sender (small: scratch buffer; large: split)
 //   response --hook.on_receive--> drop | delay (timer queue) | table.finish

@@ -31,9 +31,9 @@ void call_server::on_request(const std::shared_ptr<channel_conn>& c, rpc_request
 }
 
 void call_server::serve(const std::shared_ptr<channel_conn>& c, rpc_request req_in, int copies, led_jobs* jobs) {
-  // The jobs (more than one only for a duplicating fault plan) share the request: copying it
-  // copied its payload, a whole extra pass over a large tensor sent as bytes. When they are done,
-  // a large payload's buffer goes back to the node's pool (Note [byte pool]).
+  // The jobs (more than one only for a duplicating fault plan) share the request. Copying it
+  // would copy its payload, a whole extra pass over a large tensor sent as bytes. When they are
+  // done, a large payload's buffer goes back to the node's pool (Note [byte pool]).
   // Everything the job needs, in one allocation.
   struct served_request {
     rpc_request req;

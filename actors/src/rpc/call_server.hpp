@@ -1,6 +1,6 @@
 #pragma once
-// The callee side of the direct channel (Note [direct channel] in rpc/direct_channel.hpp): a
-// request passes the transport hook, becomes one executor job per copy, and its response goes
+// The callee side of the direct channel (Note [direct channel] in rpc/direct_channel.hpp).
+// A request passes the transport hook and becomes one executor job per copy. Its response goes
 // back on the connection it came from.
 //
 //   request --hook.on_receive--> drop | delay (timer queue) | copies

@@ -48,8 +48,8 @@ class call_table {
   /// (nobody can wait on it before). Returns its id; 0 once the table is closed.
   std::uint64_t add(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,
                     const std::string& function);
-  /// Completes call `id` if it is pending on `c` (a response answers only its own connection's
-  /// calls); does nothing when it is not (late, duplicated, elsewhere).
+  /// Completes call `id` if it is pending on `c`: a response answers only its own connection's
+  /// calls. Does nothing when it is not (late, duplicated, elsewhere).
   void finish(const channel_conn* c, std::uint64_t id, errc code, std::string msg, std::vector<char> payload, std::vector<char> meta);
   /// Fails every call pending on `c` with peer_lost: `peer` was lost for `why`; `me` names this
   /// node.

@@ -99,8 +99,8 @@ bool channel_conn::write_parts(const part* parts, std::size_t count, bool own_tu
     if (closed()) return false;
     if (flushing_ && own_turn) {
       // A fragment waits for the flusher instead of handing it its bytes. Otherwise a small
-      // writer that happened to be flushing would send every later fragment of the large
-      // frame, and its own call would wait for the whole transfer.
+      // writer that happened to be flushing would send every later fragment of the large frame.
+      // Its own call would then wait for the whole transfer.
       ++turn_waiters_;
       while (flushing_ && !closed()) turn_cv_.wait_for(lock, std::chrono::milliseconds(50));
       --turn_waiters_;
@@ -112,8 +112,8 @@ bool channel_conn::write_parts(const part* parts, std::size_t count, bool own_tu
     }
     flushing_ = true;  // out_ is empty whenever nobody flushes
   }
-  // Nobody else is writing: send straight from the caller's buffers (no copy into out_; for a
-  // large tensor sent as bytes that copy was a whole pass over it), then what others queued.
+  // Nobody else is writing: send straight from the caller's buffers, then what others queued.
+  // No copy into out_: for a large tensor sent as bytes, that copy would be a whole pass over it.
   bool ok = send_parts(parts, count);
   for (;;) {
     if (!ok) {
@@ -138,10 +138,9 @@ bool channel_conn::write_parts(const part* parts, std::size_t count, bool own_tu
   }
 }
 
-// Note [fragments]: few unsent bytes in the kernel while fragments go out, so a small frame written
-// between two of them is not queued behind megabytes there. Only then: a whole frame cannot be
-// passed anyway, and the low-water mark costs a wake-up of its writer per 256 KiB (1 MB echo as
-// bytes 1.35 -> 1.75 ms with it on all the time).
+// Note [fragments]: few unsent bytes in the kernel while fragments go out. So a small frame
+// written between two of them is not queued behind megabytes there. Only then: a whole frame
+// cannot be passed anyway, and the low-water mark costs a wake-up of its writer per 256 KiB.
 channel_conn::fragmenting::fragmenting(channel_conn& c) : c_(c) {
   std::lock_guard<std::mutex> lock(c_.lowat_mutex_);
   if (c_.fragment_writers_++ == 0) {
@@ -203,17 +202,17 @@ bool channel_conn::read_available(bool block_first, std::size_t budget) {
   int flags = block_first ? 0 : MSG_DONTWAIT;
   more_to_read = false;
   for (;;) {
-    // Note [fragments]: while a large message streams in, what follows it (a small call between
-    // two fragments) is parsed and served after at most this much, not after the whole message.
-    // Poll is level-triggered: the rest is read on the next round.
+    // Note [fragments]: while a large message streams in, what follows it is parsed and served
+    // after at most this much, not after the whole message. That is a small call between two
+    // fragments. Poll is level-triggered: the rest is read on the next round.
     if (got >= budget) {
       more_to_read = true;
       return true;
     }
     const std::size_t at = in.size();
-    // Note [direct fragment data]: the rest of a fragment straight into its stream's buffer (as
-    // much as it has room for now), and, with its last bytes, a little after it into `in` (the
-    // next fragment's head, or small frames).
+    // Note [direct fragment data]: the rest of a fragment goes straight into its stream's
+    // buffer, as much as it has room for now. With its last bytes, a little after it goes into
+    // `in`: the next fragment's head, or small frames.
     const std::size_t direct = streams.direct_room();
     const bool tail = direct > 0 && direct == streams.direct_left();
     // 64 KiB, or the room a large frame's reservation left (direct_channel::parse_frames).
@@ -237,8 +236,8 @@ bool channel_conn::read_available(bool block_first, std::size_t budget) {
     in.resize(at + (n - to_direct));
     got += n;
     if (n > 0) bytes_read.fetch_add(n, std::memory_order_relaxed);
-    // A short read drained the socket (poll is level-triggered: more that arrives later, or an
-    // EOF behind these bytes, is seen on the next poll), so no recv that would only say EAGAIN.
+    // A short read drained the socket, so no recv that would only say EAGAIN. Poll is
+    // level-triggered: more that arrives later, or an EOF behind these bytes, is seen next poll.
     if (k > 0 && n < direct + chunk) return true;
     if (k > 0 && direct > 0) {  // the fragment is in: its stream and the next head are parsed first
       more_to_read = true;

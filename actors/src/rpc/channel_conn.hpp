@@ -1,6 +1,7 @@
 #pragma once
-// One direct RPC connection (Note [direct channel] in rpc/direct_channel.hpp): a non-blocking TCP
-// socket, its read buffer (the I/O thread's), and a write side that combines concurrent writes.
+// One direct RPC connection (Note [direct channel] in rpc/direct_channel.hpp). It holds a
+// non-blocking TCP socket and its read buffer (the I/O thread's). Its write side combines
+// concurrent writes.
 
 #include <atomic>
 #include <chrono>
@@ -49,8 +50,8 @@ struct uninit_allocator : std::allocator<T> {
 /// single connection. That is one system call per message instead of two on the round trip's
 /// critical path. The socket is therefore blocking, with SO_RCVTIMEO = first_read_slice. Every
 /// other send and recv on it passes MSG_DONTWAIT. Such a wait cannot also watch an eventfd.
-/// Whatever would have woken it is seen when the slice ends: another thread completing the
-/// caller's call (a deadline, a delayed response, stop()), or an interrupt of the leader. The
+/// Whatever would have woken it is seen when the slice ends. That is another thread completing
+/// the caller's call (a deadline, a delayed response, stop()), or an interrupt of the leader. The
 /// thread then falls back to poll() on the socket and its eventfd, at most first_read_slice
 /// late. A closed connection (peer lost, shutdown) ends the recv at once.
 inline constexpr std::chrono::microseconds first_read_slice{1000};
@@ -82,9 +83,9 @@ class channel_conn {
   /// `own_turn`: wait for a writer that is flushing to finish instead of leaving these bytes to
   /// it (write_fragmented).
   bool write_parts(const part* parts, std::size_t count, bool own_turn = false);
-  /// One whole frame in several buffers (the first holding at least its 5-byte header), written
-  /// as fragments (Note [fragments] in rpc/fragment.hpp), each with write_parts, so frames of
-  /// other writers go out between them. The same contract as write().
+  /// One whole frame in several buffers; the first holds at least its 5-byte header. It is
+  /// written as fragments (Note [fragments] in rpc/fragment.hpp), each with write_parts. So
+  /// frames of other writers go out between them. The same contract as write().
   bool write_fragmented(const part* parts, std::size_t count);
   /// Shuts the socket down (the I/O thread then sees the hang-up); idempotent, thread-safe.
   void close();
@@ -95,8 +96,8 @@ class channel_conn {
   /// for data, up to first_read_slice (Note [blocking first read]). Reads at most about
   /// `budget` bytes (Note [connection hygiene]: a small one before authentication).
   bool read_available(bool block_first = false, std::size_t budget = max_read_bytes);
-  /// The last read_available stopped with bytes possibly left in the socket (its budget used, or a
-  /// fragment read straight into its stream: Note [direct fragment data]).
+  /// The last read_available stopped with bytes possibly left in the socket. Its budget was used,
+  /// or a fragment was read straight into its stream (Note [direct fragment data]).
   bool more_to_read = false;
   /// Bytes read so far (tells a blocking first read that timed out from one that read).
   std::atomic<std::uint64_t> bytes_read{0};
@@ -113,8 +114,8 @@ class channel_conn {
   fragment_streams streams;  ///< fragments being put together (the reading role too)
 
   // The reading role of an outgoing connection (Note [direct channel], "the caller reads its own
-  // response"): a caller thread that waits for one of its calls reads the socket itself; the I/O
-  // thread reads it only for calls nobody waits on.
+  // response"). A caller thread that waits for one of its calls reads the socket itself. The
+  // I/O thread reads it only for calls nobody waits on.
   std::mutex read_mutex;                    ///< held while reading and parsing `in`
   std::atomic<bool> caller_reading{false};  ///< a waiting caller reads: the I/O thread stays away
   int reader_wake = -1;                     ///< eventfd (outgoing only): wakes the reading caller
@@ -122,8 +123,9 @@ class channel_conn {
   /// it runs on that thread: the reader checks its call after every read.
   std::atomic<std::thread::id> reader_thread{};
   std::shared_ptr<rpc::detail::call_helper> waiter;  ///< outgoing: helps the calls on it (direct_channel::read_until_done)
-  // Under the channel's pending lock: calls pending on this connection, those nobody waits on,
-  // and whether a caller that stopped reading left calls behind (the I/O thread reads for them).
+  // Under the channel's pending lock: calls pending on this connection and those nobody waits
+  // on. Also whether a caller that stopped reading left calls behind (the I/O thread reads for
+  // them).
   mutable int pending_calls = 0;
   mutable int unattended = 0;
   mutable bool handed_over = false;

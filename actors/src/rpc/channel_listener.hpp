@@ -1,7 +1,8 @@
 #pragma once
-// The accepting side of the direct channel (Note [direct channel] in rpc/direct_channel.hpp):
-// the listening socket, the bounds on connections that have not authenticated (Note [connection
-// hygiene] in rpc/accept_guard.hpp), and the one-use tickets that let a connection in.
+// The accepting side of the direct channel (Note [direct channel] in rpc/direct_channel.hpp).
+// It holds the listening socket and the bounds on connections that have not authenticated
+// (Note [connection hygiene] in rpc/accept_guard.hpp). It also holds the one-use tickets that
+// let a connection in.
 //
 //   agent: issue_ticket(peer) -> secret --CAF, after the job token--> peer
 //   peer: connect --channel_auth{name, secret}--> I/O thread: redeem(secret, name) -> peer, node

@@ -66,8 +66,8 @@ borrowed_parts* borrowing(const writer& w) {
   return ctx.borrow ? ctx.gather : nullptr;
 }
 
-/// Kind 0 (`device` < 0), 3 or 4 (with `device`): header, padding, the bytes of contiguous CPU `h`,
-/// or, when large and the encode borrows, a borrowed part in their place.
+/// Kind 0 (`device` < 0), 3 or 4 (with `device`). Writes the header, padding and the bytes of
+/// contiguous CPU `h`. When large and the encode borrows, writes a borrowed part in their place.
 void write_inline(writer& w, const tensor& h, std::uint8_t kind, std::int32_t device) {
   w.pod(kind);
   w.pod(std::uint8_t{1});  // defined

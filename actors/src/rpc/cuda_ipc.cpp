@@ -126,8 +126,8 @@ struct ipc_event {
 
 bool write_tensor_ipc(writer& w, const tensor& t, std::int32_t to, std::vector<std::shared_ptr<const void>>& keep) {
   try {
-    // A private copy on the caller's current stream: the caller may overwrite or free `t` as soon
-    // as the call returned its future, as with staging. The caching allocator hands out whole
+    // A private copy on the caller's current stream. The caller may overwrite or free `t` as
+    // soon as the call returned its future, as with staging. The caching allocator hands out whole
     // cudaMalloc blocks: a plain storage's data is the base of its allocation.
     const tensor c = t.is_contiguous() ? t.clone() : t.contiguous();
     if (!c.is_contiguous()) return false;

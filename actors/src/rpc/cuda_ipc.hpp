@@ -51,15 +51,16 @@ void write_tensor_header(writer& w, const tensor& h);
 /// (codec.cpp; `sizes` names the tensor).
 void check_device_present(const shape_t& sizes, std::int32_t index);
 
-/// Writes a private copy of `t` (a CUDA tensor) as kind 5 for device `to` of the peer: an IPC
-/// handle of the copy's allocation, the offset and an IPC event recorded on the current stream of its device. On
-/// success appends what must live until the call's response (the tensor and the event) to
-/// `keep` and returns true; on any failure writes nothing and returns false (the caller stages).
+/// Writes a private copy of `t` (a CUDA tensor) as kind 5 for device `to` of the peer. It writes
+/// an IPC handle of the copy's allocation, the offset, and an IPC event recorded on the current
+/// stream of its device. On success it appends to `keep` what must live until the call's
+/// response (the tensor and the event), and returns true. On any failure it writes nothing and
+/// returns false (the caller stages).
 bool write_tensor_ipc(writer& w, const tensor& t, std::int32_t to, std::vector<std::shared_ptr<const void>>& keep);
 
-/// Reads the IPC part of a kind-5 tensor of `sizes`/`dt`/`nbytes` for local device `to`: waits for
-/// the sender's event on the current stream of `to`, copies into a new tensor on `to` and
-/// synchronises. `cache` (may be null: opened and closed here) holds the mappings of `peer`.
+/// Reads the IPC part of a kind-5 tensor of `sizes`/`dt`/`nbytes` for local device `to`. It
+/// waits for the sender's event on the current stream of `to`, copies into a new tensor on `to`
+/// and synchronises. `cache` (may be null: opened and closed here) holds the mappings of `peer`.
 /// device_mismatch when this process lacks `to`; cuda_failure naming the call when CUDA fails.
 tensor read_tensor_ipc(reader& r, const shape_t& sizes, troupe::dtype dt, std::uint64_t nbytes, std::int32_t to,
                        troupe::detail::cuda_ipc_cache* cache, const std::string& peer);

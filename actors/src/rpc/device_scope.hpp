@@ -13,10 +13,10 @@ namespace troupe::rpc::detail {
 /// CUDA tensors are staged as CPU tensors (kind 0).
 class device_scope {
  public:
-  /// A call to `peer`: CUDA tensors go to the devices `maps` gives (kind 3, staged), or by IPC
-  /// handle (kind 5) when `ipc` (same host, another process) and CUDA allows it.
+  /// A call to `peer`: CUDA tensors go to the devices `maps` gives (kind 3, staged). They go by
+  /// IPC handle (kind 5) when `ipc` (same host, another process) and CUDA allows it.
   device_scope(const device_maps& maps, std::string peer, bool ipc);
-  /// A served call's answer: CUDA tensors go staged with their own device index (kind 4); the
+  /// A served call's answer: CUDA tensors go staged with their own device index (kind 4). The
   /// caller puts them on its device by the reverse of its map.
   device_scope() = default;
   device_scope(const device_scope&) = delete;

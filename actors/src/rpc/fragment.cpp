@@ -131,8 +131,8 @@ std::size_t fragment_streams::direct_room() {
 }
 
 char* fragment_streams::room_for(stream& s, std::size_t n) {
-  // Within the capacity reserved at the first fragment (the checks keep filled + n within the
-  // stream's total): no reallocation; zero-fills only what the buffer never held before.
+  // Within the capacity reserved at the first fragment: no reallocation, since the checks keep
+  // filled + n within the stream's total. It zero-fills only what the buffer never held before.
   if (s.rest.size() < s.filled + n) s.rest.resize(s.filled + n);
   return s.rest.data() + s.filled;
 }

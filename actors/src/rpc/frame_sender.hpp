@@ -1,7 +1,8 @@
 #pragma once
-// Writing the direct channel's frames under the transport hook's decision (Note [transport
-// hook]): how many copies, after what delay, held by a reply batch (Note [reply batch]), and a
-// large payload sent without copying it into the frame (rpc/split_frame.hpp).
+// Writing the direct channel's frames under the transport hook's decision
+// (Note [transport hook]). The decision says how many copies, after what delay, and whether a
+// reply batch holds them (Note [reply batch]). A large payload is sent without copying it into
+// the frame (rpc/split_frame.hpp).
 //
 //   small frame ---------> this thread's scratch buffer --> write (no allocation per call)
 //   large payload -------> split frame --> write_parts, or write_fragmented on the writer thread
@@ -47,11 +48,11 @@ class frame_sender {
   /// A response given into `batch` is held there (Note [reply batch]).
   bool send(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_response& m, const transport_decision& d,
             rpc::reply_batch* batch = nullptr);
-  /// Sends `m`, whose payload is large, as a split frame; one large enough to go in fragments is
-  /// written by the writer thread (Note [fragments]). The payload buffer then goes back to the
+  /// Sends `m`, whose payload is large, as a split frame. The writer thread writes one large
+  /// enough to go in fragments (Note [fragments]). The payload buffer then goes back to the
   /// pool. False when it is larger than `max_body` (nothing sent).
-  /// With `borrowed` parts (Note [borrowed tensor bytes]) the frame is written on this thread,
-  /// which returns once the kernel holds all of it (or the connection closed); the parts are
+  /// With `borrowed` parts (Note [borrowed tensor bytes]) the frame is written on this thread.
+  /// It returns once the kernel holds all of it, or the connection closed. The parts are
   /// released before it returns.
   bool send_large(const std::shared_ptr<channel_conn>& c, frame_kind kind, rpc_request m, const transport_decision& d,
                   rpc::detail::borrowed_parts borrowed = {});

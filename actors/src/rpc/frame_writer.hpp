@@ -1,10 +1,10 @@
 #pragma once
 // A thread that writes large frames of the direct channel in the background (Note [fragments]
-// in rpc/fragment.hpp): rpc_async of a tensor sent as bytes returns once the request is encoded,
-// not once 64 MB went through the socket, and an executor thread answering with one is free
-// again at once. The payload is the message's own encoded copy, so the caller may change its
-// tensor as soon as the call returns. A frame that borrows its tensors' bytes (Note [borrowed
-// tensor bytes] in rpc/borrowed_parts.hpp) is never queued here: its sender writes it.
+// in rpc/fragment.hpp). So rpc_async of a tensor sent as bytes returns once the request is
+// encoded, not once 64 MB went through the socket. An executor thread answering with one is
+// free again at once. The payload is the message's own encoded copy, so the caller may change
+// its tensor as soon as the call returns. A frame that borrows its tensors' bytes is never
+// queued here: its sender writes it (Note [borrowed tensor bytes] in rpc/borrowed_parts.hpp).
 //
 // Started on first use, so a node that never sends such a frame has no extra thread. Writes run
 // in the order they were queued. stop() runs what is queued (a closed connection makes each write

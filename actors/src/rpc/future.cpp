@@ -8,8 +8,8 @@
 namespace troupe::rpc::detail {
 
 namespace {
-// Grace beyond the deadline: the agent's deadline sweep runs every few milliseconds, so a call
-// is completed well within it; the grace only guards against a wedged agent.
+// Grace beyond the deadline. The agent's deadline sweep runs every few milliseconds, so a call
+// is completed well within it. The grace only guards against a wedged agent.
 constexpr auto deadline_grace = std::chrono::seconds(2);
 }  // namespace
 

@@ -1,6 +1,7 @@
 #pragma once
-// Runtime side of Note [call interceptor] (troupe/actors/rpc/interceptor.hpp): the interceptor of
-// a node, and how an exception thrown by the interceptor is told apart from the call's own errors.
+// Runtime side of Note [call interceptor] (troupe/actors/rpc/interceptor.hpp). It holds the
+// interceptor of a node. It tells an exception thrown by the interceptor apart from the call's
+// own errors.
 
 #include <atomic>
 #include <memory>
@@ -13,7 +14,7 @@
 
 namespace troupe::rpc::detail {
 
-/// An exception thrown by an interceptor, rethrown as a troupe::error: it keeps the code of a
+/// An exception thrown by an interceptor, rethrown as a troupe::error. It keeps the code of a
 /// troupe::error (anything else becomes invalid_state) and prefixes where it happened. The callee
 /// answers it as remote_exception; the caller's future carries it.
 class interceptor_failure : public error {

@@ -3,14 +3,15 @@
 // only.
 //
 // Note [worker identity]
+//
 // Every hello carries the sender's worker_info. A node admits a hello only when its claim fits
-// the job it knows: the same world size, a rank in [0, world_size), and a name and a rank that
-// no other live node holds (a node holds its own). The node that said hello first keeps its
-// identity while its agent lives; a second process claiming the same rank or name is refused
-// with `unauthorized` naming the rank and the name, and logged on stderr. Rank 0 sees every
-// joining node first, so an impostor's node constructor throws before it can register its
-// address in the store. A claim ends with its agent's down message (the process died or was
-// cut off); then a new process may take the identity.
+// the job it knows. The claim needs the same world size and a rank in [0, world_size). Its name
+// and rank must be held by no other live node (a node holds its own). The node that said hello
+// first keeps its identity while its agent lives. A second process claiming the same rank or
+// name is refused with `unauthorized` naming the rank and the name, and logged on stderr.
+// Rank 0 sees every joining node first, so an impostor's node constructor throws before it can
+// register its address in the store. A claim ends with its agent's down message (the process
+// died or was cut off); then a new process may take the identity.
 
 #include <cstdint>
 #include <map>

@@ -1,6 +1,6 @@
 #pragma once
 // When an ordinary function's request is run as a quick job (Note [predicted quick] in
-// executor.hpp): the prediction from its recent runs, and the budget of one read.
+// executor.hpp). It holds the prediction from its recent runs, and the budget of one read.
 
 #include <algorithm>
 #include <chrono>
@@ -12,10 +12,10 @@
 namespace troupe::detail {
 
 // Note [predicted quick] (executor.hpp): a function is run as a quick job once its last
-// predict_after runs each took under short_run, and only while the quick jobs of one read are
-// expected to take no more than short_run together: a read of many tiny requests is served by the
-// leader in one go, while requests of tens of microseconds that arrive together still go to
-// followers, in parallel on a machine with the cores for it.
+// predict_after runs each took under short_run. It stays one only while the quick jobs of one
+// read are expected to take no more than short_run together. So the leader serves a read of
+// many tiny requests in one go. Requests of tens of microseconds that arrive together still go
+// to followers, in parallel on a machine with the cores for it.
 constexpr auto short_run = std::chrono::microseconds(50);
 constexpr std::uint32_t predict_after = 16;
 

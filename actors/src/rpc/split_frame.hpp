@@ -1,10 +1,10 @@
 #pragma once
-// A request or response frame of the direct channel whose payload is not copied into it: the
-// bytes before the payload (frame header, the fields before it, its length), the payload itself
-// (borrowed from the message) and the bytes after it, written with one sendmsg. On the wire it
-// is exactly append_frame's frame of the same message (tested in codec_test). A large tensor sent
-// as bytes (between hosts) is then copied once less on the sending side, and no second buffer of
-// its size is allocated for the frame.
+// A request or response frame of the direct channel whose payload is not copied into it.
+// It is written with one sendmsg in three parts. First come the bytes before the payload: the
+// frame header, the fields before it, its length. Then the payload itself, borrowed from the
+// message, and the bytes after it. On the wire it is exactly append_frame's frame of the same
+// message (tested in codec_test). A large tensor sent as bytes (between hosts) is then copied
+// once less on the sending side. No second buffer of its size is allocated for the frame.
 
 #include <cstddef>
 #include <cstdint>
@@ -67,10 +67,10 @@ inline bool before_payload(frame_codec::reader& r, rpc_response& m) {
 }
 }  // namespace split_detail
 
-/// parse_body for a body with a large payload: the payload is copied once into `msg.payload`
-/// (whose capacity is kept: a pooled buffer, Note [byte pool]) without the zero-fill that CAF's
-/// loader does first (a whole extra pass over a large tensor sent as bytes). Same result and the
-/// same checks as parse_body (tested in split_frame_test).
+/// parse_body for a body with a large payload. The payload is copied once into `msg.payload`,
+/// whose capacity is kept (a pooled buffer, Note [byte pool]). There is no zero-fill first, as
+/// CAF's loader would do: a whole extra pass over a large tensor sent as bytes. Same result and
+/// the same checks as parse_body (tested in split_frame_test).
 template <class T>
 bool parse_split_body(const char* data, std::size_t n, T& msg) {
   frame_codec::reader src{data, data + n};
@@ -83,9 +83,9 @@ bool parse_split_body(const char* data, std::size_t n, T& msg) {
   return src.ok && src.p == src.end;
 }
 
-/// The head of a body (the fields before the payload and its length prefix) when `data` (the
-/// body's first `n` bytes) holds all of it: its size and the payload's length. For fragments put
-/// together around the payload (Note [fragments]).
+/// The head of a body: the fields before the payload and its length prefix. When `data` (the
+/// body's first `n` bytes) holds all of it, returns its size and the payload's length. For
+/// fragments put together around the payload (Note [fragments]).
 template <class T>
 bool split_head_size(const char* data, std::size_t n, std::size_t& head, std::size_t& payload) {
   T msg;

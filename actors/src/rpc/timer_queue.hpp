@@ -1,6 +1,7 @@
 #pragma once
-// Work to run at a later time on the direct channel's I/O thread: a response or request held
-// back by the transport hook (a delay of the fault plan), a send the hook delayed.
+// Work to run at a later time on the direct channel's I/O thread. That is a response or
+// request held back by the transport hook (a delay of the fault plan), or a send the hook
+// delayed.
 
 #include <chrono>
 #include <functional>

@@ -1,8 +1,9 @@
 #pragma once
-// Frames of the direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): a 5-byte header
-// (u32 body length, little endian; u8 kind) and the body, a typed struct in CAF's binary format
-// (its inspect(); requests and responses by the code of Note [frame codec], the same bytes);
-// byte vectors are copied raw, no float is ever inspected.
+// Frames of the direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp). A frame
+// is a 5-byte header (u32 body length, little endian; u8 kind) and the body. The body is a
+// typed struct in CAF's binary format (its inspect()). Requests and responses are written by
+// the code of Note [frame codec], with the same bytes. Byte vectors are copied raw; no float is
+// ever inspected.
 
 #include <cstddef>
 #include <cstdint>
@@ -79,13 +80,15 @@ bool parse_body(const char* data, std::size_t n, T& msg) {
 }
 
 // Note [frame codec]
-// rpc_request and rpc_response, the frames of every call, are written and read by the code below
-// rather than through CAF's serializer: the same bytes (u64 in network order, u8, a string or a
-// byte vector as CAF's varbyte length then its bytes; checked against CAF's serializer and
-// deserializer in codec_test), but without a virtual call and a caf::error per field, four times
-// per round trip (figures in docs/benchmarks.md). The auth frame and the split large-payload paths (rpc/split_frame.hpp) are read by
-// this code too (CAF's loader allocates a sequence's announced length before it reads a byte) and
-// written by CAF, so the two must agree: they are tested to.
+//
+// rpc_request and rpc_response, the frames of every call, are written and read by the code
+// below rather than through CAF's serializer. The bytes are the same: u64 in network order,
+// u8, a string or a byte vector as CAF's varbyte length then its bytes. codec_test checks them
+// against CAF's serializer and deserializer. The code below saves a virtual call and a
+// caf::error per field, four times per round trip (figures in docs/benchmarks.md).
+// The auth frame and the split large-payload paths (rpc/split_frame.hpp) are read by this code
+// too. The reason: CAF's loader allocates a sequence's announced length before it reads a byte.
+// They are written by CAF, so the two must agree, and they are tested to.
 namespace frame_codec {
 
 inline std::size_t varbyte_size(std::uint32_t x) {
@@ -222,8 +225,8 @@ inline bool parse_body(const char* data, std::size_t n, rpc_response& m) {
   return r.ok && r.p == r.end;
 }
 
-/// parse_body for the auth frame (Note [frame codec]): its strings are checked against the bytes
-/// left before they are allocated (CAF's loader allocates a string's announced length first).
+/// parse_body for the auth frame (Note [frame codec]). Its strings are checked against the bytes
+/// left before they are allocated. CAF's loader would allocate a string's announced length first.
 inline bool parse_body(const char* data, std::size_t n, channel_auth& m) {
   frame_codec::reader r{data, data + n};
   r.seq(m.name);

@@ -100,8 +100,8 @@ std::shared_ptr<rref_detail::handle> rref_context::make_local(std::vector<char> 
 void rref_context::with_held(const rref_id& id, std::chrono::milliseconds timeout,
                              const std::function<void(std::shared_ptr<const rpc::held_value>&)>& fn) {
   auto& c = *impl_;
-  // A method call may overtake the remote_call that creates the value (no order is assumed
-  // between messages): its lease parks in the (PENDING) owner actor until the value exists.
+  // A method call may overtake the remote_call that creates the value: no order is assumed
+  // between messages. Its lease parks in the (PENDING) owner actor until the value exists.
   auto a = c.owner_for(id, true);
   if (!a) throw error(errc::invalid_state, "rref " + id.str() + " was deleted by its owner " + c.me_);
   const auto lease = c.next_id();

@@ -1,5 +1,5 @@
 // The router of an rref_context: its actor system, the id -> actor maps, tombstones and the
-// peers' service handles (Note [RRef protocol]; the courier is in courier.cpp).
+// peers' service handles (Note [RRef protocol]). The courier is in courier.cpp.
 #include <sstream>
 
 #include <caf/all.hpp>
@@ -299,8 +299,8 @@ void context_impl::send_delete(const std::string& owner, const rref_msg::user_de
   {
     std::lock_guard<std::mutex> lock(handover_mutex_);
     handover_.deletes.push_back(courier_delete{owner, del});
-    // One message per window, not per delete (each would schedule the courier), and one more when
-    // a batch is full or nothing is batched (release_window 0).
+    // One message per window, not per delete: each would schedule the courier. One more goes
+    // when a batch is full or nothing is batched (release_window 0).
     ask = !handover_asked_ || handover_.deletes.size() == max_delete_batch || opts_.release_window.count() <= 0;
     handover_asked_ = true;
   }

@@ -1,10 +1,10 @@
 #pragma once
-// The router of one rref_context (Note [RRef protocol] in rref/context.hpp): it spawns the
-// owner_rref / user_rref actors on the node's actor system, keeps id -> actor maps and the tombstones,
-// runs the node's RRef service actor (Note [rref service] in service.cpp), serves the data path's
-// reserved "troupe.rref.*" functions (serve.cpp), and caches the peers' service handles the
-// actors send their control messages to. Its mutex guards only the maps; no blocking request to
-// an actor is made under it.
+// The router of one rref_context (Note [RRef protocol] in rref/context.hpp). It spawns the
+// owner_rref / user_rref actors on the node's actor system and keeps id -> actor maps and the
+// tombstones. It runs the node's RRef service actor (Note [rref service] in service.cpp). It
+// serves the data path's reserved "troupe.rref.*" functions (serve.cpp). It caches the peers'
+// service handles the actors send their control messages to. Its mutex guards only the maps;
+// no blocking request to an actor is made under it.
 
 #include <algorithm>
 #include <atomic>
@@ -35,10 +35,10 @@ using fork_key = std::pair<rref_id, fork_id>;
 /// context_impl::ask for handlers that never park their answer.
 inline constexpr auto answers_at_once = std::chrono::milliseconds::max();
 
-/// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local of every
-/// thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it: a user
-/// thread that outlives the node would hang the node's teardown: the destructor waits forever.
-/// Foreign threads drop it with this guard after they spawned or asked.
+/// CAF 0.17 keeps a strong reference to the actor system's logger in a thread-local. It does so
+/// in every thread that spawns an actor or makes a scoped_actor, and ~actor_system waits for it.
+/// So a user thread that outlives the node would hang the node's teardown: the destructor waits
+/// forever. Foreign threads drop it with this guard after they spawned or asked.
 struct logger_release {
   logger_release() = default;
   logger_release(const logger_release&) = delete;
@@ -69,10 +69,10 @@ class tombstones {
   std::deque<std::pair<clock::time_point, K>> order_;
 };
 
-/// The router's own actor (courier.cpp): the tombstone sweep timer, the retried child_acks the
-/// router sends itself (for RRefs bound on their owner, and refused carriers), and the released
-/// forks' user_deletes, collected per owner for rref_options::release_window and sent as one
-/// retried message (Note [release batching] in courier.cpp).
+/// The router's own actor (courier.cpp). It runs the tombstone sweep timer. It sends the retried
+/// child_acks the router sends itself, for RRefs bound on their owner and for refused carriers.
+/// It collects the released forks' user_deletes per owner for rref_options::release_window and
+/// sends them as one retried message (Note [release batching] in courier.cpp).
 struct courier_send {
   std::string to;
   rref_msg::child_ack ack;
@@ -119,13 +119,16 @@ struct published_value {
   rref_msg::held_ptr value;
 };
 
-/// The router's entry of an OwnerRRef (Note [owner_rref actor]): its actor (null until something
-/// needs it: spawned READY when the function finished first, else PENDING), whether its user
-/// function was started (the remote_call dedupe) and is still RUNNING (deletion refused), a
-/// read-through snapshot of its value (installed by the function's thread or make_rref, replaced
-/// by the actor after a method, revoked by deletion erasing the entry; null while the value does
-/// not exist), the fetches from other workers parked until it exists, and the remote_call's
-/// answer while it is withheld (Note [withheld accept] in serve.cpp).
+/// The router's entry of an OwnerRRef (Note [owner_rref actor]). It holds:
+///   * its actor: null until something needs it; spawned READY when the function finished
+///     first, else PENDING;
+///   * whether its user function was started (the remote_call dedupe) and is still RUNNING
+///     (deletion refused);
+///   * a read-through snapshot of its value, null while the value does not exist. The
+///     function's thread or make_rref installs it. The actor replaces it after a method.
+///     Deletion revokes it by erasing the entry;
+///   * the fetches from other workers, parked until the value exists;
+///   * the remote_call's answer while it is withheld (Note [withheld accept] in serve.cpp).
 struct owner_entry {
   owner_rref_actor actor;
   bool started = false;
@@ -135,8 +138,8 @@ struct owner_entry {
   std::shared_ptr<rpc::reply_later> accept;
 };
 
-/// Answers a fetch's deferred reply with a value or its error: the value is encoded on the
-/// calling thread under the fetch's served-call scopes (Note [deferred reply]), so distributed
+/// Answers a fetch's deferred reply with a value or its error. The value is encoded on the
+/// calling thread under the fetch's served-call scopes (Note [deferred reply]). So distributed
 /// autograd records its send there. The answer goes into `batch` (Note [reply batch]).
 void answer_fetch(rpc::reply_later& reply, const published_value& v, rpc::reply_batch& batch);
 
@@ -212,7 +215,7 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   std::map<rref_id, int> local_refs_on_way_;
   std::vector<rref_id> accepts_waiting_;  // withheld remote_call answers (Note [withheld accept])
   bool accepts_armed_ = false;            // the courier's timer for them runs
-  // Deleted owners and DELETING forks until their last control message is done: CAF ends an
+  // Deleted owners and DELETING forks until their last control message is done. CAF ends an
   // actor nobody references, so the router keeps them until they call actor_done.
   std::map<caf::actor_addr, caf::actor> draining_;  // binds on the owner not yet taken by its actor
   tombstones<rref_id> deleted_owners_;
@@ -220,19 +223,19 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   tombstones<fork_key> owner_bound_;  // forks received by their owner (fork_probe: "received")
   tombstones<fork_key> abandoned_;    // forks probed for before they arrived: refused
   // Note [first contact]: looking up a peer's service blocks (a store round trip, and resolving
-  // the peer: connect, hello). Control messages are sent from actor handlers, and a scheduler
-  // thread blocked there can starve the store client's reply (two forks' first fork_requests took
-  // both threads of a node: the resolve timed out and the live owner was reported lost). So the
-  // lookup runs on this one thread (the node's default timeout); its end resends the attempt
+  // the peer: connect, hello). Control messages are sent from actor handlers. A scheduler thread
+  // blocked there can starve the store client's reply. Two forks' first fork_requests can take
+  // both threads of a node; the resolve then times out and the live owner is reported lost. So
+  // the lookup runs on this one thread (the node's default timeout). Its end resends the attempt
   // (retry_atom) or fails it. Stopped by close().
   std::shared_ptr<peer_services> peers_ = std::make_shared<peer_services>();
   std::unique_ptr<detail::executor> contact_ = std::make_unique<detail::executor>(1);
   mutable std::mutex lost_mutex_;
   std::set<std::string> lost_;        // peers that answered peer_lost (own mutex: actors read it)
   std::atomic<std::int64_t> in_flight_{0};
-  // Note [release batching]: handle releases and the user_deletes of DELETING forks, not taken by
-  // the courier yet; `handover_asked_`: the courier will take them without another message (a
-  // handover_atom is on its way or its window timer runs).
+  // Note [release batching]: handle releases and the user_deletes of DELETING forks, not yet
+  // taken by the courier. `handover_asked_`: the courier will take them without another
+  // message, since a handover_atom is on its way or its window timer runs.
   std::mutex handover_mutex_;
   handover handover_;
   bool handover_asked_ = false;
@@ -254,24 +257,28 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   owner_entry& entry_for(const rref_id& id);
   /// The entry of `id`, created without an actor if absent. Call with mutex_ held.
   owner_entry& bare_entry(const rref_id& id);
-  /// For a remote_call of `id`: whether its user function may run now (true: this call starts it
-  /// and the entry is RUNNING; false: a duplicate); nullopt if the id was deleted or we are closed.
+  /// For a remote_call of `id`: whether its user function may run now. true: this call starts
+  /// it and the entry is RUNNING; false: a duplicate. nullopt if the id was deleted or we are
+  /// closed.
   std::optional<bool> start_owner(const rref_id& id);
-  /// The user function of `id` finished (`v`: value or error, creator fork): publishes the
-  /// snapshot, answers the fetches parked in the entry on this thread and then `accept` (the
-  /// remote_call's answer), which is withheld if no fetch was parked (Note [withheld accept]);
-  /// then hands the value to the owner actor (spawned READY if it has none).
+  /// The user function of `id` finished (`v`: value or error, creator fork). Publishes the
+  /// snapshot and answers the fetches parked in the entry on this thread. Then it answers
+  /// `accept`, the remote_call's answer, which is withheld if no fetch was parked
+  /// (Note [withheld accept]). Then it hands the value to the owner actor (spawned READY if it
+  /// has none).
   void value_done(const rref_id& id, rref_msg::value_set v, std::shared_ptr<rpc::reply_later> accept);
   /// Answers the withheld remote_call answers (the courier, one window after the first).
   void release_accepts();
-  /// A fetch of `id` from another worker: answered now from the snapshot if the value exists (or
-  /// failed if the id is gone), else parked in the entry until value_done. Never blocks.
+  /// A fetch of `id` from another worker. If the value exists, it is answered now from the
+  /// snapshot; if the id is gone, it fails. Else it is parked in the entry until value_done.
+  /// Never blocks.
   void fetch(const rref_id& id, std::shared_ptr<rpc::reply_later> reply);
   /// The owner actor installs the snapshot of its current value (read by later fetches).
   void publish(const rref_id& id, std::shared_ptr<const published_value> v);
   /// The owner actor decided to delete: erases and tombstones it and fails the fetches parked in
-  /// its entry, unless its function is RUNNING or a bind of the id on this node sent it a local
-  /// reference it has not taken yet (then false: stay; value_set / the reference re-checks).
+  /// its entry. It does not when its function is RUNNING. Nor does it when a bind of the id on
+  /// this node sent it a local reference it has not taken yet. Then it returns false: the actor
+  /// stays, and value_set / the reference re-checks.
   bool owner_gone(const rref_id& id);
   void local_ref_arrived(const rref_id& id);  // the actor took one of those local references
   void user_gone(const fork_key& k);   // the fork entered DELETING: tombstone
@@ -282,13 +289,13 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   // --- control messages (from actors) ---
   /// The service handle of `to` (this node's own for me_); nullopt until its first contact.
   std::optional<caf::actor> service_of(const std::string& to);
-  /// First contact with `to` (Note [first contact]): looks its service up off the actor threads;
-  /// then `who` gets retry_atom{seq} (send it now), or control_done{seq} with the failure.
+  /// First contact with `to` (Note [first contact]): looks its service up off the actor threads.
+  /// Then `who` gets retry_atom{seq} (send it now), or control_done{seq} with the failure.
   void contact(const std::string& to, std::uint64_t seq, caf::actor_addr who);
   /// Hands a released fork's user_delete for `owner` to the courier (G1; batched, retried).
   void send_delete(const std::string& owner, const rref_msg::user_delete& del);
-  /// Hands a handle's release (and the remote_done it carries) to fork `u` through the courier,
-  /// one window later (Note [release batching]); at once with release_window 0.
+  /// Hands a handle's release (and the remote_done it carries) to fork `u` through the courier.
+  /// It arrives one window later (Note [release batching]); at once with release_window 0.
   void hand_release(const user_rref_actor& u, std::optional<rref_msg::remote_done> done);
   /// The courier takes the handed-over deletes, and when `window_over` the releases too (then the
   /// next hand-over asks it again).
@@ -299,8 +306,9 @@ class context_impl : public std::enable_shared_from_this<context_impl> {
   void deliver_ack(const rref_msg::child_ack& ack);
 
   // --- blocking requests from user / executor threads (never under mutex_) ---
-  /// `timeout` == answers_at_once: the handler answers at once (no response promise), so no
-  /// timer is armed (a dead actor still fails the request at once). Otherwise a bounded wait.
+  /// `timeout` == answers_at_once: the handler answers at once, with no response promise.
+  /// So no timer is armed; a dead actor still fails the request at once. Otherwise a bounded
+  /// wait.
   template <class R, class Handle, class... Ms>
   std::optional<R> ask(const Handle& a, std::chrono::milliseconds timeout, Ms&&... ms);
 
@@ -329,9 +337,9 @@ std::optional<R> context_impl::ask(const Handle& a, std::chrono::milliseconds ti
   return out;
 }
 
-/// The errc of a failed control request: troupe errors keep theirs (peer_lost from a lost peer's
-/// proxy), a request timeout is a timeout (retried), anything else (the peer's service exited: its
-/// rref context closed) is invalid_state, a final failure.
+/// The errc of a failed control request. Troupe errors keep theirs (peer_lost from a lost peer's
+/// proxy). A request timeout is a timeout (retried). Anything else is invalid_state, a final
+/// failure: the peer's service exited, since its rref context closed.
 errc control_failure(const caf::error& e);
 
 /// One attempt of control message `seq`: a request to the service of its peer; the answer or
@@ -352,8 +360,8 @@ void send_attempt(Self* self, control_retries& ctl, context_impl& r, std::uint64
             [done](const caf::error& e) { done(control_failure(e), 0); });
 }
 
-/// Starts a retried control message `msg` to the service of `to` from actor `self` (its state
-/// holds `ctl`); `done` gets the answer (errc::ok) or the final failure.
+/// Starts a retried control message `msg` to the service of `to` from actor `self`; its state
+/// holds `ctl`. `done` gets the answer (errc::ok) or the final failure.
 template <class Self, class Msg>
 void start_control(Self* self, control_retries& ctl, context_impl& r, std::string to, Msg msg,
                    std::function<void(errc, std::int32_t)> done) {
@@ -386,8 +394,8 @@ void on_control_done(Self* self, control_retries& ctl, context_impl& r, const rr
   it->second.backoff = std::min({it->second.backoff * 2, std::chrono::milliseconds(200), r.opts_.control_attempt_timeout});
 }
 
-/// A draining actor asks itself to end once nothing is pending (a handler that quits directly
-/// may lose the response it is about to send); end() runs on that message.
+/// A draining actor asks itself to end once nothing is pending; end() runs on that message.
+/// A handler that quits directly may lose the response it is about to send.
 template <class Self>
 void request_end(Self* self, bool nothing_pending) {
   if (!nothing_pending || self->state.quitting) return;

@@ -10,14 +10,14 @@
 // service]). A batch also goes at once when it reaches max_delete_batch deletes.
 //
 // The hand-over is two lists in the router (context_impl::handover_, under its own mutex), not a
-// message each: a released handle's release (with the creator fork's remote_done when the handle
-// carried it, handle::watch) and a DELETING fork's user_delete. Only the first hand-over of a
-// window (and a full delete list) sends the courier a handover_atom, so a window of releases
-// schedules the courier twice (that message, the timer), not once per release, and the thread
-// that drops a handle wakes nobody (in a remote + to_here + release loop that wake-up was on the
-// loop's critical path). Releases reach their forks when the window ends; their deletes go one
-// window later. With release_window 0 nothing waits: releases go straight to the fork, each delete
-// in its own message.
+// message each. One holds a released handle's release, with the creator fork's remote_done when
+// the handle carried it (handle::watch). The other holds a DELETING fork's user_delete. Only the
+// first hand-over of a window, or a full delete list, sends the courier a handover_atom. So a
+// window of releases schedules the courier twice (that message, the timer), not once per
+// release. The thread that drops a handle wakes nobody; in a remote + to_here + release loop
+// that wake-up would be on the loop's critical path. Releases reach their forks when the window
+// ends; their deletes go one window later. With release_window 0 nothing waits: releases go
+// straight to the fork, each delete in its own message.
 //
 //   handle released --hand_release--> router releases += r; first of the window: handover_atom
 //   fork DELETING --send_delete--> router deletes += d; first of the window: handover_atom
@@ -26,7 +26,7 @@
 //                           to its fork; one user_delete_batch per owner (retried; idempotent, G1)
 //
 // Each delete counts in the router's in_flight_ from the hand-over until its batch is answered
-// (or fails for good), so wait_quiescent and shutdown still see it. Cost: the owner deletes up
+// or fails for good. So wait_quiescent and shutdown still see it. Cost: the owner deletes up
 // to two windows after the handle's release. Gain: one message, one owner wake-up and one
 // answer per batch instead of per fork (figures in docs/rref.md). A released fork's actor ends
 // at once, so a tight remote + to_here loop does not pay its predecessor's release.
@@ -58,9 +58,9 @@ void send_batch(courier_self self, context_impl& r, std::string to) {  // by val
 }
 
 // Passes the handed-over releases on to their forks. Takes the handed-over deletes into the
-// per-owner batches and sends the full ones, or all of them when the window is over; with
-// release_window 0, each delete in its own message. Otherwise the window timer runs: the router
-// sends no handover_atom until it fired.
+// per-owner batches and sends the full ones. When the window is over it sends all of them.
+// With release_window 0, each delete goes in its own message. Otherwise the window timer runs:
+// the router sends no handover_atom until it fired.
 void collect(courier_self self, context_impl& r, bool window_over) {
   auto& s = self->state;
   const bool unbatched = r.opts_.release_window.count() <= 0;  // one message per delete, as before batching
@@ -80,8 +80,8 @@ void collect(courier_self self, context_impl& r, bool window_over) {
   self->delayed_send(self, r.opts_.release_window, flush_atom::value);
 }
 
-// Sweeps tombstones every ttl/2, sends the child_acks of RRefs bound on their owner or refused on
-// arrival (retried like every control message), and batches user_deletes (Note [release batching]).
+// Sweeps tombstones every ttl/2. Sends the child_acks of RRefs bound on their owner or refused on
+// arrival, retried like every control message. Batches user_deletes (Note [release batching]).
 courier_actor::behavior_type courier(courier_self self, std::shared_ptr<context_impl> r) {
   const auto period = std::max(r->opts_.tombstone_ttl / 2, std::chrono::milliseconds(1));
   self->delayed_send(self, period, sweep_atom::value);

@@ -1,5 +1,5 @@
 // The handles of rref<T>: passing one on (a child with the parent's hold, G2), binding one that
-// arrived, releasing one (G1), probing for lost carriers (Note [RRef protocol] in
+// arrived, releasing one (G1). Also probing for lost carriers (Note [RRef protocol] in
 // rref/context.hpp). The state lives in the actors; these functions message them.
 #include <caf/all.hpp>
 
@@ -65,8 +65,8 @@ rref_msg::wire fork_for_send(const handle& h, const rpc::codec_context& ctx) {
   const auto child = c.next_id();
   const auto token = c.next_id();
   rref_msg::wire w{h.id, h.owner, fork_id{c.me_, child}, c.me_, h.owner_local ? fork_id{} : h.fork, token};
-  // An argument is probed by its sender if the call fails; a result is probed by us once it
-  // had ample time to be bound (a lost reply, the discarded reply of a duplicated request).
+  // An argument is probed by its sender if the call fails. A result is probed by us once it had
+  // ample time to be bound: a lost reply, the discarded reply of a duplicated request.
   const auto& caller = sent || !ctx.reply_to ? no_caller : *ctx.reply_to;
   rref_msg::child_hold hold{token, w.fork, caller, c.opts_.result_probe_after.count()};
   if (h.owner_local) {

@@ -3,14 +3,14 @@
 // retry state both actors use for their idempotent control messages.
 //
 // Cross-process messages (announced in actors/src/messages.cpp). The control messages
-// (fork_request, child_ack, user_delete_batch, fork_probe) are remote actor messages: requests
-// to the peer node's RRef service actor (Note [rref service] in service.cpp), answered with an
-// `answer`; the fault plan sees each as "actor:troupe.rref.<name>" and each answer as
-// "actor:troupe.rref.answer". The data messages (remote_call, fetch) are written with CAF's binary
-// serializer into the byte-vector argument of the reserved RPC functions "troupe.rref.<name>"
-// (Note [rref data path] in serve.cpp). Ids and strings only; values never travel in them (a
-// fetch's answer is the deferred reply of its RPC, the encoded value itself).
-// The other messages here never leave the process (an actor and its router or handles); those
+// (fork_request, child_ack, user_delete_batch, fork_probe) are remote actor messages. They are
+// requests to the peer node's RRef service actor (Note [rref service] in service.cpp), answered
+// with an `answer`. The fault plan sees each as "actor:troupe.rref.<name>" and each answer as
+// "actor:troupe.rref.answer". The data messages (remote_call, fetch) are written with CAF's
+// binary serializer. They go into the byte-vector argument of the reserved RPC functions
+// "troupe.rref.<name>" (Note [rref data path] in serve.cpp). Ids and strings only; values never
+// travel in them (a fetch's answer is the deferred reply of its RPC, the encoded value itself).
+// The other messages here never leave the process: an actor and its router or handles. Those
 // that carry live values or reply handles are never serialized.
 
 #include <chrono>
@@ -88,8 +88,8 @@ template <class I> typename I::result_type inspect(I& f, user_delete_batch& x) {
   return f(caf::meta::type_name("troupe.rref.user_delete_batch"), x.deletes);
 }
 
-/// parent -> child node after a call that carried `fork` failed: "did you receive it?" Answer 1
-/// (yes: its child_ack will come) or 0 (no, and a late arrival is now refused). Retried.
+/// parent -> child node after a call that carried `fork` failed. It asks: "did you receive it?"
+/// Answer 1 (yes: its child_ack will come) or 0 (no; a late arrival is now refused). Retried.
 struct fork_probe {
   rref_id id;
   fork_id fork;
@@ -107,9 +107,9 @@ template <class I> typename I::result_type inspect(I& f, answer& x) {
   return f(caf::meta::type_name("troupe.rref.answer"), x.value);
 }
 
-/// user -> owner (to_here, RPC): the value of `id`. A deferred reply (Note [deferred reply]): answered
-/// when the value exists, with encode_result<T> of the live value encoded under the fetch's
-/// served-call scope, or failed with the stored error.
+/// user -> owner (to_here, RPC): the value of `id`. A deferred reply (Note [deferred reply]),
+/// answered when the value exists. The answer is encode_result<T> of the live value, encoded
+/// under the fetch's served-call scope. Or it fails with the stored error.
 struct fetch {
   rref_id id;
   fork_id fork;
@@ -290,8 +290,8 @@ Msg from_bytes(caf::actor_system& sys, const std::vector<char>& buf, const char*
 
 namespace troupe::rref_detail {
 
-/// The retry state of one actor's control messages (Note [RRef protocol]: idempotent, resent
-/// with backoff 5 ms doubling to 200 ms until answered; a final failure ends them).
+/// The retry state of one actor's control messages (Note [RRef protocol]). They are idempotent
+/// and resent with backoff, 5 ms doubling to 200 ms, until answered. A final failure ends them.
 struct control_retries {
   struct pending {
     std::string to;

@@ -48,17 +48,18 @@ std::shared_ptr<rpc::detail::call_state> fetch_call(const handle& h, std::chrono
   check_usable(h, "to_here");
   check_owner(h, "to_here");
   auto& c = *h.ctx;
-  // One call, also on the creator before its remote_call is answered: the owner answers it when
-  // the value exists (a deferred reply, Note [deferred reply]), so remote + to_here costs one
-  // round trip beyond the function; a dead owner fails it with peer_lost within the runtime's bound.
+  // One call, also on the creator before its remote_call is answered. The owner answers it when
+  // the value exists (a deferred reply, Note [deferred reply]). So remote + to_here costs one
+  // round trip beyond the function. A dead owner fails it with peer_lost within the runtime's
+  // bound.
   std::shared_ptr<rpc::detail::call_state> st;
   try {
     st = c.n_->call(h.owner, "troupe.rref.fetch", [&](const rpc::codec_context& ctx) {
       return rpc::encode_args<std::vector<char>>(ctx, rref_msg::to_bytes(*c.sys_, rref_msg::fetch{h.id, h.fork, c.me_}));
     }, timeout);
     // Blocks until answered, bounded by the call's deadline. The withheld remote_call answer came
-    // with the value (read already); its continuation, the creator fork's remote_done, waits for
-    // the handle's next use or its release (handle::watch): sent with the release, it schedules
+    // with the value (read already). Its continuation, the creator fork's remote_done, waits for
+    // the handle's next use or its release (handle::watch). Sent with the release, it schedules
     // the fork's actor once for both, and to_here returns without waking a scheduler thread.
     (void)st->value();
   } catch (const error& e) {
@@ -135,7 +136,7 @@ std::shared_ptr<handle> start_remote(context_impl& c, const std::string& to, con
   auto carried = scope.take();
   const bool probe_on_failure = !carried.empty();
   // `release` (the handle is being released): whichever of the continuation and this function
-  // takes `turn` first decides whether the release rides on remote_done; either way both agree.
+  // takes `turn` first decides whether the release rides on remote_done. Either way both agree.
   auto watch = [st, done, carried = std::move(carried)](bool release) mutable {
     auto turn = std::make_shared<std::atomic<int>>(release ? 1 : 0);  // 1: releasing, 2: ran, 3: too late
     rpc::future<bool>(st).then_inline([done, carried = std::move(carried), turn](const rpc::future<bool>& r) mutable {

@@ -1,16 +1,17 @@
-// The data path's reserved RPC functions "troupe.rref.remote_call" and "troupe.rref.fetch": each
-// reads its typed message (protocol.hpp). They run on the node's executor and never wait for an
-// actor: both are deferred replies (Note [deferred reply]); a remote_call is deduplicated by the
-// router's owner entry. The control messages go to the service actor (service.cpp).
+// The data path's reserved RPC functions "troupe.rref.remote_call" and "troupe.rref.fetch".
+// Each reads its typed message (protocol.hpp). They run on the node's executor and never wait
+// for an actor: both are deferred replies (Note [deferred reply]). The router's owner entry
+// deduplicates a remote_call. The control messages go to the service actor (service.cpp).
 //
 // Note [rref data path]
-// remote() and to_here() stay RPC calls: remote() runs a user function (it is a remote call, on
-// the owner's executor, with the call's deadline and cancellation), and a fetch's answer is the
-// value encoded by the RPC codec under the fetch's served-call scopes: tensors travel as RPC's
-// do (shared memory between processes of one host), distributed autograd records its send there,
-// and the withheld accept rides in the same write as the value (Note [withheld accept]), so the
-// creator reads both with one wake-up. As actor messages they would take an actor hop on each
-// side of the call and lose that batching.
+//
+// remote() and to_here() are RPC calls. remote() runs a user function: it is a remote call, on
+// the owner's executor, with the call's deadline and cancellation. A fetch's answer is the
+// value encoded by the RPC codec under the fetch's served-call scopes. So tensors travel as
+// RPC's do (shared memory between processes of one host), and distributed autograd records its
+// send there. The withheld accept rides in the same write as the value
+// (Note [withheld accept]), so the creator reads both with one wake-up. As actor messages they
+// would take an actor hop on each side of the call and lose that batching.
 #include <caf/all.hpp>
 
 #include "context_impl.hpp"
@@ -22,8 +23,8 @@ namespace troupe::rref_detail {
 namespace {
 
 
-// `quick`: the handler never blocks and takes microseconds (it hands the message on), so the
-// executor's leader runs it itself (rpc::function_options::quick); only remote_call runs a user
+// `quick`: the handler never blocks and takes microseconds (it hands the message on). So the
+// executor's leader runs it itself (rpc::function_options::quick). Only remote_call runs a user
 // function.
 template <class R, class Msg>
 void serve(context_impl& c, const char* name, R (*handler)(context_impl&, Msg&), bool quick = true) {
@@ -58,12 +59,13 @@ void serve(context_impl& c, const char* name, rpc::deferred (*handler)(context_i
 // The creator calls to_here right after remote(), so its thread waits in the fetch, reading its
 // connection. Answered at once, the remote_call's answer would wake it once (it reads that
 // answer, then sleeps again) and the fetch's answer a second time. On an idle vCPU each wake-up
-// is a VM exit and an IPI (docs/benchmarks.md). So the answer is withheld: it goes right
-// after the first fetch's answer on the same thread (the creator reads both with one wake-up),
-// or, when no fetch comes (remote() without to_here), when the courier's timer fires, one
-// rref_options::release_window after the first withheld answer (one timer for all of them; 0:
-// never withheld). A fetch parked before the function finished is answered first, then the
-// accept. Deleting the entry or closing the context answers it (accepted / invalid_state).
+// is a VM exit and an IPI (docs/benchmarks.md). So the answer is withheld. It goes right after
+// the first fetch's answer on the same thread, and the creator reads both with one wake-up.
+// When no fetch comes (remote() without to_here), it goes when the courier's timer fires. That
+// is one rref_options::release_window after the first withheld answer, with one timer for all
+// of them (0: never withheld). A fetch parked before the function finished is answered first,
+// then the accept. Deleting the entry or closing the context answers it (accepted /
+// invalid_state).
 //
 //   function done --lock--> parked fetches? answer them, then the accept
 //                           none: entry.accept = answer; arm the courier's timer (once)
@@ -73,9 +75,10 @@ void serve(context_impl& c, const char* name, rpc::deferred (*handler)(context_i
 // Cost: the creator's fork is confirmed (and can be deleted) up to one window later when no
 // to_here follows; the call's deadline is far longer.
 
-// Runs the user function of a remote_call here, on the executor, and hands its live value to the
-// router (which answers the parked fetches on this thread) and the owner actor: it is encoded only
-// when a fetch is answered, so this call's response carries no tensor of it (Note [owner_rref actor]).
+// Runs the user function of a remote_call here, on the executor. It hands the live value to the
+// router, which answers the parked fetches on this thread, and to the owner actor. The value is
+// encoded only when a fetch is answered. So this call's response carries no tensor of it
+// (Note [owner_rref actor]).
 void run_remote(context_impl& c, rref_msg::remote_call& m, std::shared_ptr<rpc::reply_later> accept) {
   rref_msg::value_set v;
   v.fork = m.fork;
@@ -115,9 +118,10 @@ rpc::deferred on_remote_call(context_impl& c, rpc::served_call& call, rref_msg::
 }
 
 // The owner actor answers (Note [deferred reply]): no executor thread waits for an actor.
-// Answered at once from the published snapshot when the value exists (encoded here, under this
-// call's scopes), else parked in the router's entry and answered by the thread that finishes the
-// function (Note [deferred reply], Note [owner_rref actor]); no thread waits, no actor hop.
+// When the value exists, the fetch is answered at once from the published snapshot (encoded
+// here, under this call's scopes). Else it is parked in the router's entry and answered by the
+// thread that finishes the function (Note [deferred reply], Note [owner_rref actor]). No thread
+// waits, and there is no actor hop.
 rpc::deferred on_fetch(context_impl& c, rpc::served_call& call, rref_msg::fetch& m) {
   ++c.stats_.fetches;
   c.fetch(m.id, call.defer());

@@ -1,10 +1,11 @@
 // The RRef service actor of a node: the peer-facing end of the control messages.
 //
 // Note [rref service]
-// Every rref_context spawns one service actor on the node's actor system and publishes it under
+//
+// Every rref_context spawns one service actor on the node's actor system. It publishes it under
 // the reserved name "troupe.rref" (publish_actor; store key troupe/actor/<worker>/troupe.rref).
-// The owner_rref, user_rref and courier actors of other nodes send it their control messages as
-// remote actor requests (Note [remote actors]); each is answered with an `answer`:
+// The owner_rref, user_rref and courier actors of other nodes send it their control messages.
+// They are remote actor requests (Note [remote actors]); each is answered with an `answer`:
 //
 //   fork_request      -> delegated to the owner actor (created PENDING if absent), which answers
 //                        the accept itself; 1 (refused) when the RRef is gone
@@ -15,9 +16,9 @@
 //                        if it arrives later
 //
 // A sender looks a peer's service up once (Note [first contact]) and keeps the handle
-// (peer_services); this actor monitors every handle kept. Its down_msg drops the handle; when
-// the reason is peer_lost (the peer's process or connection is gone) the peer is marked lost,
-// so later control messages to it fail at once. The requests in flight to a lost peer fail at
+// (peer_services); this actor monitors every handle kept. Its down_msg drops the handle. When
+// the reason is peer_lost (the peer's process or connection is gone), the peer is marked lost.
+// So later control messages to it fail at once. The requests in flight to a lost peer fail at
 // once too: its proxy answers them with peer_lost when it is killed. A request that gets no
 // answer within rref_options::control_attempt_timeout is resent with backoff (control_retries).
 #include <caf/all.hpp>

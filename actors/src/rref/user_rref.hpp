@@ -3,9 +3,11 @@
 // rref/context.hpp).
 //
 // Note [user_rref actor]
-// The fork context: the holds on the fork (live handles of this node + children it passed on
-// whose child_ack is missing; G2), the parents it must ack once the owner confirmed it, and the
-// retry state of its control messages (fork_request, child_ack, user_delete, fork_probe).
+//
+// The fork context. It holds the holds on the fork: live handles of this node, plus children it
+// passed on whose child_ack is missing (G2). It holds the parents it must ack once the owner
+// confirmed it. It holds the retry state of its control messages (fork_request, child_ack,
+// user_delete, fork_probe).
 //
 //   remote() (creator fork) --> UNCONFIRMED --remote_done ok--> CONFIRMED
 //                                           --remote_done lost--> fork_request (retried)
@@ -18,14 +20,14 @@
 //   FAILED, holds == 0 --> DELETING without a delete
 //   DELETING and no control message pending --> quits
 //
-// The creator fork is spawned lazily (its first message is remote_done or a release), and its
-// remote_done comes when the handle is passed on, asked whether confirmed or released
-// (handle::watch); after a plain remote + to_here + release, one remote_done carries the release,
-// so the actor is scheduled once for both. A handle's release reaches its fork through the
-// courier when the release window ends (Note [release batching]).
+// The creator fork is spawned lazily: its first message is remote_done or a release. Its
+// remote_done comes when the handle is passed on, asked whether confirmed, or released
+// (handle::watch). After a plain remote + to_here + release, one remote_done carries the
+// release, so the actor is scheduled once for both. A handle's release reaches its fork
+// through the courier when the release window ends (Note [release batching]).
 //
-// A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack; in
-// DELETING it is refused (the router then hands out a failed handle). to_here does not involve
+// A duplicate carrier (the same fork arriving twice) adds a hold and one more parent to ack. In
+// DELETING it is refused, and the router then hands out a failed handle. to_here does not involve
 // this actor (its fetch is a call to the owner).
 
 #include <caf/replies_to.hpp>

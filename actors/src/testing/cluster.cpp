@@ -44,8 +44,8 @@ std::uint16_t read_port(int fd, std::chrono::milliseconds timeout) {
   return port;
 }
 
-// Moves this freshly forked rank onto its namespace host: the host's network namespace, and a
-// UTS namespace of its own with the host's name (Note [cluster fixture]).
+// Moves this freshly forked rank onto its namespace host (Note [cluster fixture]). It enters the
+// host's network namespace, and a UTS namespace of its own with the host's name.
 void enter_host(const cluster_host& h) {
   const std::string path = "/run/netns/" + h.netns;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -97,8 +97,8 @@ const cluster_host& host_of(const cluster_options& o, int rank) {
   ::_exit(detail::leak_checked(code));  // Note [leak check in children]
 }
 
-// Whether a segment name carries one of the ranks' pids (a `_PID_`, `_PID` or `-PID` token), so
-// segments of other processes on the machine are not counted.
+// Whether a segment name carries one of the ranks' pids (a `_PID_`, `_PID` or `-PID` token).
+// So segments of other processes on the machine are not counted.
 bool ours(const std::string& name, const std::vector<pid_t>& pids) {
   for (pid_t p : pids) {
     if (p <= 0) continue;

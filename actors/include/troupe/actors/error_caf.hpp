@@ -1,8 +1,8 @@
 #pragma once
 /// \file error_caf.hpp
-/// troupe::error <-> caf::error. Troupe errors travel as a caf::error of category `troupe`
-/// whose code is the `errc` value and whose context holds the message, so the code and the
-/// message survive the wire unchanged.
+/// troupe::error <-> caf::error. Troupe errors travel as a caf::error of category `troupe`.
+/// Its code is the `errc` value and its context holds the message. So the code and the message
+/// survive the wire unchanged.
 
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -23,10 +23,10 @@ caf::error to_caf_error(const error& e);
 /// Wraps a code and message as a caf::error.
 caf::error to_caf_error(errc code, const std::string& message);
 
-/// Converts a caf::error back. A `troupe` category error keeps its code and message; CAF system
-/// errors map to the nearest code (request_timeout -> timeout, remote_link_unreachable ->
-/// peer_lost, anything else -> protocol_violation) with `what` prefixed to the rendered text. An
-/// empty caf::error (no error, e.g. a normal exit's reason) becomes invalid_state saying so.
+/// Converts a caf::error back. A `troupe` category error keeps its code and message. CAF system
+/// errors map to the nearest code: request_timeout -> timeout, remote_link_unreachable ->
+/// peer_lost, anything else -> protocol_violation. Their rendered text gets `what` as a prefix.
+/// An empty caf::error (no error, e.g. a normal exit's reason) becomes invalid_state saying so.
 error from_caf_error(const caf::error& e, const std::string& what);
 
 /// Registers the `troupe` error category renderer with a config (called by register_messages).

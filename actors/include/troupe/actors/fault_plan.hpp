@@ -10,17 +10,20 @@
 ///   troupe::node n(opts, fns, hook);
 ///
 /// Note [fault plan]
-/// A plan is a seed and a list of rules. A rule matches a message by its key: the function name
-/// of the call (requests and the responses to them), or "rpc_request" / "rpc_response" /
-/// "actor_message" (every message of that kind), "actor:TYPES" (remote actor messages whose
-/// CAF type names, comma-separated, are TYPES, e.g. "actor:my_msg"), a store operation
-/// ("troupe.store.get", "troupe.store.set", ...), "troupe.store:KEY" (the store messages of that
-/// key), "troupe.store" (all store traffic; Note [store faults] in src/store_client.cpp: a
-/// request is faulted as a request, its answer as a response), "collective[:...]" (one rank's
-/// collective payloads: Note [collective payload faults] in ddp/src/payload_faults.hpp; only
-/// these match them, "*" does not) or "*" (everything else). Remote
-/// actor messages (requests, responses and one-way sends alike) are faulted as requests. The
-/// first matching rule decides. Per rule:
+/// A plan is a seed and a list of rules. A rule matches a message by its key. Keys:
+///   * the function name of the call: requests and the responses to them;
+///   * "rpc_request" / "rpc_response" / "actor_message": every message of that kind;
+///   * "actor:TYPES": remote actor messages whose CAF type names, comma-separated, are TYPES,
+///     e.g. "actor:my_msg";
+///   * a store operation ("troupe.store.get", "troupe.store.set", ...);
+///   * "troupe.store:KEY": the store messages of that key;
+///   * "troupe.store": all store traffic. A request is faulted as a request, its answer as a
+///     response (Note [store faults] in src/store_client.cpp);
+///   * "collective[:...]": one rank's collective payloads (Note [collective payload faults] in
+///     ddp/src/payload_faults.hpp). Only these keys match them; "*" does not;
+///   * "*": everything else.
+/// Remote actor messages (requests, responses and one-way sends alike) are faulted as requests.
+/// The first matching rule decides. Per rule:
 ///   fail_first=N   drops the first N requests of the key that leave this injector (PyTorch's
 ///                  faulty agent fails the first sends of fork request, child accept, user delete)
 ///   nth=N          drops the N-th request of the key (1-based)
@@ -48,28 +51,29 @@
 ///   delay POINT step=N for=MS [worker=W]  blocks the thread that reaches that point for MS ms
 ///                  (the rest of the process runs on): a late collective contribution, a slow
 ///                  step.
-/// A partition applies to the messages that pass the hook (RPC, actor and store messages). A dropping
-/// cut, and dropped heartbeats, that last the peer timeout (connection_timeout) make each side
-/// that hears nothing declare the other lost (Note [silent peers]): pending calls fail with
-/// peer_lost naming it. A held cut never does.
+/// A partition applies to the messages that pass the hook (RPC, actor and store messages).
+/// A dropping cut, or dropped heartbeats, may last the peer timeout (connection_timeout). Then
+/// each side that hears nothing declares the other lost (Note [silent peers]). Its pending calls
+/// fail with peer_lost naming it. A held cut never does.
 /// Points are reported by fault_point(); a node whose hook has no event there does nothing. The
 /// library reports its own: DDP "forward", "backward", "allreduce", "allreduce_done" (through its
 /// group), the checkpointer's "checkpoint" and distributed autograd's "backward" (docs/faults.md).
 ///
 /// Note [fault schedule]
+///
 /// An injector with a log sink writes one line per fault it applies, when it applies it:
-/// `troupe-fault: drop|duplicate|delay|cut|hold|kill|pause|resumed|heal ...`, after a first line
-/// with the plan's seed and before a last line with its counters. Same seed and same message
-/// sequence per key: the same lines.
+/// `troupe-fault: drop|duplicate|delay|cut|hold|kill|pause|resumed|heal ...`. A first line gives
+/// the plan's seed and a last line its counters. Same seed and same message sequence per key:
+/// the same lines.
 /// Decisions are taken on send only (on_receive passes everything), so one injector shared by
 /// every node of a test process faults each message once.
 ///
-/// Replay: every decision is a counter-based random number of (seed, key, n, decision), where n
+/// Replay: every decision is a counter-based random number of (seed, key, n, decision). Here n
 /// is the sequence number of the message among those of its key seen by this injector. The same
 /// seed and the same per-key message sequence give the same faults; no state but counters.
 ///
-/// Responses carry no function name; the injector remembers (peer, call id) -> function when it
-/// sees the request (on send of the caller or on receive of the callee) and forgets it when the
+/// Responses carry no function name. The injector remembers (peer, call id) -> function when it
+/// sees the request, on send of the caller or on receive of the callee. It forgets it when the
 /// response passes.
 
 #include <chrono>
@@ -159,7 +163,7 @@ double fault_random(std::uint64_t seed, const std::string& key, std::uint64_t n,
 /// The transport hook that applies a fault_plan. Thread-safe, never blocks (one mutex around
 /// counters). Share one instance among the nodes of a process.
 /// Every fault it applies is written to its log as one line (`troupe-fault: ...`) when it
-/// happens, and a summary line when it is destroyed (Note [fault schedule]). A kill or pause
+/// happens. A summary line follows when it is destroyed (Note [fault schedule]). A kill or pause
 /// event fires on the thread that calls on_point.
 class fault_injector : public transport_hook {
  public:

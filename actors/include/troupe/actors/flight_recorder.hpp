@@ -4,11 +4,12 @@
 /// they tell when a job waits: who is where.
 ///
 /// Note [flight recorder]
-/// A recorder is a ring of `capacity` slots. `begin` takes the next slot with one atomic add,
-/// claims it with a compare-and-swap of its version and writes the operation there; `end` stamps
-/// the same slot when the operation finishes, unless the slot was reused meanwhile. Writers never
-/// block and never allocate. A writer that finds its slot still being written by one a whole turn
-/// of the ring older leaves the operation unrecorded.
+///
+/// A recorder is a ring of `capacity` slots. `begin` takes the next slot with one atomic add.
+/// It claims the slot with a compare-and-swap of its version and writes the operation there.
+/// `end` stamps the same slot when the operation finishes, unless the slot was reused
+/// meanwhile. Writers never block and never allocate. A writer that finds its slot still being
+/// written by one a whole turn of the ring older leaves the operation unrecorded.
 /// Readers (`last`, `chrome_trace`) copy slots under a per-slot sequence check, so a slot written
 /// while it is read is skipped, never torn.
 ///
@@ -17,9 +18,9 @@
 ///
 /// Guarantees: a snapshot holds at most `capacity` operations, in the order they began; each
 /// has its name cut to `max_name` bytes. Costs: a few atomic operations and a steady_clock read per
-/// begin and per end. Contract for blame (hang_report): every rank numbers the operations of one
-/// group the same way (the collective sequence number), so comparing the highest number each rank
-/// entered shows which rank is missing.
+/// begin and per end. Contract for blame (hang_report): every rank numbers the operations of
+/// one group the same way, by the collective sequence number. So comparing the highest number
+/// each rank entered shows which rank is missing.
 
 #include <array>
 #include <atomic>

@@ -1,12 +1,12 @@
 #pragma once
 /// \file host_address.hpp
-/// Addresses of this host as others see it: the local address that routes to a peer, and the
-/// address a node publishes for a bind address (Note [listen and advertise]).
+/// Addresses of this host as others see it. One is the local address that routes to a peer.
+/// The other is the address a node publishes for a bind address (Note [listen and advertise]).
 ///
 /// Note [listen and advertise]
 /// A node binds `listen_addr` and publishes one address in the store for its peers. A concrete
 /// bind address is published as is. The wildcard 0.0.0.0 (or an empty address) is never
-/// published: the node publishes the local address that routes to the master instead, the
+/// published. Instead the node publishes the local address that routes to the master: the
 /// address its peers reach it on. A single-host job keeps loopback everywhere.
 ///
 ///   listen_addr     published

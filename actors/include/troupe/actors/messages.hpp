@@ -1,6 +1,6 @@
 #pragma once
 /// \file messages.hpp
-/// Every message type that crosses a process boundary, with its CAF `inspect()`, and the one
+/// Every message type that crosses a process boundary, with its CAF `inspect()`. Also the one
 /// registration function that announces them all (CAF-0.17-NOTES, pitfall 4: unannounced types
 /// vanish). No message holds a float or double: payloads are byte vectors that CAF copies raw
 /// (pitfall 1).
@@ -25,8 +25,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_info& x) {
   return f(caf::meta::type_name("troupe.worker_info"), x.name, x.rank, x.world_size);
 }
 
-/// A node's shared-memory probe (Note [shm reachability], src/rpc/bulk.hpp): a tiny memfd of
-/// the sending process that the receiver tries to open the way it would open a tensor segment.
+/// A node's shared-memory probe (Note [shm reachability], src/rpc/bulk.hpp). It is a tiny memfd
+/// of the sending process. The receiver tries to open it the way it would open a tensor segment.
 /// pid 0: none (shared memory off on that node, or not the same host).
 struct shm_probe {
   std::int32_t pid = 0;
@@ -38,9 +38,9 @@ typename Inspector::result_type inspect(Inspector& f, shm_probe& x) {
   return f(caf::meta::type_name("troupe.shm_probe"), x.pid, x.fd, x.name);
 }
 
-/// Sent by a node that said hello, to the peer's agent, when it cannot open the peer's probe
-/// although the peer could open its own (or the reverse): the peer's sends switch to match
-/// (Note [shm reachability]).
+/// Sent by a node that said hello to the peer's agent. It is sent when the node cannot open the
+/// peer's probe although the peer could open its own, or the reverse. The peer's sends switch
+/// to match (Note [shm reachability]).
 struct shm_verdict {
   bool ok = false;  ///< the sender can open the receiver's segments
 };
@@ -61,10 +61,10 @@ typename Inspector::result_type inspect(Inspector& f, hello& x) {
   return f(caf::meta::type_name("troupe.hello"), x.token, x.info, x.agent, x.shm);
 }
 
-/// Answer to a hello with the right token: the callee's identity, its agent, (rank 0) the store,
-/// and its direct rpc port with a one-use secret for this caller (Note [direct channel]; port 0:
-/// none), its shared-memory probe and whether it could open the caller's (Note [shm
-/// reachability]).
+/// Answer to a hello with the right token. It holds the callee's identity, its agent and, on
+/// rank 0, the store. It holds its direct rpc port with a one-use secret for this caller
+/// (Note [direct channel]; port 0: none). It holds its shared-memory probe and whether it could
+/// open the caller's (Note [shm reachability]).
 struct hello_ack {
   worker_info info;
   caf::actor agent;

@@ -3,24 +3,26 @@
 /// A node: one process's actor system, its identity, its RPC agent and its store connection.
 ///
 /// Note [job token]
-/// A node publishes only its agent, and the agent answers nothing but `hello` until the
-/// sender's CAF node has presented the job token: a hello with the right token adds the node to
-/// the authenticated set (shared by the agent and, on rank 0, the store) and returns the agent
-/// and store handles; a wrong or missing token is refused with `unauthorized` and logged on
-/// stderr, and every later request from that node is refused too. Before any CAF byte, a
-/// connection passes the node's gate with the same token (Note [CAF port gate] in caf_gate.hpp);
-/// anything else is dropped, and the node keeps serving the others. A hello whose identity
-/// clashes with a live node's is refused too (Note [worker identity] in rpc/roster.hpp). An
-/// empty token is refused off loopback, and on loopback without node_options::allow_empty_token.
+///
+/// A node publishes only its agent. The agent answers nothing but `hello` until the sender's
+/// CAF node has presented the job token. A hello with the right token adds the node to the
+/// authenticated set, shared by the agent and, on rank 0, the store. It returns the agent and
+/// store handles. A wrong or missing token is refused with `unauthorized` and logged on stderr.
+/// Every later request from that node is refused too.
+/// Before any CAF byte, a connection passes the node's gate with the same token
+/// (Note [CAF port gate] in caf_gate.hpp). Anything else is dropped, and the node keeps serving
+/// the others. A hello whose identity clashes with a live node's is refused too
+/// (Note [worker identity] in rpc/roster.hpp). An empty token is refused off loopback, and on
+/// loopback without node_options::allow_empty_token.
 ///
 ///   new node --gate hello{token}--> rank 0 --hello{token, info, agent}--> ack{info, agent, store} | refused
 ///   new node --store_set("troupe/addr/<name>", host:port)--> store
 ///   new node --store_set("troupe/worker/<rank>", name)--> store   (the worker list, workers.hpp)
 ///   caller --store_get(addr)--> store; caller --connect + hello--> peer (cached)
 ///
-/// Lifetime: the constructor joins the job (bounded by join_timeout) or throws; shutdown() (or
-/// the destructor, immediate) fails every pending call, stops the agent, the store and the
-/// executor, and destroys the actor system: afterwards no thread or actor of the node is left.
+/// Lifetime: the constructor joins the job (bounded by join_timeout) or throws. shutdown(), or
+/// the destructor at once, fails every pending call. It stops the agent, the store and the
+/// executor, and destroys the actor system. Afterwards no thread or actor of the node is left.
 /// It then writes the recorder's Chrome trace when node_options::trace_dir is set.
 
 #include <chrono>
@@ -55,7 +57,7 @@ namespace troupe {
 /// How shutdown() ends the node.
 enum class shutdown_mode {
   /// Waits (store barrier) until every rank reached shutdown, so no rank leaves while others
-  /// still call it; times out with an error naming the missing ranks, then tears down anyway.
+  /// still call it. A timeout is an error naming the missing ranks; it tears down anyway.
   graceful,
   /// Tears down at once; pending calls fail with invalid_state.
   immediate,
@@ -65,11 +67,14 @@ enum class shutdown_mode {
 class node {
  public:
   /// Starts the actor system, publishes the agent (rank 0 also hosts the store) and joins the
-  /// store. Blocks up to opts.join_timeout. Throws troupe::error: unauthorized (wrong or empty
-  /// token, a rank or name a live node holds, another world size), timeout / peer_lost (rank 0
-  /// unreachable), io_error (cannot listen). Without a hook, a plan named by the environment
-  /// variable TROUPE_FAULTS is loaded and logged to stderr (bad_argument naming the file and
-  /// line when it is malformed, io_error when unreadable).
+  /// store. Blocks up to opts.join_timeout. Throws troupe::error:
+  ///   * unauthorized: a wrong or empty token, a rank or name a live node holds, another world
+  ///     size;
+  ///   * timeout / peer_lost: rank 0 is unreachable;
+  ///   * io_error: it cannot listen.
+  /// Without a hook, it loads a plan named by the environment variable TROUPE_FAULTS and logs
+  /// it to stderr. A malformed plan is bad_argument naming the file and line; an unreadable one
+  /// is io_error.
   explicit node(node_options opts, const rpc::registry& functions = {}, std::shared_ptr<transport_hook> hook = nullptr);
   /// Immediate shutdown if shutdown() was not called. Never throws.
   ~node();
@@ -105,7 +110,7 @@ class node {
   /// wait on store_host_lost(). Shared; outlives the node (no events after shutdown).
   const std::shared_ptr<peer_events>& peer_losses() const;
 
-  /// Sets the device map for calls to `worker` (Note [rpc device map]): a CUDA tensor argument
+  /// Sets the device map for calls to `worker` (Note [rpc device map]). A CUDA tensor argument
   /// on local device i arrives on the peer's device map[i]. Replaces an earlier map of that
   /// worker. Blocks reading the worker list (up to `timeout`). Throws bad_argument (a negative
   /// index, two devices mapped to one, a worker not in the job, naming it), timeout.
@@ -118,13 +123,14 @@ class node {
   /// down (Note [shutdown hooks]); for layers whose actors live on system(). The returned handle
   /// unregisters it. Throws invalid_state after shutdown.
   shutdown_hook at_shutdown(std::function<void()> stop);
-  /// Reports that this process reached a named fault point at `step` (Note [fault events]): the
-  /// node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called by
-  /// user code (troupe::fault_point) and by the library's own points.
+  /// Reports that this process reached a named fault point at `step` (Note [fault events]).
+  /// The node's transport hook applies a kill or pause of its plan. A no-op without a hook. Called
+  /// by user code (troupe::fault_point) and by the library's own points.
   void fault_point(const std::string& point, std::int64_t step);
-  /// Passes a message this node does not send itself, a collective payload of one of its
-  /// process groups (Note [collective payload faults]), to its transport hook's on_send and
-  /// returns the decision; deliver at once without a hook. Never blocks; thread-safe.
+  /// Passes a message this node does not send itself to its transport hook's on_send and
+  /// returns the decision. Such a message is a collective payload of one of its process groups
+  /// (Note [collective payload faults]). Without a hook: deliver at once. Never blocks;
+  /// thread-safe.
   transport_decision payload_fault(envelope& msg);
   /// Whether the node has a transport hook (a fault plan): without one payload_fault always
   /// delivers, and its callers skip it.
@@ -134,12 +140,13 @@ class node {
   /// Thread-safe; calls already encoded keep the scopes they began with.
   void set_interceptor(std::shared_ptr<rpc::call_interceptor> interceptor);
 
-  /// Sends a call to worker `to` (by name); `encode(ctx)` produces the payload once the peer is
-  /// known, under the call's codec context (so large tensors to a same-host peer go through shared
-  /// memory, Note [codec context]). The future completes by `timeout` at the latest. Blocks only to
-  /// resolve a peer the first time (store lookup + connect + hello). With an interceptor, the
-  /// context holds the call's scope and the scope's meta travels with the request (Note [call
-  /// interceptor]). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive through the state.
+  /// Sends a call to worker `to` (by name). `encode(ctx)` produces the payload once the peer is
+  /// known, under the call's codec context. So large tensors to a same-host peer go through
+  /// shared memory (Note [codec context]). The future completes by `timeout` at the latest.
+  /// Blocks only to resolve a peer the first time (store lookup + connect + hello). With an
+  /// interceptor, the context holds the call's scope and the scope's meta travels with the
+  /// request (Note [call interceptor]). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive
+  /// through the state.
   std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
                                                 const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
                                                 std::chrono::milliseconds timeout);

@@ -50,22 +50,22 @@ struct node_options {
   /// At most this many connections wait to authenticate per listener (0 counts as 1); a new
   /// one beyond it closes the oldest waiting one.
   std::size_t max_unauthenticated = 64;
-  /// Large tensors (1 MiB or more) to a peer on the same host travel through shared memory when
-  /// the peer can open this process's memory (Note [shm reachability], checked at the first
-  /// contact); false sends every tensor as bytes on the connection, both ways.
+  /// Large tensors (1 MiB or more) to a peer on the same host travel through shared memory.
+  /// This needs the peer to open this process's memory (Note [shm reachability]), checked at
+  /// the first contact. false sends every tensor as bytes on the connection, both ways.
   bool shared_memory_rpc = true;
   /// Device maps of RPC per peer worker name: local CUDA index -> the peer's CUDA index
   /// (Note [rpc device map] in troupe/actors/rpc/device_map.hpp). The node checks them when it
-  /// starts: the indices at once, the worker names once every rank joined (bounded by
-  /// join_timeout); bad_argument naming the entry or the worker.
+  /// starts. It checks the indices at once, and the worker names once every rank joined (bounded
+  /// by join_timeout). Errors are bad_argument naming the entry or the worker.
   std::map<std::string, std::map<int, int>> device_maps;
-  /// The largest message a peer may send on the direct channel, in bytes (an rpc request or
-  /// response, or a remote actor message: payload, names and metadata). Every length a peer
-  /// announces (a frame, a fragmented message's total) is checked against it before anything is
-  /// allocated; a larger one is a protocol violation and the connection is dropped. A larger
-  /// message of this node fails at its sender (bad_argument for a call's arguments and an actor
-  /// request, remote_exception for a result). Between 1 MiB and 1 GiB (the frame limit); other
-  /// values act as the nearer bound.
+  /// The largest message a peer may send on the direct channel, in bytes. A message is an rpc
+  /// request or response, or a remote actor message: payload, names and metadata. Every length a
+  /// peer announces (a frame, a fragmented message's total) is checked against it before
+  /// anything is allocated. A larger one is a protocol violation and the connection is dropped.
+  /// A larger message of this node fails at its sender: bad_argument for a call's arguments and
+  /// an actor request, remote_exception for a result. Between 1 MiB and 1 GiB (the frame limit);
+  /// other values act as the nearer bound.
   std::uint64_t max_message_bytes = std::uint64_t{1} << 30;
   /// Threads running user RPC functions (never CAF scheduler threads). Bounds nesting depth.
   int executor_threads = 4;
@@ -74,8 +74,8 @@ struct node_options {
   /// Timeout of joining the store at start-up (connect + hello + register).
   std::chrono::milliseconds join_timeout{10000};
   /// Middleman heartbeat and connection timeout: a frozen peer is dropped after connection_timeout.
-  /// (500 ms dropped live in-process peers on a 2-core machine at load 5-6: a starved multiplexer
-  /// misses heartbeats; a dead process is seen at once through EOF, not through this.)
+  /// 500 ms drops live in-process peers on a 2-core machine at load 5-6: a starved multiplexer
+  /// misses heartbeats. A dead process is seen at once through EOF, not through this.
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds connection_timeout{1000};
   /// CAF scheduler: "sharing" policy with few threads is best on small machines (CAF-0.17-NOTES).
@@ -85,12 +85,13 @@ struct node_options {
   /// Operations the node's flight recorder keeps (Note [flight recorder]): the last collectives,
   /// RPCs and backward passes of this rank.
   std::size_t recorder_capacity = 1024;
-  /// Hang blame for RPCs (Note [rpc blame]): a call of this node that waits this long gets one
-  /// report naming the caller, the callee, the function, the wait and what the callee's recorder
-  /// says (running it, or not and why), and a call that then times out carries it in its error.
-  /// The same knob as process_group_options::blame_after. 0: off (no watch thread).
+  /// Hang blame for RPCs (Note [rpc blame]). A call of this node that waits this long gets one
+  /// report. It names the caller, the callee, the function and the wait, and says what the
+  /// callee's recorder says: running it, or not and why. A call that then times out carries the
+  /// report in its error. The same knob as process_group_options::blame_after. 0: off (no watch
+  /// thread).
   std::chrono::milliseconds blame_after{5000};
-  /// Receives each RPC hang report (on a watch or I/O thread; it must not block long); null
+  /// Receives each RPC hang report, on a watch or I/O thread; it must not block long. Null
   /// prints it on stderr as a line `troupe-blame: ...`.
   std::function<void(const std::string&)> on_blame;
   /// A directory: the node writes its recorder's Chrome trace there as trace-rank<rank>.json at
@@ -103,11 +104,11 @@ struct node_options {
   std::vector<std::function<void(caf::actor_system_config&)>> actor_setup;
 
   /// Options from the launcher environment variables; missing ones keep the defaults above.
-  /// TROUPE_TRACE sets trace_dir. TROUPE_LISTEN_ADDR sets listen_addr; without it, a node whose master is not on loopback
-  /// listens on the local address that routes to the master. Without RANK, Slurm's variables
-  /// give the job: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
-  /// SLURM_JOB_NODELIST as master (MASTER_ADDR wins when set), and MASTER_PORT or else
-  /// 29500 + SLURM_JOB_ID % 1000 as port.
+  /// TROUPE_TRACE sets trace_dir. TROUPE_LISTEN_ADDR sets listen_addr. Without it, a node whose
+  /// master is not on loopback listens on the local address that routes to the master.
+  /// Without RANK, Slurm's variables give the job: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID.
+  /// The first host of SLURM_JOB_NODELIST is the master (MASTER_ADDR wins when set). The port is
+  /// MASTER_PORT, or else 29500 + SLURM_JOB_ID % 1000.
   /// Throws errc::bad_argument when a variable holds an unparsable number or node list, and
   /// io_error when no route leads to a remote master.
   static node_options from_env();

@@ -4,9 +4,10 @@
 /// (process groups) subscribe here instead of detecting lost peers themselves.
 ///
 /// Note [peer loss events]
-/// A node declares a peer lost when its agent's monitor of the peer's agent fires: a dead
-/// process at once (EOF), a frozen one after node_options::connection_timeout without a
-/// heartbeat. Each loss is published once to every subscriber, on the agent's thread, after
+///
+/// A node declares a peer lost when its agent's monitor of the peer's agent fires. A dead
+/// process is lost at once (EOF), a frozen one after node_options::connection_timeout without
+/// a heartbeat. Each loss is published once to every subscriber, on the agent's thread, after
 /// the node failed the calls pending to that peer. A stall shorter than connection_timeout is
 /// no loss: nothing is published and nothing in flight fails.
 ///
@@ -14,16 +15,16 @@
 ///                                                           --> each listener(peer_loss)
 ///                                                           --> store host? store_host_lost()
 ///
-/// `watch(workers)` connects to each worker (store lookup, connect, hello) so that the node
-/// monitors it even when it never calls it; a process group watches all its members.
+/// `watch(workers)` connects to each worker (store lookup, connect, hello), so that the node
+/// monitors it even when it never calls it. A process group watches all its members.
 /// Note [lost peer re-admission]: a lost peer that answers again is re-admitted. The next call
-/// to it (and the next store call, for the store host) reconnects within one bounded window
-/// and succeeds; while it does not answer, each such call fails with peer_lost naming it. In
-/// the window, a dial that nobody admits ends the try at once, unless the store names a newer
-/// address (a replacement's); a dial that a live peer admitted is made again (Note [CAF connect
-/// tick] in src/node.cpp). The window is connection_timeout, at least 1 s. Losses
-/// are never taken back: what failed stays failed, and a process group that lost a member
-/// stays broken (its collectives fail with peer_lost naming the member; make a new group).
+/// to it reconnects within one bounded window and succeeds; so does the next store call, for
+/// the store host. While the peer does not answer, each such call fails with peer_lost naming
+/// it. In the window, a dial that nobody admits ends the try at once, unless the store names a
+/// newer address (a replacement's). A dial that a live peer admitted is made again
+/// (Note [CAF connect tick] in src/node.cpp). The window is connection_timeout, at least 1 s.
+/// Losses are never taken back: what failed stays failed. A process group that lost a member
+/// stays broken: its collectives fail with peer_lost naming the member; make a new group.
 /// The peer sees the dropped links as losses of its own peers, so both sides fail alike and
 /// neither is half-connected.
 

@@ -1,9 +1,9 @@
 #pragma once
 /// \file remote_actor.hpp
 /// Training actors across processes: message types, publish by name, lookup by (worker, name).
-/// A looked-up actor is an ordinary CAF handle: `send`, `request(h, timeout, ...).then/await`,
-/// `scoped_actor` request/receive, `monitor` and `link` work across processes with CAF's own
-/// semantics (Note [remote actors] in src/remote/remote_actors.hpp).
+/// A looked-up actor is an ordinary CAF handle. `send`, `request(h, timeout, ...).then/await`,
+/// `scoped_actor` request/receive, `monitor` and `link` work across processes. They keep CAF's
+/// own semantics (Note [remote actors] in src/remote/remote_actors.hpp).
 ///
 ///   // every process, before its node starts
 ///   troupe::node_options opts = troupe::node_options::from_env();
@@ -16,17 +16,17 @@
 ///   auto ps = troupe::lookup_actor<ps_actor>(n, "worker0", "ps", std::chrono::seconds(10));
 ///   self->request(ps, std::chrono::seconds(5), grad_push{...}).receive(...);
 ///
-/// Guarantees: messages from one sender to one receiver arrive in send order (large and small
-/// alike); a peer that dies (or freezes past the heartbeat timeout) kills its actors' handles
-/// with errc::peer_lost naming the worker: monitors get down_msg, links exit_msg, open requests
-/// fail at once; a request to an actor that exited fails at once with
+/// Guarantees: messages from one sender to one receiver arrive in send order, large and small
+/// alike. A peer that dies, or freezes past the heartbeat timeout, kills its actors' handles
+/// with errc::peer_lost naming the worker. Monitors get down_msg, links exit_msg, and open
+/// requests fail at once. A request to an actor that exited fails at once with
 /// caf::sec::request_receiver_down naming the worker. Tensors in messages have value semantics
-/// and travel as RPC's do (shared memory between processes of one host from 1 MiB, inline bytes
-/// otherwise).
+/// and travel as RPC's do: shared memory between processes of one host from 1 MiB, inline bytes
+/// otherwise.
 ///
 /// Message fields: CAF's own float and double serialization is lossy and can hang
-/// (CAF-0.17-NOTES pitfall 1): carry floating-point data in a tensor, never in a float or double
-/// field.
+/// (CAF-0.17-NOTES pitfall 1). Carry floating-point data in a tensor, never in a float or
+/// double field.
 
 #include <chrono>
 #include <cstdint>
@@ -53,22 +53,22 @@
 namespace troupe {
 
 namespace detail {
-/// The codec context a node serializes an actor message under (Note [codec context]): the one its
-/// execution unit carries when the node writes a message to a peer, else the plain context.
+/// The codec context a node serializes an actor message under (Note [codec context]). It is the
+/// one its execution unit carries when the node writes a message to a peer, else the plain one.
 const rpc::codec_context& actor_codec_context(caf::execution_unit* unit);
-/// Records why a tensor in an actor message could not be written or read, on the execution
-/// unit the node serializes under (the first failure counts). CAF 0.17.6 drops an element's
-/// error inside a message (the sender writes a truncated message, the receiver reads `()`), so
-/// the node reads the failure from there. A unit of another kind ignores it.
+/// Records why a tensor in an actor message could not be written or read. It records on the
+/// execution unit the node serializes under; the first failure counts. CAF 0.17.6 drops an
+/// element's error inside a message: the sender writes a truncated message, the receiver reads
+/// `()`. So the node reads the failure from there. A unit of another kind ignores it.
 void note_actor_codec_failure(caf::execution_unit* unit, const error& e);
 }  // namespace detail
 
-/// CAF inspection of a tensor in an actor message: its bytes in RPC's tensor encoding (Note [rpc
-/// payload]), so no float goes through CAF. A serializer writes a value copy (a same-host peer
-/// gets a shared-memory segment from 1 MiB, by the codec context of the message); a deserializer
-/// makes a new tensor; any other inspector (to_string) sees a short description. A CUDA tensor
-/// follows the sender's device map for the receiving worker (Note [remote actors]): a device
-/// without an entry fails the send with device_mismatch naming the device and the worker.
+/// CAF inspection of a tensor in an actor message: its bytes in RPC's tensor encoding
+/// (Note [rpc payload]), so no float goes through CAF. A serializer writes a value copy. A
+/// same-host peer gets a shared-memory segment from 1 MiB, by the codec context of the message.
+/// A deserializer makes a new tensor. Any other inspector (to_string) sees a short description.
+/// A CUDA tensor follows the sender's device map for the receiving worker (Note [remote actors]).
+/// A device without an entry fails the send with device_mismatch naming the device and the worker.
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor& x) {
   if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
@@ -111,9 +111,9 @@ typename Inspector::result_type inspect(Inspector& f, tensor& x) {
 }
 
 /// Announces T (a struct with a CAF `inspect`, tensors allowed inside) for actor messages under
-/// `name`; the node announces it to CAF before its actor system starts. Every process of the
-/// job must announce the same types under the same names (an unannounced type makes a message
-/// fail to decode: a request gets a protocol_violation error naming it). Never blocks.
+/// `name`. The node announces it to CAF before its actor system starts. Every process of the
+/// job must announce the same types under the same names. An unannounced type makes a message
+/// fail to decode: a request gets a protocol_violation error naming it. Never blocks.
 template <class T>
 void add_actor_message_type(node_options& opts, std::string name) {
   opts.actor_setup.push_back([name = std::move(name)](caf::actor_system_config& cfg) { cfg.add_message_type<T>(name); });
@@ -136,10 +136,12 @@ void publish_actor(node& n, const Handle& actor, const std::string& name) {
 
 /// The actor `worker` published under `name`, as a Handle (caf::actor or a caf::typed_actor).
 /// Blocks until the name is published or `timeout` passes, and to connect to `worker` the first
-/// time. Throws troupe::error naming the worker and the name: timeout (nothing published under
-/// it in time), bad_argument (published with an interface that does not offer Handle's; the
-/// message lists both), peer_lost (the worker is gone), invalid_state (node shut down, or no
-/// direct channel).
+/// time. Throws troupe::error naming the worker and the name:
+///   * timeout: nothing was published under it in time;
+///   * bad_argument: it was published with an interface that does not offer Handle's (the
+///     message lists both);
+///   * peer_lost: the worker is gone;
+///   * invalid_state: the node shut down, or there is no direct channel.
 template <class Handle = caf::actor>
 Handle lookup_actor(node& n, const std::string& worker, const std::string& name, std::chrono::milliseconds timeout) {
   auto p = detail::lookup_actor(n, worker, name, n.system().message_types<Handle>(), timeout);

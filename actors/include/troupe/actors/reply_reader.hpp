@@ -3,17 +3,19 @@
 /// A thread that blocks for replies of a remote actor reads them itself.
 ///
 /// Note [caller reads actor replies]
-/// A plain thread (not an actor) that sent requests to a remote actor and now blocks for the
-/// replies reads the connection they come on, as an rpc_sync caller reads its response (Note
-/// [direct channel]). A reply then reaches its receiver on that thread: no I/O thread wakes up
-/// in between, so the round trip wakes two threads, as an rpc_sync does.
-///   * The thread takes the connection's reading role: only this node's outgoing connection to
-///     the actor's node, when it carries that node's actor frames and no other thread reads it
-///     as a caller. Otherwise read_until() returns false at once and the thread waits another way.
+///
+/// A plain thread (not an actor) may send requests to a remote actor and then block for the
+/// replies. It reads the connection they come on, as an rpc_sync caller reads its response
+/// (Note [direct channel]). A reply then reaches its receiver on that thread. No I/O thread
+/// wakes up in between, so the round trip wakes two threads, as an rpc_sync does.
+///   * The thread takes the connection's reading role. That is only this node's outgoing
+///     connection to the actor's node. It must carry that node's actor frames, and no other
+///     thread may read it as a caller. Otherwise read_until() returns false at once and the thread
+///     waits another way.
 ///   * It delivers every frame it reads as the I/O thread would: other actors' messages, the
-///     transport hook's decisions (a delayed frame is delivered later from the I/O thread).
-///   * A reply that comes another way (a delay, a local error, another connection) is seen when
-///     its receiver calls poke(), or at the latest after one poll slice (200 ms).
+///     transport hook's decisions. A delayed frame is delivered later from the I/O thread.
+///   * A reply may come another way: a delay, a local error, another connection. It is seen
+///     when its receiver calls poke(), or at the latest after one poll slice (200 ms).
 ///   * The role ends with read_until(): the I/O thread reads the connection again.
 ///
 ///   thread: request(service of W) ──frame──▶ W

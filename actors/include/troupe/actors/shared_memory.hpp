@@ -1,9 +1,9 @@
 #pragma once
 /// \file shared_memory.hpp
 /// CPU tensors in shared memory, with the two strategies of torch.multiprocessing:
-/// - `file_descriptor`: an anonymous memfd segment; the storage owns the mapping and the fd, and
-///   the fd crosses to another process over a Unix socket (SCM_RIGHTS, `shm_channel`);
-/// - `file_system`: a named POSIX segment (`shm_open`), the handle is its name and size; a
+/// - `file_descriptor`: an anonymous memfd segment. The storage owns the mapping and the fd.
+///   The fd crosses to another process over a Unix socket (SCM_RIGHTS, `shm_channel`);
+/// - `file_system`: a named POSIX segment (`shm_open`); the handle is its name and size. A
 ///   `shm_manager` process unlinks the segments of processes that died (Note [shm manager]).
 /// Every segment, mapping, fd and socket here is a move-only RAII type. Errors are
 /// troupe::error(io_error) naming the segment, the syscall and the errno text.
@@ -75,9 +75,9 @@ typename Inspector::result_type inspect(Inspector& f, shm_handle& x) {
   return f(x.strategy, x.name, x.nbytes);
 }
 
-/// A mapped shared-memory segment. Move-only; the destructor unmaps it, closes its fd and, if it
-/// owns the name (the creator of a file_system segment), shm_unlinks it and then calls the
-/// unlink hook (which unregisters it from a shm_manager).
+/// A mapped shared-memory segment. Move-only. The destructor unmaps it and closes its fd. If it
+/// owns the name (the creator of a file_system segment), it then shm_unlinks it. Then it calls
+/// the unlink hook, which unregisters it from a shm_manager.
 class shm_segment {
  public:
   shm_segment() = default;
@@ -120,11 +120,12 @@ class shm_segment {
   std::function<void(const std::string&)> unlink_hook_;
 };
 
-/// The manager of one job's file_system segments: a small process, forked by start(), to which
-/// every process of the job registers the segments it creates (shm_manager_client). When a
-/// client's connection closes (its process exited or was killed) the manager shm_unlinks the
-/// segments that client still had registered; when the owner stops it (or dies) it unlinks every
-/// registered segment and exits. See Note [shm manager]. Move-only; the destructor calls stop().
+/// The manager of one job's file_system segments: a small process, forked by start(). Every
+/// process of the job registers the segments it creates with it (shm_manager_client). When a
+/// client's connection closes (its process exited or was killed), the manager shm_unlinks the
+/// segments that client still had registered. When the owner stops it, or dies, it unlinks
+/// every registered segment and exits. See Note [shm manager]. Move-only; the destructor calls
+/// stop().
 class shm_manager {
  public:
   /// Forks the manager process listening on an abstract Unix socket. Blocks only for the fork.
@@ -176,8 +177,8 @@ class shm_manager_client {
   void register_segment(const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(5));
   /// Unregisters `name` (after the owner unlinked it). Same blocking and errors.
   void unregister_segment(const std::string& name, std::chrono::milliseconds timeout = std::chrono::seconds(5));
-  /// Returns once the manager has handled everything that happened before this call — including
-  /// the death of processes that exited earlier, whose segments are unlinked by then. Same
+  /// Returns once the manager has handled everything that happened before this call. That
+  /// includes the death of processes that exited earlier, whose segments are unlinked by then. Same
   /// blocking and errors as register_segment.
   void sync(std::chrono::milliseconds timeout = std::chrono::seconds(5));
   const std::string& job() const noexcept { return job_; }
@@ -191,7 +192,7 @@ class shm_manager_client {
 };
 
 /// The runtime's shared_memory_provider: share() copies a storage's bytes into a new segment of
-/// its strategy and swaps it in, so every view of the storage follows. Thread-safe.
+/// its strategy and swaps it in. So every view of the storage follows. Thread-safe.
 class shm_provider final : public shared_memory_provider {
  public:
   /// file_descriptor strategy (memfd). `job` names the segments in diagnostics.
@@ -224,8 +225,8 @@ bool is_shared(const tensor& t);
 /// The handle of a shared tensor's storage (invalid_state if the tensor is not shared by this
 /// module). For file_descriptor, `fd` is the storage's own descriptor: dup it to keep it.
 shm_handle shared_handle_of(const tensor& t);
-/// Rebuilds a tensor over a shared segment in another process: maps `h` (the fd is dup'ed for
-/// file_descriptor; the name is opened for file_system) and views it with the given geometry.
+/// Rebuilds a tensor over a shared segment in another process. It maps `h` and views it with
+/// the given geometry: the fd is dup'ed for file_descriptor, the name opened for file_system.
 /// Throws bad_argument when the geometry exceeds the segment, io_error when it cannot be mapped.
 tensor tensor_from_shared_handle(const shm_handle& h, troupe::dtype dtype, const shape_t& shape,
                                  const shape_t& strides, std::int64_t offset);

@@ -4,10 +4,10 @@
 // Note [shutdown hooks]
 // ---------------------
 // A layer whose actors live on node::system() (DDP's bucket actors, for one) registers a stop
-// function with node::at_shutdown(). The node's teardown runs every registered function first,
-// on the thread that shuts the node down, while the actor system still runs; each stops its
-// layer's actors and leaves that layer refusing further work with invalid_state. So shutting the
-// node down while such an object still exists is safe, in any order.
+// function with node::at_shutdown(). The node's teardown runs every registered function first.
+// They run on the thread that shuts the node down, while the actor system still runs. Each
+// stops its layer's actors and leaves that layer refusing further work with invalid_state. So
+// shutting the node down while such an object still exists is safe, in any order.
 //
 // The handle unregisters on destruction. A destruction that races with the stop function waits
 // until it has returned, so the function never runs on a destroyed object. Stop functions must

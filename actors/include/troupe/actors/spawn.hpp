@@ -1,14 +1,14 @@
 #pragma once
 /// \file spawn.hpp
-/// `spawn(nprocs, fn, args...)`: runs `fn(rank, args...)` in `nprocs` forked child processes and
-/// joins them, propagating the first failure (rank, exit code or signal, exception text) and
-/// killing the others — the torch.multiprocessing.spawn design. See Note [spawn] in spawn.cpp.
+/// `spawn(nprocs, fn, args...)` runs `fn(rank, args...)` in `nprocs` forked child processes and
+/// joins them. It propagates the first failure (rank, exit code or signal, exception text) and
+/// kills the others: the torch.multiprocessing.spawn design. See Note [spawn] in spawn.cpp.
 ///
 /// Fork safety: spawn forks the calling process. Call it before the parent starts threads that
-/// hold locks the children need (an actor system, a thread pool, a logger): after fork() only the
-/// forking thread exists in the child, and a lock held by another parent thread stays held
-/// forever there. The child runs only `fn` and then `_exit`s (no static destructors, no atexit
-/// handlers of the parent); stdio is flushed before the fork and before the child exits.
+/// hold locks the children need: an actor system, a thread pool, a logger. After fork() only the
+/// forking thread exists in the child. A lock held by another parent thread stays held forever
+/// there. The child runs only `fn` and then `_exit`s: no static destructors, no atexit handlers
+/// of the parent. stdio is flushed before the fork and before the child exits.
 
 #include <sys/types.h>
 
@@ -45,13 +45,13 @@ class spawn_context {
 
   /// Waits up to `timeout` for every child. Returns true when all exited with status 0, false
   /// when the timeout ran out with children still running (they keep running). Blocks the
-  /// calling thread. If a child exits non-zero, is killed by a signal, or throws, the others are
-  /// killed and reaped and this throws troupe::error naming the rank, pid, exit code or signal
-  /// and the exception's text: errc::remote_exception (the child threw) or errc::peer_lost
-  /// (non-zero exit, signal). Later calls rethrow the same error.
+  /// calling thread. A child may exit non-zero, be killed by a signal, or throw. Then the others
+  /// are killed and reaped, and this throws troupe::error naming the rank, pid, exit code or
+  /// signal and the exception's text. The code is errc::remote_exception (the child threw) or
+  /// errc::peer_lost (non-zero exit, signal). Later calls rethrow the same error.
   bool join(std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
-  /// Waits up to `timeout` until one more child exits; returns its rank if it succeeded, nullopt
+  /// Waits up to `timeout` until one more child exits. Returns its rank if it succeeded; nullopt
   /// when the timeout ran out or no child is left running. A failed child is handled as in
   /// join() (the others are killed, the error is thrown).
   std::optional<int> wait_any(std::chrono::milliseconds timeout);
@@ -84,8 +84,8 @@ class spawn_context {
 };
 
 /// Forks `nprocs` children, each running `fn(rank)` then `_exit(0)`. Blocks only for the forks.
-/// Throws bad_argument for nprocs < 1 and io_error (with errno text) if a pipe or fork fails, in
-/// which case the children already forked are killed and reaped.
+/// Throws bad_argument for nprocs < 1. Throws io_error (with errno text) if a pipe or fork
+/// fails; the children already forked are then killed and reaped.
 spawn_context spawn_children(int nprocs, const std::function<void(int)>& fn, const spawn_options& opts = {});
 
 /// Runs `fn(rank, args...)` in `nprocs` child processes (rank = 0..nprocs-1) and returns their

@@ -1,6 +1,6 @@
 #pragma once
 /// \file spawn_service.hpp
-/// The spawn service of a node: an actor published as "troupe.spawner" that spawns children
+/// The spawn service of a node: an actor published as "troupe.spawner". It spawns children
 /// from factories registered on that node by name, and publishes each child under its name.
 /// Supervisors place children on a worker through it (supervisor.hpp).
 ///

@@ -4,22 +4,23 @@
 /// uses (`node::store()`).
 ///
 /// Note [store]
+///
 /// One actor on rank 0 holds string keys -> byte-string values, counters (decimal strings),
 /// waiters and barriers. Every request is checked against the job token (the sender's node must
 /// have said hello, Note [job token]). Waiting operations (get of a missing key, wait, barrier)
-/// park a response promise with a deadline; the store answers each exactly once: when the keys
+/// park a response promise with a deadline. The store answers each exactly once: when the keys
 /// appear / every rank arrived, or with `timeout` at the deadline. A barrier that times out fails
 /// every rank waiting in it, naming the ranks that did not arrive, and is forgotten.
 ///
 ///   rank r --store_barrier{name, r, world, timeout}--> store
 ///   store: arrived[name] += r; all arrived? -> unit to each; deadline? -> timeout "missing 2,3"
 ///
-/// Clients bound every request by its timeout plus a grace period and watch the store host, so a
-/// dead store host ends every pending call in `peer_lost` naming it (Note [store client] in
-/// src/store_client.cpp), never in a hang. Every node learns of that loss at once through its
-/// peer-loss events (`peer_events::store_host_lost()`); a later call reconnects within one bounded
-/// window and fails with `peer_lost` naming the store host while it does not answer (Note
-/// [lost peer re-admission]).
+/// Clients bound every request by its timeout plus a grace period, and watch the store host.
+/// So a dead store host ends every pending call in `peer_lost` naming it, never in a hang
+/// (Note [store client] in src/store_client.cpp). Every node learns of that loss at once through
+/// its peer-loss events (`peer_events::store_host_lost()`). A later call reconnects within one
+/// bounded window. While the store host does not answer, the call fails with `peer_lost` naming
+/// it (Note [lost peer re-admission]).
 
 #include <chrono>
 #include <cstdint>

@@ -1,7 +1,7 @@
 #pragma once
 /// \file supervisor.hpp
-/// Supervisors as actors, after Erlang/OTP: a supervisor starts its children from child specs,
-/// monitors them, restarts them by its strategy, and gives up when they fail too often.
+/// Supervisors as actors, after Erlang/OTP. A supervisor starts its children from child specs
+/// and monitors them. It restarts them by its strategy, and gives up when they fail too often.
 ///
 ///   troupe::spawn_service spawner(n, {{"counter", make_counter}});   // on every hosting node
 ///   troupe::supervisor_options o;
@@ -89,15 +89,17 @@ struct supervisor_options {
 };
 
 /// Validates `o` and spawns a supervisor actor on `n`; it starts its children in order. Blocks
-/// to read the job's worker list. Throws troupe::error: bad_argument naming the child for an
-/// empty or duplicate child name, an empty factory name, a max_restarts below 0 or a period
-/// not above 0, a negative start_backoff; bad_argument naming the worker and the job's workers for an unknown worker.
+/// to read the job's worker list. Throws troupe::error(bad_argument) naming the child for a bad
+/// spec: an empty or duplicate child name, an empty factory name, or a max_restarts below 0. So
+/// are a period not above 0 and a negative start_backoff. For an unknown worker, bad_argument names
+/// the worker and the job's workers.
 /// The supervisor runs in its own thread. A start that fails on every worker is retried after
-/// start_backoff and counts against the restart intensity; a child that exits before the
-/// supervisor looked it up is a crash. It exits with a troupe error naming the child and its
-/// cause when failed starts or restarts exceed the intensity, or a child failed max_restarts + 1
-/// starts in a row; then its children are stopped in reverse start order first. Its monitors and its own supervisor see
-/// that reason. An exit message (send_exit, not kill) stops its children in reverse order too.
+/// start_backoff and counts against the restart intensity. A child that exits before the
+/// supervisor looked it up is a crash. The supervisor exits with a troupe error naming the
+/// child and its cause. It does so when failed starts or restarts exceed the intensity, or when
+/// a child failed max_restarts + 1 starts in a row. Before it exits, it stops its children in
+/// reverse start order. Its monitors and its own supervisor see that reason. An exit message
+/// (send_exit, not kill) stops its children in reverse order too.
 caf::actor spawn_supervisor(node& n, supervisor_options o);
 
 }  // namespace troupe

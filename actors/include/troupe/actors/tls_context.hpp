@@ -4,15 +4,17 @@
 ///
 /// Note [tls]
 /// ----------
-/// With tls_options set, a connection between ranks is TLS 1.2+ with both sides authenticated:
-/// each side presents its certificate and refuses a peer whose certificate does not chain to
-/// ca_file (no host name check: the job's CA is the authority, ranks are addressed by IP).
-/// A refused peer is closed and logged; the listener keeps accepting. TLS protects the bytes on
-/// the wire (confidentiality, integrity) and keeps out processes without a certificate of the
-/// job's CA; the job token is still checked inside the connection. Covered: every connection
-/// of a node with node_options::tls (the direct channel, and the CAF port that carries the
-/// store, the hellos and the heartbeats: Note [tls relay] in actors/src/tls_relay.hpp), and the
-/// process group's TCP ring and its point-to-point connections (Note [tcp ring]).
+///
+/// With tls_options set, a connection between ranks is TLS 1.2+ with both sides authenticated.
+/// Each side presents its certificate and refuses a peer whose certificate does not chain to
+/// ca_file. There is no host name check: the job's CA is the authority, ranks are addressed by
+/// IP. A refused peer is closed and logged; the listener keeps accepting. TLS protects the bytes
+/// on the wire (confidentiality, integrity). It keeps out processes without a certificate of
+/// the job's CA. The job token is still checked inside the connection.
+/// Covered: every connection of a node with node_options::tls. That is the direct channel, and
+/// the CAF port that carries the store, the hellos and the heartbeats (Note [tls relay] in
+/// actors/src/tls_relay.hpp). Also covered: the process group's TCP ring and its point-to-point
+/// connections (Note [tcp ring]).
 
 #include <memory>
 #include <string>
@@ -27,8 +29,9 @@ namespace troupe {
 /// peers on both roles. Immutable once built; shared by connections of any thread.
 class tls_context {
  public:
-  /// Loads the files. Throws errc::bad_argument when a field is empty and errc::io_error naming
-  /// the file that is missing, unreadable, not PEM, or whose key does not match the certificate.
+  /// Loads the files. Throws errc::bad_argument when a field is empty. Throws errc::io_error
+  /// naming the file that is missing, unreadable, not PEM, or whose key does not match the
+  /// certificate.
   explicit tls_context(const tls_options& opts);
   ~tls_context();
   tls_context(const tls_context&) = delete;

@@ -32,8 +32,8 @@ class tls_session {
   /// One non-blocking step of the handshake: true once it is complete, false to poll for wants()
   /// and call again. Throws as handshake() does.
   bool handshake_step();
-  /// Like recv/send: > 0 bytes moved, 0 the peer closed, -1 with errno set (EAGAIN: poll for
-  /// wants() and retry; EPROTO: a TLS failure, described by last_error()).
+  /// Like recv/send: > 0 bytes moved, 0 the peer closed, -1 with errno set. EAGAIN: poll for
+  /// wants() and retry. EPROTO: a TLS failure, described by last_error().
   ssize_t read_some(void* p, std::size_t n);
   ssize_t write_some(const void* p, std::size_t n);
   /// Lets a read take many records from the socket in one recv (OpenSSL's read-ahead). Bytes

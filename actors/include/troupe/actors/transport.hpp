@@ -5,20 +5,22 @@
 /// pass-through.
 ///
 /// Note [transport hook]
-/// Every rpc_request and rpc_response a node sends passes `on_send` on the sender, and every one
+///
+/// Every rpc_request and rpc_response a node sends passes `on_send` on the sender. Every one
 /// it receives passes `on_receive` on the receiver, before anything else looks at it. Remote
 /// actor messages do too (message_kind::actor_message, Note [remote actors]), on the sending
 /// actor's thread and on the thread that reads them. It may
 /// rewrite the payload and the interceptor meta, and its decision drops, delays or duplicates the
-/// message. Threads (Note [direct channel]): the calling user thread (request sent), the executor
-/// thread (request received, response sent) or the node's I/O thread (response received, delayed
-/// messages). It must not block.
+/// message. It runs on one of three threads (Note [direct channel]). The calling user thread
+/// runs it for a request sent, the executor thread for a request received or a response sent.
+/// The node's I/O thread runs it for a response received and for delayed messages. It must not
+/// block.
 ///
 ///   user thread --on_send--> [TCP] --on_receive--> executor (leader)
 ///
 /// Guarantees: a dropped request leaves the caller's call pending until its deadline (timeout)
-/// or its peer's death (peer_lost); no message is ever retried by the runtime (user functions are
-/// not idempotent).
+/// or its peer's death (peer_lost). No message is ever retried by the runtime: user functions
+/// are not idempotent.
 
 #include <chrono>
 #include <cstdint>
@@ -33,11 +35,11 @@ namespace troupe {
 /// frame, which a hook must not rewrite.
 /// store_request and store_response: a node's store calls and their answers (Note [store faults]
 /// in src/store_client.cpp); `function` is the operation (troupe.store.get, ...), `payload` the key.
-/// collective_payload: one rank's payload of one collective of a CPU process group (Note
-/// [collective payload faults] in ddp/src/payload_faults.hpp); `function` is the collective
-/// ("allreduce", "send", ...), `call_id` its sequence number, `from` "rank R" of the group,
-/// `to` the group's name, `payload` its note ("bucket 2"). Only on_send sees it; a hook may drop
-/// or delay it, not duplicate it.
+/// collective_payload: one rank's payload of one collective of a CPU process group
+/// (Note [collective payload faults] in ddp/src/payload_faults.hpp). `function` is the
+/// collective ("allreduce", "send", ...) and `call_id` its sequence number. `from` is "rank R"
+/// of the group, `to` the group's name, `payload` its note ("bucket 2"). Only on_send sees it;
+/// a hook may drop or delay it, not duplicate it.
 enum class message_kind : std::uint8_t {
   rpc_request = 0,
   rpc_response = 1,

@@ -1,8 +1,8 @@
 #pragma once
 /// \file workers.hpp
 /// The workers of a job, like torch.distributed.rpc's worker list and get_worker_info(name).
-/// Every node publishes its name under its rank in the store when it starts (node.hpp), so
-/// these read the store; they block the calling thread, never an actor.
+/// Every node publishes its name under its rank in the store when it starts (node.hpp). So
+/// these read the store. They block the calling thread, never an actor.
 
 #include <chrono>
 #include <string>
@@ -15,7 +15,7 @@ namespace troupe {
 class node;
 
 /// Every worker of the job `n` belongs to, by rank. Blocks until every rank has started, up to
-/// `timeout` (errc::timeout names the ranks not yet there); peer_lost when the store host is
+/// `timeout`; errc::timeout names the ranks not yet there. peer_lost when the store host is
 /// gone, invalid_state after shutdown.
 std::vector<worker_info> workers(node& n, std::chrono::milliseconds timeout);
 /// workers(n, n.default_timeout()).

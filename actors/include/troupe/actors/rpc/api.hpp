@@ -7,13 +7,13 @@
 ///   auto f = troupe::rpc_async<int>(n, "worker1", "add", 1, 2, troupe::rpc::deadline{2s});
 ///   f.get();
 ///
-/// Arguments follow the function name; an optional timeout as the LAST argument (an
-/// `rpc::deadline` or any std::chrono duration, rounded up to milliseconds) sets the call's
-/// deadline, otherwise node_options::default_timeout applies. (The older form with the
-/// `rpc::deadline` right after the function name still works; new code puts it last.)
-/// Arguments are encoded with their own types (codec.hpp): pass exactly the types of the
-/// registered signature (an `int` literal is int32, `1.0` is float64, a string literal is
-/// converted to std::string).
+/// Arguments follow the function name. An optional timeout as the LAST argument sets the call's
+/// deadline: an `rpc::deadline` or any std::chrono duration, rounded up to milliseconds.
+/// Otherwise node_options::default_timeout applies. The form with the `rpc::deadline` right
+/// after the function name also works; new code puts it last.
+/// Arguments are encoded with their own types (codec.hpp). Pass exactly the types of the
+/// registered signature: an `int` literal is int32, `1.0` is float64, a string literal is
+/// converted to std::string.
 /// Errors (thrown by rpc_sync and by future::get): unknown_function, bad_argument,
 /// remote_exception, timeout, peer_lost, unauthorized, invalid_state.
 

@@ -1,33 +1,42 @@
 #pragma once
 /// \file codec.hpp
-/// The RPC argument/result codec: raw native bytes into a std::vector<char> (CAF and the direct
-/// channel copy them raw; no float ever goes through CAF's inspection). User structs go through a
+/// The RPC argument/result codec: raw native bytes into a std::vector<char>. CAF and the direct
+/// channel copy them raw; no float ever goes through CAF's inspection. User structs go through a
 /// Boost.Serialization binary archive opened only for them. Opening an archive builds a
 /// std::locale, a large user-space cost for a small call.
 ///
 /// Note [rpc payload]
-/// An argument list is encoded as: u32 count, then per argument its type tag (a string such as
-/// "int32", "vector<float64>", "tensor") followed by its value. The callee reads the count and
-/// each tag before the value and compares them with the registered signature, so a mismatch is
-/// reported as bad_argument naming the argument index, the expected and the received type.
-/// Values: arithmetic types as their native bytes; strings as a u64 length and the bytes; vectors
-/// of arithmetic types as a u64 count and one binary blob; vectors, maps, pairs and tuples element-wise; tensors as
-/// kind (0 = inline bytes; 1 = the name of a shared-memory segment, between processes of one host,
-/// see Note [tensor over shared memory] in src/rpc/bulk.hpp; 3 = inline bytes for a CUDA device
-/// of the receiver, with its index; 4 = inline bytes of a result from a CUDA device of the sender,
-/// with its index; 5 = a CUDA IPC handle for a device of the receiver; Note [rpc device map] in
-/// device_map.hpp), dtype, rank, sizes, bytes of
-/// the contiguous CPU tensor; anything else through its Boost `serialize` (user structs; a tensor
-/// inside a user struct uses troupe/tensors/boost_tensor.hpp), read by a bounded_iarchive
-/// (Note [bounded archive]); a handle type (an RRef) writes and reads itself (self_coded).
-/// A result is encoded as its type tag (a u16 length and the bytes of the same string) and its
-/// value; a void function's result is empty. The caller compares the tag in place with the tag of
-/// the R it asked for: a mismatch is bad_argument naming both types. A few bytes and one compare
-/// per result, no allocation.
-/// Decoding is bounded: every count and length is checked against the bytes left before anything
-/// is allocated, a bool is the byte 0 or 1, a tensor's shape must have a byte count that fits an
-/// int64 and equals the announced one. Bytes left over after a result or the last argument are
-/// an error.
+/// An argument list is encoded as: u32 count, then per argument its type tag and its value.
+/// A tag is a string such as "int32", "vector<float64>", "tensor".
+/// The callee reads the count and each tag before the value and compares them with the
+/// registered signature. A mismatch is reported as bad_argument naming the argument index, the
+/// expected and the received type.
+/// Values:
+///   * arithmetic types: their native bytes;
+///   * strings: a u64 length and the bytes;
+///   * vectors of arithmetic types: a u64 count and one binary blob;
+///   * vectors, maps, pairs and tuples: element-wise;
+///   * tensors: kind, dtype, rank, sizes, bytes of the contiguous CPU tensor;
+///   * a handle type (an RRef): it writes and reads itself (self_coded);
+///   * anything else: its Boost `serialize` (user structs), read by a bounded_iarchive
+///     (Note [bounded archive]). A tensor inside a user struct uses
+///     troupe/tensors/boost_tensor.hpp.
+/// A tensor's kind says where its bytes are:
+///   * 0: inline bytes;
+///   * 1: the name of a shared-memory segment, between processes of one host;
+///     see Note [tensor over shared memory] in src/rpc/bulk.hpp;
+///   * 3: inline bytes for a CUDA device of the receiver, with its index;
+///   * 4: inline bytes of a result from a CUDA device of the sender, with its index;
+///   * 5: a CUDA IPC handle for a device of the receiver.
+/// Kinds 3 to 5 follow Note [rpc device map] in device_map.hpp.
+/// A result is encoded as its type tag and its value. Its tag is a u16 length and the bytes of
+/// the same string. A void function's result is empty. The caller compares the tag in place
+/// with the tag of the R it asked for. A mismatch is bad_argument naming both types. This costs
+/// a few bytes and one compare per result, no allocation.
+/// Decoding is bounded. Every count and length is checked against the bytes left before
+/// anything is allocated. A bool is the byte 0 or 1. A tensor's shape must have a byte count
+/// that fits an int64 and equals the announced one. Bytes left over after a result or the last
+/// argument are an error.
 
 #include <algorithm>
 #include <cstdint>
@@ -248,12 +257,14 @@ namespace detail {
 using oarchive = boost::archive::binary_oarchive;
 inline constexpr unsigned archive_flags = boost::archive::no_header | boost::archive::no_codecvt;
 
-/// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, padding to a 64-byte offset
-/// of the buffer, raw bytes of its contiguous CPU copy; over shared memory (kinds 1, 2) when the
-/// writer's context allows it for its peer (Note [tensor over shared memory]).
-/// Under the context's device scope a CUDA tensor is written as kind 3 (or 5, by IPC handle) for
-/// the mapped device, or throws device_mismatch naming its device and the peer; in a served call's
-/// answer as kind 4 with its own device (Note [rpc device map]).
+/// Writes a tensor inline (kind 0): dtype, rank, sizes, byte count, then padding to a 64-byte
+/// offset of the buffer. Then come the raw bytes of its contiguous CPU copy. It goes over shared
+/// memory (kinds 1, 2) when the writer's context allows that for its peer.
+/// See Note [tensor over shared memory].
+/// Under the context's device scope, a CUDA tensor is written as kind 3 (or 5, by IPC handle)
+/// for the mapped device. Otherwise it throws device_mismatch naming its device and the peer.
+/// In a served call's answer it is written as kind 4 with its own device
+/// (Note [rpc device map]).
 void write_tensor(writer& w, const tensor& t);
 /// Reads a tensor written by write_tensor into a new contiguous CPU tensor, or one that views the
 /// payload itself (the context's keeper, Note [adopted payload]). Kinds 3 and 5 give a tensor on
@@ -262,9 +273,10 @@ void write_tensor(writer& w, const tensor& t);
 /// device_mismatch naming it when there is none.
 tensor read_tensor(reader& r);
 
-/// Where CUDA results (kind 4) of a call come back to: `reverse` (the inverse of the caller's
-/// device map for `peer`) gives the local device for the sender's device (Note [rpc device map]).
-/// Both references must outlive it; a codec_context points to it while a result is decoded.
+/// Where CUDA results (kind 4) of a call come back to. `reverse` is the inverse of the caller's
+/// device map for `peer`. It gives the local device for the sender's device
+/// (Note [rpc device map]). Both references must outlive it. A codec_context points to it while
+/// a result is decoded.
 class result_devices {
  public:
   result_devices(const std::map<int, int>& reverse, const std::string& peer) : reverse_(reverse), peer_(peer) {}
@@ -280,33 +292,36 @@ class result_devices {
 };
 
 /// Note [adopted payload]
-/// A large tensor sent as inline bytes (between hosts, or without shared memory) is not copied out
-/// of the received payload: that would be one full copy per direction on top of the kernel's.
-/// When the codec context of a decode has a payload_keeper, an inline tensor of at least
-/// adopt_min_bytes read from the keeper's buffer, at a 16-byte aligned address (the writer pads its
-/// data to a 64-byte offset of the buffer), becomes a tensor VIEWING that buffer, whose storage
-/// keeps the keeper's owner alive. The owner holds the payload's bytes and nothing else (no
-/// request, call state, connection or node part, so a kept tensor pins no node resource and makes
-/// no cycle through a function or a continuation), and gives the buffer back to the byte pool when
-/// the last tensor viewing it goes, if the node still exists (Note [byte pool]):
-///   * the served request (direct channel, served once; a fault plan's copies of one request decode
-///     their own): the job keeps an empty holder; if a tensor viewed the payload, the payload (the
-///     same heap block) moves into the holder when the function returns;
-///   * a call's response of adopt_min_bytes or more, which call_state keeps in a shared holder from
-///     the start, decoded by future::get without an interceptor (with one, the decoded result is
-///     stored in the call state: copied).
-/// A tensor keeping a payload keeps the payload's whole buffer, so a tensor is adopted only when it
-/// fills at least half of the buffer's capacity: a received tensor a callee or a caller stores
-/// never pins more than twice its own bytes (a pooled buffer may be up to four times larger than
-/// the message, Note [byte pool]; a payload may carry several tensors). Anything else (smaller
-/// parts of a payload, bytes outside the keeper's buffer, nested payloads decoded with a context of
-/// their own, tensors under adopt_min_bytes) is copied.
+/// A large tensor sent as inline bytes is not copied out of the received payload. Inline bytes
+/// are used between hosts, or without shared memory. A copy would cost one full copy per
+/// direction on top of the kernel's.
+/// A decode's codec context may have a payload_keeper. Then some inline tensors become tensors
+/// VIEWING the keeper's buffer. Such a tensor has at least adopt_min_bytes, is read from that
+/// buffer, and sits at a 16-byte aligned address. The writer pads its data to a 64-byte offset of
+/// the buffer for this. The view's storage keeps the keeper's owner alive.
+/// The owner holds the payload's bytes and nothing else: no request, call state, connection or
+/// node part. So a kept tensor pins no node resource and makes no cycle through a function or a
+/// continuation. The owner gives the buffer back to the byte pool when the last tensor viewing
+/// it goes (Note [byte pool]). It does so only if the node still exists. The keepers:
+///   * the served request (direct channel, served once; a fault plan's copies of one request
+///     decode their own): the job keeps an empty holder. If a tensor viewed the payload, the
+///     payload (the same heap block) moves into the holder when the function returns;
+///   * a call's response of adopt_min_bytes or more: call_state keeps it in a shared holder from
+///     the start. future::get decodes it without an interceptor. With one, the decoded result
+///     is stored in the call state: copied.
+/// A tensor keeping a payload keeps the payload's whole buffer. So a tensor is adopted only
+/// when it fills at least half of the buffer's capacity. Then a received tensor that a callee
+/// or a caller stores never pins more than twice its own bytes. A pooled buffer may be up to
+/// four times larger than the message (Note [byte pool]), and a payload may carry several
+/// tensors. Anything else is copied: smaller parts of a payload, bytes outside the keeper's
+/// buffer, and tensors under adopt_min_bytes. So are nested payloads decoded with a context of
+/// their own.
 inline constexpr std::size_t adopt_min_bytes = std::size_t{64} << 10;
 
 class payload_keeper {
  public:
-  /// Tensors read from `bytes` may view it and hold `owner`, which keeps the bytes alive (after
-  /// the keeper is gone) and no one writes to them any more. A null owner adopts nothing.
+  /// Tensors read from `bytes` may view it and hold `owner`. The owner keeps the bytes alive
+  /// after the keeper is gone, and no one writes to them any more. A null owner adopts nothing.
   payload_keeper(const std::vector<char>& bytes, std::shared_ptr<const void> owner)
       : begin_(bytes.data()), end_(bytes.data() + bytes.size()), capacity_(bytes.capacity()), owner_(std::move(owner)) {}
   payload_keeper(const payload_keeper&) = delete;
@@ -330,7 +345,7 @@ template <class T> void write_value(writer& w, const T& x);
 template <class T> void read_value(reader& r, T& x);
 
 /// A value that writes and reads itself with the codec's writer and reader, so it sees their
-/// codec context (a handle type such as an RRef; Note [codec context]).
+/// codec context. A handle type such as an RRef is one (Note [codec context]).
 template <class T>
 concept self_coded = requires(const T& c, T& m, writer& w, reader& r) {
   c.write_payload(w);
@@ -496,10 +511,10 @@ std::string describe(const F& what) {
 }
 }  // namespace detail
 
-/// Decodes one result value. Throws troupe::error(bad_argument) naming both types when the result
-/// is not an R (an empty result is a void function's), and protocol_violation on malformed bytes
-/// or bytes left over after the value. Messages start with `what`: a string, or a callable that
-/// makes it (only then). Decoded under `ctx` (Note [codec context]).
+/// Decodes one result value. Throws troupe::error(bad_argument) naming both types when the
+/// result is not an R; an empty result is a void function's. Throws protocol_violation on
+/// malformed bytes or bytes left over after the value. Messages start with `what`: a string,
+/// or a callable that makes it (only then). Decoded under `ctx` (Note [codec context]).
 template <class R, class What>
 R decode_result(const codec_context& ctx, const std::vector<char>& bytes, const What& what) {
   R r{};
@@ -530,10 +545,10 @@ R decode_result(const std::vector<char>& bytes, const What& what) {
 }
 
 /// Decodes an argument list into a tuple after checking count and tags against Args.
-/// Throws troupe::error(bad_argument) naming the argument index, expected and received type, or
-/// when bytes are left over after the last argument; protocol_violation when a value's bytes
-/// break the codec (a bool other than 0 or 1, a length beyond the payload, a bad tensor header).
-/// Decoded under `ctx` (Note [codec context]).
+/// Throws troupe::error(bad_argument) naming the argument index, expected and received type.
+/// It also throws bad_argument when bytes are left over after the last argument.
+/// Throws protocol_violation when a value's bytes break the codec: a bool other than 0 or 1, a
+/// length beyond the payload, a bad tensor header. Decoded under `ctx` (Note [codec context]).
 template <class... Args>
 std::tuple<std::decay_t<Args>...> decode_args(const codec_context& ctx, const std::vector<char>& bytes, const std::string& fn) {
   std::tuple<std::decay_t<Args>...> out;

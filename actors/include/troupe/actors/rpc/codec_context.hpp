@@ -34,41 +34,42 @@ class long_work_notice {
 };
 
 /// The scope of a layer above the codec for the handles it owns inside a payload: values that
-/// stand for state kept elsewhere (an RRef). That layer derives its own scopes from it (where
-/// received handles bind, what sent handles create) and finds them in codec_context::handles;
-/// the codec carries the pointer and never looks into it.
+/// stand for state kept elsewhere (an RRef). That layer derives its own scopes from it: where
+/// received handles bind, what sent handles create. It finds them in codec_context::handles.
+/// The codec carries the pointer and never looks into it.
 class handle_scope {
  public:
   virtual ~handle_scope() = default;
 };
 
 /// Note [codec context]
-/// What steers an encode or a decode beyond the value itself travels in one codec_context that
-/// the caller builds on its stack and hands to the writer or reader; the codec reads nothing
-/// else (no thread-local state). Every field is optional (null: the plain behaviour):
+///
+/// What steers an encode or a decode beyond the value itself travels in one codec_context.
+/// The caller builds it on its stack and hands it to the writer or reader. The codec reads
+/// nothing else (no thread-local state). Every field is optional (null: the plain behaviour):
 ///   * keeper: inline tensors of at least adopt_min_bytes read from its buffer view it
 ///     (Note [adopted payload]);
 ///   * results: where CUDA results (kind 4) of the peer go back to (Note [rpc device map]);
 ///   * devices: how CUDA tensors are written to the peer (kinds 3, 4, 5); null: staged as CPU
 ///     tensors (kind 0);
-///   * bulk, shm and peer: the node's segments and byte pool, whether tensors may go over shared
-///     memory to `peer` (Note [tensor over shared memory]); the byte pool is used with or without
-///     shm (Note [byte pool]);
+///   * bulk, shm and peer: the node's segments and byte pool, and whether tensors may go over
+///     shared memory to `peer`. See Note [tensor over shared memory]. The byte pool is used with or
+///     without shm (Note [byte pool]);
 ///   * scope: the interceptor's view of this message (Note [call interceptor]);
 ///   * gather and borrow: the sender's list of tensors it writes from their storage, and whether
-///     this encode may add to it: set only by the encode whose buffer is the message's payload
-///     (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp);
+///     this encode may add to it. Only the encode whose buffer is the message's payload sets
+///     them (Note [borrowed tensor bytes] in src/rpc/borrowed_parts.hpp);
 ///   * work: told before a large tensor is copied (Note [predicted quick]);
-///   * handles: the scope of the layer that owns the handles inside the value (RRefs: where
-///     received ones bind, what sent ones create; Note [RRef protocol]);
+///   * handles: the scope of the layer that owns the handles inside the value. For RRefs it says
+///     where received ones bind and what sent ones create (Note [RRef protocol]);
 ///   * reply_to: in a served call's answer, the worker that called (handles in the result
 ///     know where they go);
 ///   * stored: the value is encoded to be kept (an RRef's value), not sent in one message;
 ///     handles inside it are refused.
-/// A nested encode (a payload inside a payload, a served function's own calls) builds its own
-/// context, so two nodes of one process encoding on one thread never see each other's settings.
-/// A context refers to what its builder owns: it must not outlive them, and it is not copied
-/// into anything that outlives the encode or decode.
+/// A nested encode builds its own context: a payload inside a payload, a served function's own
+/// calls. So two nodes of one process encoding on one thread never see each other's settings.
+/// A context refers to what its builder owns, and must not outlive it. It is not copied into
+/// anything that outlives the encode or decode.
 struct codec_context {
   const detail::payload_keeper* keeper = nullptr;
   const detail::result_devices* results = nullptr;

@@ -1,7 +1,8 @@
 #pragma once
 /// \file device_map.hpp
-/// Device maps of RPC, as torch's TensorPipeRpcBackendOptions.set_device_map: for each peer,
-/// which CUDA device of the peer receives a tensor that lives on a CUDA device of this worker.
+/// Device maps of RPC, as torch's TensorPipeRpcBackendOptions.set_device_map. For each peer, a
+/// map says which CUDA device of the peer receives a tensor that lives on a CUDA device of this
+/// worker.
 ///
 /// Note [rpc device map]
 /// ---------------------
@@ -13,33 +14,34 @@
 ///           on the decoding thread's current stream -> synchronised -> fn(arg)
 ///   callee: result on cuda:0 --staged (kind 4, "cuda:0")--> caller: reverse map {0 -> 1} -> cuda:1
 ///
-/// - Set time: node_options::device_maps and node::set_device_map validate at once: a negative
-///   index, two local devices mapped to one peer device, or a peer that is not a worker of the
-///   job is bad_argument naming the peer and the entry.
-/// - Call time: a CUDA argument whose device has no entry in the map of the callee fails the
-///   call with device_mismatch naming the device and the peer (the future carries it; nothing
-///   is sent). A CPU argument is unaffected by the map.
+/// - Set time: node_options::device_maps and node::set_device_map validate at once. A negative
+///   index, two local devices mapped to one peer device, or a non-worker peer is bad_argument.
+///   The error names the peer and the entry.
+/// - Call time: a CUDA argument whose device has no entry in the callee's map fails the call.
+///   The error is device_mismatch naming the device and the peer. The future carries it; nothing
+///   is sent. A CPU argument is unaffected by the map.
 /// - Transfer, same host and another process: the caller clones the tensor on its current
-///   stream, records an interprocess event after the clone and sends cudaIpcGetMemHandle of the
-///   clone's allocation (the caching allocator gives whole cudaMalloc blocks, so a plain
-///   storage's data is the base), the offset and the event's handle (kind 5). The call state
-///   holds the clone and the event until the call completes. The receiver opens the handle in
-///   the node's cuda_ipc_cache (once per peer allocation and device: CUDA refuses a second open;
-///   dropped with the peer, closed at teardown), makes its current stream wait on the event and
-///   copies device to device into its own tensor. A receiver-side failure fails the call.
+///   stream and records an interprocess event after the clone. It sends cudaIpcGetMemHandle of
+///   the clone's allocation, the offset and the event's handle (kind 5). The caching allocator
+///   gives whole cudaMalloc blocks, so a plain storage's data is the base. The call state holds
+///   the clone and the event until the call completes. The receiver opens the handle in the
+///   node's cuda_ipc_cache, once per peer allocation and device, since CUDA refuses a second
+///   open. The cache drops it with the peer and closes it at teardown. The receiver makes its
+///   current stream wait on the event and copies device to device into its own tensor. A
+///   receiver-side failure fails the call.
 /// - Transfer otherwise (another host, the same process, a caller-side IPC call that fails):
-///   staged through host memory (one device-to-host copy on the caller's current stream, which
-///   the encoder waits for), sent as bytes (kind 3) and copied to the mapped device on the
-///   receiver. node::device_transfers() counts both ways. A receiver without the mapped device
-///   fails the call with device_mismatch naming it.
-/// - Stream rule: the receiver's tensor is ready on every stream when the function runs (the
-///   decoder synchronises its copy on its current stream of the device), for kinds 3, 4 and 5.
-///   The caller may reuse or free its tensor once the call returned its future (the staging
-///   copy or the private IPC copy exists by then).
-/// - Results and RRef values fetched by a call: a CUDA tensor goes staged with the callee's device
-///   (kind 4) and lands on the caller's device given by the reverse of the caller's map for that
-///   callee (invert_device_map); no reverse entry, or no call to place it by, is device_mismatch
-///   naming the device and the peer.
+///   the tensor is staged through host memory. That is one device-to-host copy on the caller's
+///   current stream, which the encoder waits for. It is sent as bytes (kind 3) and copied to the
+///   mapped device on the receiver. node::device_transfers() counts both ways. A receiver
+///   without the mapped device fails the call with device_mismatch naming it.
+/// - Stream rule: the receiver's tensor is ready on every stream when the function runs, for
+///   kinds 3, 4 and 5. The decoder synchronises its copy on its current stream of the device.
+///   The caller may reuse or free its tensor once the call returned its future. The staging
+///   copy or the private IPC copy exists by then.
+/// - Results and RRef values fetched by a call: a CUDA tensor goes staged with the callee's
+///   device (kind 4). It lands on the caller's device given by the reverse of the caller's map
+///   for that callee (invert_device_map). No reverse entry, or no call to place it by, is
+///   device_mismatch naming the device and the peer.
 
 #include <atomic>
 #include <cstdint>
@@ -62,8 +64,8 @@ void validate_device_map(const std::string& peer, const device_map& map);
 /// does, naming `peer`). Results of a call come back through it.
 device_map invert_device_map(const std::string& peer, const device_map& map);
 
-/// Throws device_mismatch naming the device and `peer` when `reverse` (invert_device_map of the
-/// map for `peer`) has no entry for the peer's CUDA device `remote`; else the local device.
+/// The local device for the peer's CUDA device `remote`, by `reverse` (invert_device_map of the
+/// map for `peer`). Throws device_mismatch naming the device and `peer` when there is no entry.
 troupe::device result_device(const std::string& peer, const device_map& reverse, int remote);
 
 /// How a node's CUDA arguments went to their peers (Note [rpc device map]).

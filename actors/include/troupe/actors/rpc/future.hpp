@@ -47,7 +47,7 @@ class call_state {
   /// Runs a continuation off the completing thread (the node's executor); false: it cannot.
   using poster = std::function<bool(std::function<void()>)>;
   /// A call of `function` on worker `to` from worker `from` (what() names it so, for errors).
-  /// `post` (one per node, shared) runs continuations off the completing thread; `work` (the
+  /// `post` (one per node, shared) runs continuations off the completing thread. `work` (the
   /// node's executor, or null) is told before a thread blocks on the call (Note [predicted quick]).
   call_state(std::string function, std::string to, std::string from, clock::time_point deadline, std::shared_ptr<const poster> post,
              std::shared_ptr<const long_work_notice> work = nullptr)
@@ -137,7 +137,7 @@ class call_state {
   std::string message_;
   std::vector<char> payload_;
   // A payload of adopt_min_bytes or more, held apart so that tensors viewing it keep only it
-  // alive (Note [adopted payload] in codec.hpp); value() is then this one.
+  // alive (Note [adopted payload] in codec.hpp). value() is then this one.
   std::shared_ptr<std::vector<char>> shared_payload_;
   std::vector<std::function<void()>> continuations_;
   std::vector<std::function<void()>> inline_continuations_;
@@ -189,11 +189,11 @@ class future;
 template <class R>
 using collected_t = std::conditional_t<std::is_void_v<R>, void, std::vector<R>>;
 
-/// A future of every future's value, in the order of `fs`: it completes once all of them
-/// completed, with their values, or with the error of the first one (in `fs` order) that
-/// failed. Like torch.futures.collect_all followed by reading each value. get() on it waits up
-/// to the latest deadline of `fs` plus `budget`. Never blocks; throws invalid_state when one of
-/// `fs` is empty. An empty `fs` gives a completed future of no values.
+/// A future of every future's value, in the order of `fs`. It completes once all of them
+/// completed, with their values. Or it completes with the error of the first one (in `fs` order)
+/// that failed. Like torch.futures.collect_all followed by reading each value. get() on it waits
+/// up to the latest deadline of `fs` plus `budget`. Never blocks; throws invalid_state when one
+/// of `fs` is empty. An empty `fs` gives a completed future of no values.
 template <class R>
 future<collected_t<R>> collect_all(std::vector<future<R>> fs, std::chrono::milliseconds budget = std::chrono::seconds(60));
 
@@ -208,19 +208,19 @@ class future {
   bool is_ready() const { return st_ && st_->ready(); }
   /// Blocks the caller up to `timeout`; returns whether the call completed.
   bool wait(std::chrono::milliseconds timeout) const { return st_ && st_->wait_for(timeout); }
-  /// Blocks until the call completes and returns its value, or throws its troupe::error
-  /// (timeout, peer_lost, unknown_function, bad_argument, remote_exception, protocol_violation,
-  /// or the code of an exception the call interceptor threw). With an interceptor the result is
-  /// decoded by the first get() only; later ones return copies of it (a move-only result is
-  /// moved out by the first get(); later ones return a moved-from value).
+  /// Blocks until the call completes and returns its value, or throws its troupe::error. The
+  /// code is timeout, peer_lost, unknown_function, bad_argument, remote_exception,
+  /// protocol_violation, or that of an exception the call interceptor threw. With an interceptor,
+  /// only the first get() decodes the result; later ones return copies of it. The first get()
+  /// moves a move-only result out; later ones return a moved-from value.
   R get() const { return get_under(nullptr); }
-  /// get() with the handles in the result (RRefs) decoded under `handles` (Note [codec
-  /// context]); the first decoding get() of an intercepted call decides how they are decoded.
+  /// get() with the handles in the result (RRefs) decoded under `handles` (Note [codec context]).
+  /// The first decoding get() of an intercepted call decides how they are decoded.
   R get(handle_scope& handles) const { return get_under(&handles); }
-  /// Runs `fn(future<R>)` on the node's executor once the call completes (never on a CAF
-  /// thread, never inline in the agent), and returns the future of what `fn` returns, like
-  /// torch's Future.then: it completes with fn's value, or with the error fn threw (a
-  /// troupe::error keeps its code; any other exception becomes remote_exception with its text).
+  /// Runs `fn(future<R>)` on the node's executor once the call completes. It never runs on a CAF
+  /// thread, and never inline in the agent. Returns the future of what `fn` returns, like
+  /// torch's Future.then. That future completes with fn's value, or with the error fn threw.
+  /// A troupe::error keeps its code; any other exception becomes remote_exception with its text.
   /// So this call's error reaches the returned future when `fn` calls get(). get() on the
   /// returned future waits up to this call's deadline plus `budget` for `fn` to finish (then
   /// errc::timeout). Chains: f.then(a).then(b). Throws invalid_state on an empty future.
@@ -235,11 +235,11 @@ class future {
     });
     return future<U>(std::move(next));
   }
-  /// Runs `fn(future<R>)` on the thread that completes the call (an I/O thread, a CAF thread,
-  /// or a caller reading its own response), or at once on this thread if it is already
-  /// complete. For continuations that only hand the result on (send a CAF message, notify):
-  /// `fn` must not block, must not throw, and should not call get() when the call is
-  /// intercepted (the decode would run on that thread).
+  /// Runs `fn(future<R>)` on the thread that completes the call: an I/O thread, a CAF thread,
+  /// or a caller reading its own response. If the call is already complete, it runs at once on
+  /// this thread. For continuations that only hand the result on (send a CAF message, notify).
+  /// `fn` must not block and must not throw. It should not call get() when the call is
+  /// intercepted: the decode would run on that thread.
   template <class F>
   void then_inline(F fn) const {
     if (!st_) throw error(errc::invalid_state, "then_inline() on an empty rpc future");

@@ -1,17 +1,17 @@
 #pragma once
 /// \file interceptor.hpp
-/// The call interceptor: how a layer above the runtime (distributed autograd) sees the tensors
-/// of every RPC and attaches its own bytes to the message, without the runtime knowing why.
+/// The call interceptor. Through it a layer above the runtime (distributed autograd) sees the
+/// tensors of every RPC. It attaches its own bytes to the message; the runtime does not know why.
 ///
 /// Note [call interceptor]
-/// A node has at most one interceptor (node::set_interceptor). For every call it makes and every
-/// call it serves, the runtime asks the interceptor for a `call_scope` (null: not intercepted)
-/// and puts that scope in the codec context of the message's encode and decode (Note [codec
-/// context] in codec_context.hpp); nothing about it is kept per thread.
-/// The codec reports every tensor it writes (`on_tensor_written`) and passes every tensor it
+/// A node has at most one interceptor (node::set_interceptor). For every call it makes and
+/// every call it serves, the runtime asks the interceptor for a `call_scope` (null: not
+/// intercepted). It puts that scope in the codec context of the message's encode and decode
+/// (Note [codec context] in codec_context.hpp). Nothing about it is kept per thread.
+/// The codec reports every tensor it writes (`on_tensor_written`). It passes every tensor it
 /// reads through `on_tensor_read`, which may return a different tensor (for example one that
-/// carries a grad_fn). After encoding, `take_meta()` gives the bytes that travel with the message
-/// (beside the payload, through the transport hook); before decoding, `on_meta` gets the bytes that
+/// carries a grad_fn). After encoding, `take_meta()` gives the bytes that travel with the message,
+/// beside the payload, through the transport hook. Before decoding, `on_meta` gets the bytes that
 /// arrived with it.
 ///
 ///   caller (user thread)                          callee (executor thread)
@@ -22,24 +22,27 @@
 ///   [s entered] s.on_meta(response_meta)          [s entered] encode result -> on_tensor_written
 ///               decode result -> on_tensor_read   response_meta = s.take_meta()
 ///
-/// `enter()` runs before a scope's encode or decode (callee: before the argument decode, and again
-/// on the thread that completes a deferred reply) and `leave()` after it (callee: after the result
-/// encode). A served function runs between its scope's enter() and leave(); the interceptor may
-/// set its own state there (distributed autograd makes the caller's context current), and it is
-/// by that state that a call the function makes knows in begin_call that it is nested: the runtime
-/// hands begin_call only the peer and the function. A value encoded outside a message (an RRef's
-/// stored value, bytes a function encodes itself) is reported to no one; arguments nested in a
-/// served call's are decoded with its context (reply_later::with_context) and reported as its.
+/// `enter()` runs before a scope's encode or decode. On the callee it runs before the argument
+/// decode, and again on the thread that completes a deferred reply. `leave()` runs after it (on
+/// the callee: after the result encode).
+/// A served function runs between its scope's enter() and leave(). The interceptor may set its
+/// own state there: distributed autograd makes the caller's context current. By that state a
+/// call the function makes knows in begin_call that it is nested. The runtime hands begin_call
+/// only the peer and the function.
+/// A value encoded outside a message is reported to no one: an RRef's stored value, bytes a
+/// function encodes itself. Arguments nested in a served call's are decoded with its context
+/// (reply_later::with_context) and reported as its.
 ///
-/// Threads: begin_call runs on the calling user thread; begin_serve, the argument decode, the
-/// function and the result encode on one executor thread; the response decode on the thread that
-/// takes the result (future::get / then). Never on a CAF scheduler thread. A scope's methods are
-/// called from one thread at a time. The response decode happens at most once per call.
+/// Threads: begin_call runs on the calling user thread. begin_serve, the argument decode, the
+/// function and the result encode run on one executor thread. The response decode runs on the
+/// thread that takes the result (future::get / then). Never on a CAF scheduler thread. A scope's
+/// methods are called from one thread at a time. The response decode happens at most once per
+/// call.
 /// Covered: tensors written by the codec itself (arguments, results, and tensors inside vectors,
 /// maps, tuples). Not covered: tensors inside user structs serialized through their own
 /// Boost `serialize` (troupe/tensors/boost_tensor.hpp) — they travel without notification.
 /// Errors: an exception thrown by the interceptor on the caller side fails the call (the future
-/// carries it); on the callee side it becomes the call's remote_exception.
+/// carries it). On the callee side it becomes the call's remote_exception.
 
 #include <memory>
 #include <string>
@@ -80,10 +83,10 @@ class call_interceptor {
                                                   const std::vector<char>& meta) = 0;
 };
 
-/// Runs `s->enter()` when made and `s->leave()` when destroyed (a null `s` does nothing): the
-/// span in which a scope's message is encoded or decoded, or its served function runs. RAII; not
-/// copyable; destroyed on the thread that created it. An exception from enter() propagates (leave()
-/// does not run then); one from leave() is swallowed.
+/// Runs `s->enter()` when made and `s->leave()` when destroyed; a null `s` does nothing. That is
+/// the span in which a scope's message is encoded or decoded, or its served function runs. RAII;
+/// not copyable; destroyed on the thread that created it. An exception from enter() propagates
+/// (leave() does not run then); one from leave() is swallowed.
 class scope_guard {
  public:
   explicit scope_guard(call_scope* s);

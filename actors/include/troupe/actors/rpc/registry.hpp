@@ -27,18 +27,18 @@
 
 namespace troupe::rpc {
 
-/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`): sent as
-/// is, and the caller decodes it as T (`rpc_sync<T>`; the caller's interceptor sees its tensors).
-/// Encoded outside the served call's codec context (Note [codec context]), so the callee's
+/// A result the served function encoded itself (the bytes of `encode_result<T>(value)`). It is
+/// sent as is. The caller decodes it as T (`rpc_sync<T>`); the caller's interceptor sees its
+/// tensors. Encoded outside the served call's codec context (Note [codec context]), so the callee's
 /// interceptor does not see its tensors and they travel as inline bytes. For layers that keep
 /// values type-erased.
 struct encoded_result {
   std::vector<char> bytes;
 };
 
-/// A value kept as its live object and encoded only when it is sent (an OwnerRRef's value:
-/// encoded when a to_here is answered, under that call's interceptor scope, so the interceptor
-/// sees the very tensors the function returned). Immutable once made; thread-safe.
+/// A value kept as its live object and encoded only when it is sent. An OwnerRRef's value is
+/// encoded when a to_here is answered, under that call's interceptor scope. So the interceptor
+/// sees the very tensors the function returned. Immutable once made; thread-safe.
 class held_value {
  public:
   virtual ~held_value() = default;
@@ -76,8 +76,8 @@ std::shared_ptr<const held_value> hold(T value) {
 /// Holds bytes already encoded (encode_result<T> of some T); encode() returns them.
 inline std::shared_ptr<const held_value> hold_encoded(std::vector<char> bytes) { return hold(encoded_result{std::move(bytes)}); }
 
-/// Thrown by a served function to answer the call with this code and message (for example
-/// `invalid_state` or a stored `remote_exception`) instead of wrapping it as remote_exception.
+/// Thrown by a served function to answer the call with this code and message, instead of
+/// wrapping it as remote_exception. For example `invalid_state` or a stored `remote_exception`.
 class reply_error : public error {
  public:
   using error::error;
@@ -111,9 +111,9 @@ class reply_later {
   /// from `encode` answers with remote_exception.
   virtual void complete_encoded(const std::function<std::vector<char>(const codec_context&)>& encode,
                                 reply_batch* batch = nullptr) = 0;
-  /// Runs `fn` with the served call's codec context for a decode (its peer, shared memory and
-  /// interceptor scope): for a payload nested in the call's arguments, decoded inside the served
-  /// function on its thread, so the interceptor sees its tensors as part of the call.
+  /// Runs `fn` with the served call's codec context for a decode: its peer, shared memory and
+  /// interceptor scope. It is for a payload nested in the call's arguments, decoded inside the
+  /// served function on its thread. So the interceptor sees its tensors as part of the call.
   virtual void with_context(const std::function<void(const codec_context&)>& fn) const = 0;
   /// Answers with this error code and message, into `batch` when given.
   virtual void fail(errc code, const std::string& message, reply_batch* batch = nullptr) = 0;
@@ -210,9 +210,9 @@ struct function_options {
   /// functions: an RRef fetch, fork request or delete). A leading executor thread runs such
   /// requests itself, before the others it read, instead of waking a thread for each
   /// (Note [direct channel]). A user function that may block or run long must not set it: requests
-  /// read after it would wait for it. (Functions whose recent runs were all short are run the
-  /// same way without it, with a watchdog for the run that turns out long: Note [predicted quick]
-  /// in the executor.)
+  /// read after it would wait for it. Functions whose recent runs were all short are run the
+  /// same way without it. A watchdog then covers the run that turns out long
+  /// (Note [predicted quick] in the executor).
   bool quick = false;
 };
 
@@ -224,9 +224,9 @@ struct run_history {
   std::atomic<std::uint32_t> recent_ns{0};
 };
 
-/// A type-erased registered function: decodes the arguments (throws bad_argument), runs the user
-/// function (its exceptions propagate unchanged) and encodes the result, both under the served
-/// call's codec context (Note [codec context]).
+/// A type-erased registered function. It decodes the arguments (throws bad_argument), runs the
+/// user function (its exceptions propagate unchanged) and encodes the result. Decode and encode
+/// run under the served call's codec context (Note [codec context]).
 struct function_entry {
   std::string name;
   std::string signature;  ///< "int32(int32,string)", for messages

@@ -1,9 +1,9 @@
 #pragma once
 /// \file ids.hpp
 /// RRef identities and `wire`, the form of an RRef inside a user call or result (Note [RRef
-/// protocol] in context.hpp). The ids have both a CAF `inspect` (they travel inside the typed
-/// control messages of actors/src/rref/protocol.hpp) and a Boost `serialize` (an RRef inside a
-/// user payload goes through the codec). No field is a float.
+/// protocol] in context.hpp). The ids have a CAF `inspect`: they travel inside the typed control
+/// messages of actors/src/rref/protocol.hpp. They also have a Boost `serialize`: an RRef inside a
+/// user payload goes through the codec. No field is a float.
 
 #include <compare>
 #include <cstdint>
@@ -46,8 +46,9 @@ typename Inspector::result_type inspect(Inspector& f, fork_id& x) {
 
 namespace rref_msg {
 
-/// How an RRef travels inside a user call or result: its id, owner, the fresh fork created for
-/// the receiver, and the parent (sender) that holds its own reference until the receiver ACKs.
+/// How an RRef travels inside a user call or result: its id, owner and the fresh fork created
+/// for the receiver. It also names the parent (sender), which holds its own reference until the
+/// receiver ACKs.
 struct wire {
   rref_id id;
   std::string owner;

@@ -12,9 +12,9 @@
 ///   auto ps = troupe::make_rref(ctx, parameter_server{});          // owner-local
 ///   ps.rpc_sync<double>("push", grads);                            // method on the owner
 ///
-/// Functions that take or return RRefs are registered with add_function / add_method (which
-/// bind received RRefs to the context) and called with the rref_context overloads of rpc_sync /
-/// rpc_async, so the RRefs in their results are bound too.
+/// Functions that take or return RRefs are registered with add_function / add_method, which
+/// bind received RRefs to the context. They are called with the rref_context overloads of
+/// rpc_sync / rpc_async, so the RRefs in their results are bound too.
 
 #include <chrono>
 #include <memory>
@@ -45,7 +45,7 @@ auto encoder(const A&... a) {
   return [&a...](const rpc::codec_context& ctx) { return rpc::encode_args<rpc::detail::wire_t<A>...>(ctx, to_wire(a)...); };
 }
 
-/// A call through node::call (the rpc future path) whose arguments are encoded without copies;
+/// A call through node::call (the rpc future path) whose arguments are encoded without copies.
 /// `sent` collects the forks of the RRefs among them (Note [codec context]).
 template <class R, class... A>
 rpc::future<R> call_node(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
@@ -84,9 +84,9 @@ decltype(auto) split_timeout(std::chrono::milliseconds fallback, F&& fn, const A
     return apply_first(fallback, fn, all, std::make_index_sequence<sizeof...(Args)>{});
 }
 
-/// The value of type T of a held value: a copy of the live object when it is a T (for a tensor:
-/// the same tensor), else decoded from its encoding (a value held as bytes). Not part of any
-/// message: no interceptor scope sees it.
+/// The value of type T of a held value. It is a copy of the live object when that is a T (for a
+/// tensor: the same tensor). Else it is decoded from its encoding (a value held as bytes). Not
+/// part of any message: no interceptor scope sees it.
 template <class T>
 T value_of(const std::shared_ptr<const rpc::held_value>& v, const std::string& what) {
   if constexpr (std::is_copy_constructible_v<T>) {
@@ -95,8 +95,8 @@ T value_of(const std::shared_ptr<const rpc::held_value>& v, const std::string& w
   return rpc::decode_result<T>(v->encode(stored_context), what);  // an rref inside is refused (Note [RRef protocol])
 }
 
-/// Runs `start(scope)` (a node-level rpc_async encoding under `scope`) collecting the forks of the
-/// RRefs it encodes; if the call fails they are probed so a lost call does not leak them.
+/// Runs `start(scope)`, a node-level rpc_async encoding under `scope`. It collects the forks of
+/// the RRefs it encodes. If the call fails they are probed, so a lost call does not leak them.
 template <class R, class Start>
 rpc::future<R> probed_call(const std::shared_ptr<context_impl>& c, const std::string& to, Start start) {
   send_scope scope;
@@ -118,9 +118,9 @@ rpc::future<R> probed_call(const std::shared_ptr<context_impl>& c, const std::st
 }  // namespace rref_detail
 
 /// A reference to a value of type T owned by one worker: an identity object, move-only. A
-/// second handle on the same reference is made explicitly with share(); handles made by share()
-/// hold one reference together (one fork on a user, one local ref on the owner), and the last
-/// one's destruction releases it (G1). Thread-safe.
+/// second handle on the same reference is made explicitly with share(). Handles made by share()
+/// hold one reference together: one fork on a user, one local ref on the owner. The last one's
+/// destruction releases it (G1). Thread-safe.
 template <class T>
 class rref {
  public:
@@ -135,9 +135,9 @@ class rref {
   /// the last of its handles is gone). Never blocks.
   rref share() const { return rref(h_); }
 
-  /// The value, copied from the owner: a call whose answer is decoded under its interceptor
-  /// scope, so inside a distributed autograd context its tensors carry gradients back to the
-  /// owner (Note [owner_rref actor]). On the owner: the live value, no message (a tensor is the
+  /// The value, copied from the owner. The call's answer is decoded under its interceptor scope.
+  /// So inside a distributed autograd context its tensors carry gradients back to the owner
+  /// (Note [owner_rref actor]). On the owner: the live value, no message (a tensor is the
   /// same tensor). Blocks up to `timeout`. Throws remote_exception (the user function threw),
   /// owner_lost (the owner died), timeout, invalid_state (unbound rref).
   T to_here(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
@@ -217,8 +217,8 @@ class rref {
     h_->owner = w.owner;
     h_->pending = std::make_unique<rref_msg::wire>(std::move(w));
   }
-  /// Boost serialization (an rref inside a user struct): refused with not_supported, since the
-  /// archive carries no codec context; pass it as an argument, or in a vector, map or tuple.
+  /// Boost serialization (an rref inside a user struct) is refused with not_supported, since the
+  /// archive carries no codec context. Pass it as an argument, or in a vector, map or tuple.
   template <class Ar> void save(Ar&, unsigned) const { refuse_archive(); }
   template <class Ar> void load(Ar&, unsigned) { refuse_archive(); }
   BOOST_SERIALIZATION_SPLIT_MEMBER()
@@ -270,11 +270,11 @@ void add_function(rref_context& ctx, const std::string& name, F fn) {
       name, rref_detail::binder<typename sig::result, typename sig::args>::wrap(ctx.shared_impl(), std::move(fn)));
 }
 
-/// Registers the method `name` of T, callable through any rref<T> (rref::rpc_sync): `fn(T&,
-/// args...)` runs on an executor thread of the owner while it holds the value's lease (one
-/// method per RRef at a time, Note [owner_rref actor]), so it must not call a method of the same
-/// RRef. It works on a copy of the held object that then replaces it (tensors inside share
-/// storage with the held ones). Must return a value.
+/// Registers the method `name` of T, callable through any rref<T> (rref::rpc_sync).
+/// `fn(T&, args...)` runs on an executor thread of the owner while it holds the value's lease.
+/// That allows one method per RRef at a time (Note [owner_rref actor]). So it must not call a
+/// method of the same RRef. It works on a copy of the held object that then replaces it. Tensors
+/// inside share storage with the held ones. Must return a value.
 template <class T, class F>
 void add_method(rref_context& ctx, const std::string& name, F fn) {
   using sig = rpc::detail::signature<std::decay_t<F>>;
@@ -293,11 +293,11 @@ void add_method(rref_context& ctx, const std::string& name, F fn) {
   }(static_cast<typename sig::args*>(nullptr));
 }
 
-/// Runs `function(args...)` on worker `to` and returns an rref<T> to its result at once; `args`
-/// may end with a timeout (an rpc::deadline or a chrono duration) bounding the call, else the
-/// node's default timeout. A lost call is confirmed by retried fork requests. Throws what
-/// encoding the arguments throws (not_supported, invalid_state); nothing else (later errors come
-/// from to_here).
+/// Runs `function(args...)` on worker `to` and returns an rref<T> to its result at once.
+/// `args` may end with a timeout (an rpc::deadline or a chrono duration) bounding the call;
+/// else the node's default timeout applies. A lost call is confirmed by retried fork requests.
+/// Throws what encoding the arguments throws (not_supported, invalid_state). Nothing else:
+/// later errors come from to_here.
 template <class T, class... Args>
 rref<T> remote(rref_context& ctx, const std::string& to, const std::string& function, const Args&... args) {
   return rref_detail::split_timeout(ctx.this_node().default_timeout(), [&](std::chrono::milliseconds timeout, const auto&... a) {
@@ -305,8 +305,8 @@ rref<T> remote(rref_context& ctx, const std::string& to, const std::string& func
   }, args...);
 }
 
-/// An owner-local RRef holding (a copy of) `value` as a live object; a tensor stays the same
-/// tensor (local_value returns it, a to_here on another worker records its gradient path).
+/// An owner-local RRef holding (a copy of) `value` as a live object. A tensor stays the same
+/// tensor: local_value returns it, and a to_here on another worker records its gradient path.
 template <class T>
 rref<T> make_rref(rref_context& ctx, const T& value) {
   if constexpr (std::is_copy_constructible_v<T>) {

@@ -1,7 +1,7 @@
 #pragma once
 /// \file cluster.hpp
-/// A test fixture that runs a job of N ranks as local processes under a fault plan and checks
-/// its invariants (Note [cluster fixture]).
+/// A test fixture that runs a job of N ranks as local processes under a fault plan. It checks
+/// the job's invariants (Note [cluster fixture]).
 ///
 ///   troupe::testing::cluster_options o;
 ///   o.world = 3;
@@ -11,22 +11,24 @@
 ///   CHECK(r.leaks.empty());
 ///
 /// Note [cluster fixture]
-/// Each rank is a forked process in its own process group. It starts a node on loopback, or on
-/// its namespace host (below), rank 0 first (it hands its port to the others through a pipe),
-/// runs the job and exits with the
-/// job's code. A troupe::error escaping the job prints its message and exits with 2. Under a
-/// sanitizer build a rank whose job returned 0 but leaked exits with 23 (LeakSanitizer's code).
-/// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
-/// result says so. Then it checks what was left: a process still in a rank's group (a helper),
-/// or a new /dev/shm/troupe* segment whose name carries a rank's pid (segments of other
-/// processes on the machine are not counted). Every child is reaped before run_cluster returns.
 ///
-/// Namespace hosts (cluster_options::hosts, e.g. the hosts of tools/netns_bed.sh; needs root):
-/// the ranks go on the hosts in blocks, rank r on hosts[r * hosts.size() / world]. Right after
-/// the fork a rank enters the host's network namespace and a UTS namespace of its own named after
-/// the host (so host identity, as the process groups see it, differs between hosts), then its
-/// node listens on the host's address; the master is rank 0's host. A rank that cannot enter its
-/// host exits with 2 naming the namespace. Faults between hosts (cuts, freezes) are the bed's.
+/// Each rank is a forked process in its own process group. It starts a node on loopback, or on
+/// its namespace host (below). Rank 0 starts first and hands its port to the others through a
+/// pipe. Each rank runs the job and exits with the job's code. A troupe::error escaping the job
+/// prints its message and exits with 2. Under a sanitizer build, a rank whose job returned 0 but
+/// leaked exits with 23 (LeakSanitizer's code).
+/// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
+/// result says so. Then it checks what was left. That is a process still in a rank's group (a
+/// helper), or a new /dev/shm/troupe* segment whose name carries a rank's pid. Segments of other
+/// processes on the machine are not counted. Every child is reaped before run_cluster returns.
+///
+/// Namespace hosts (cluster_options::hosts, e.g. the hosts of tools/netns_bed.sh; needs root).
+/// The ranks go on the hosts in blocks, rank r on hosts[r * hosts.size() / world]. Right after
+/// the fork, a rank enters the host's network namespace. It also enters a UTS namespace of its
+/// own named after the host, so host identity, as the process groups see it, differs between
+/// hosts. Then its node listens on the host's address; the master is rank 0's host. A rank that
+/// cannot enter its host exits with 2 naming the namespace. Faults between hosts (cuts,
+/// freezes) are the bed's.
 
 #include <chrono>
 #include <cstdint>
