@@ -25,7 +25,9 @@ caf::actor_companion* companion_of(const caf::strong_actor_ptr& p) {
 }  // namespace
 
 direct_requester::direct_requester(node& n)
-    : n_(n), sys_(n.system()), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion, caf::hidden>())) {
+    : n_(n),
+      sys_(n.system()),
+      companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion, caf::hidden>())) {
   companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr e) {
     if (!e) return;
     if (e->mid.is_response()) return on_reply(e->mid.request_id().integer_value(), e->move_content_to_message());
@@ -87,7 +89,8 @@ void direct_requester::arm(std::chrono::steady_clock::time_point at) {
     armed_ = at;
   }
   // Outside m_: the clock's thread takes its own lock, then ours in sweep().
-  sys_.clock().schedule_message(at, companion_, caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, sweep_atom::value));
+  auto sweep = caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, sweep_atom::value);
+  sys_.clock().schedule_message(at, companion_, std::move(sweep));
 }
 
 void direct_requester::sweep() {
