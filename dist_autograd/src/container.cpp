@@ -55,7 +55,7 @@ void hand_over(container::impl& c, context_id id, std::uint64_t pass, bool retai
     if (std::get<0>(first) == propagate_done) continue;
     if (!outbox.actor) outbox.actor = c.actor_of(id);  // the actor comes only when there is work for it
     caf::anon_send(caf::actor_cast<context_handle>(outbox.actor),
-                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first), false});
+                   ctx_start{outbox.group, d.seq, d.to, d.peer, d.msg, pass, retain, std::move(d.grads), std::move(first)});
     ++outbox.started;
   }
 }
@@ -134,6 +134,8 @@ container::~container() {
     for (auto& [id, a] : impl_->actors)
       if (a) actors.push_back(a);
     impl_->actors.clear();
+    for (auto& a : impl_->retrying) actors.push_back(std::move(a));
+    impl_->retrying.clear();
     impl_->contexts.clear();
   }
   {
@@ -158,6 +160,8 @@ context_id container::create_context() {
 }
 
 void container::release(context_id id) { impl_->release_everywhere(id, std::string()); }
+
+bool container::await_releases(std::chrono::milliseconds timeout) { return impl_->await_releases(timeout); }
 
 std::size_t container::num_contexts() const {
   std::lock_guard<std::mutex> lock(impl_->m);
@@ -216,7 +220,7 @@ context::context(container& c)
 context::~context() {
   tls_current = {static_cast<const container::impl*>(previous_owner_), previous_};
   try {
-    c_.release(id_);
+    c_.impl_->release_async(id_);  // Note [context actor]: the peers' answers are not awaited
   } catch (...) {  // a destructor never throws; release is best effort by design
   }
 }

@@ -9,6 +9,7 @@
 #include "context_actor.hpp"
 #include "direct_requester.hpp"
 #include "fast_engine.hpp"
+#include "nested_run.hpp"
 #include "service.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/remote_actor.hpp"
@@ -94,18 +95,10 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
       run->outbox->sent.push_back({self->new_id(), from, std::move(peer), msg, grads, slot});
       return;
     }
-    // A nested run (on the service's thread): the actor learns of it first, then attempt 1 goes
-    // from here and its reply reaches the actor as a ctx_first.
-    if (!run->outbox->actor) run->outbox->actor = self->actor_of(id);
-    const auto actor = caf::actor_cast<context_handle>(run->outbox->actor);
-    if (!actor) throw error(errc::invalid_state, "dist_autograd: context " + std::to_string(id) + " was released during its backward");
-    const std::uint64_t seq = self->new_id();
-    caf::anon_send(actor, ctx_start{run->outbox->group, seq, from, peer, msg, run->pass, run->retain, grads, {}, true});
-    ++run->outbox->started;
-    self->requester->request(peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}),
-                             [actor, seq, from](caf::message&& reply) {
-                               caf::anon_send(actor, ctx_first{seq, first_answer(reply, from)});
-                             });
+    // A served run (on the service's thread): attempt 1 goes from here; the run's answer waits
+    // for its reply without the actor unless it is not done.
+    if (auto* nested = run->outbox->nested) return nested->send(from, std::move(peer), msg, grads);
+    throw error(errc::invalid_state, "dist_autograd: a recv function ran outside a distributed backward");
   };
   auto recv = std::make_shared<recv_function>(num, from, std::move(propagate));
   std::lock_guard<std::mutex> lock(ctx.m);
@@ -204,27 +197,17 @@ void container::impl::on_propagate(context_id id, message_id msg, std::uint64_t 
       return caf::anon_send(caf::actor_cast<context_handle>(actor_of(id)), ctx_duplicate{key, std::move(done)});
     }
   }
-  propagation_outbox outbox{caf::actor{}, new_id(), 0, nullptr, {}};  // its actor comes with a first start
+  // Note [direct requests]: the run's propagations answer to `nested`, which answers `done`.
+  auto nested = std::make_shared<nested_run>(weak_from_this(), ctx, new_id(), pass, retain);
+  propagation_outbox outbox{caf::actor{}, 0, 0, nullptr, {}};
+  outbox.nested = nested.get();
   propagate_answer local{propagate_done, 0, {}};
-  try {  // the local part runs here; what it started is awaited by the actor, not here
+  try {  // the local part runs here; what it started is awaited by `nested`, not here
     execute_fast(*ctx, pass, retain, send_for(*ctx, msg, grads, n.info().name), grads, outbox);
   } catch (...) {
     local = failed_answer(std::current_exception());
   }
-  if (outbox.started == 0) {  // nothing to wait for: answer now, keep the outcome for duplicates
-    bool parked = false;
-    {
-      std::lock_guard<std::mutex> lock(ctx->m);
-      auto& seen = ctx->handled[key];
-      seen.known = true;
-      seen.outcome = local;
-      parked = seen.parked;
-    }
-    (*done)(local);
-    if (!parked) return;  // else the actor must answer the duplicates it parked
-  }
-  if (!outbox.actor) outbox.actor = actor_of(id);
-  caf::anon_send(caf::actor_cast<context_handle>(outbox.actor), ctx_await{outbox.group, outbox.started, std::move(local), key, std::move(done)});
+  nested->close(std::move(local), key, std::move(done));
 }
 
 // ---- release ---------------------------------------------------------------------------------
@@ -292,6 +275,55 @@ void container::impl::release_everywhere(context_id id, const std::string& excep
   if (!a) a = spawn_context_actor(n, opts, record);  // the retries are its work
   r.peers = std::move(peers);
   release_through(opts, a, std::move(r));
+}
+
+void container::impl::release_async(context_id id) {
+  const auto targets = release_targets(id, std::string());
+  caf::actor actor;
+  const auto record = drop(id, actor);
+  if (!record) return;
+  // An actor that exists just ends: a retry gets a fresh one (below).
+  if (auto a = caf::actor_cast<context_handle>(actor)) caf::anon_send(a, ctx_release{{}, true, nullptr, {}, targets, {}});
+  if (targets.empty()) return;
+  auto peers = peers_of(targets);  // a worker without a service handle is given up
+  {
+    std::lock_guard<std::mutex> lock(releasing_m);
+    releasing += peers.size();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + opts.release_timeout;
+  for (const auto& [w, h] : peers) {
+    auto on_reply = [weak = weak_from_this(), record, targets, w = w, h = h](caf::message&& reply) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (!timed_out(reply, "release") || self->opts.attempts <= 1) return self->release_ended();
+      // Attempt 1 timed out: a context actor retries it after a backoff and counts it.
+      auto settled = targets;
+      settled.erase(w);
+      auto done = std::make_shared<answer_once<std::int32_t>>([weak](const std::int32_t&) {
+        if (auto s = weak.lock()) s->release_ended();
+      }, 0);
+      auto a = spawn_context_actor(self->n, self->opts, record);
+      {
+        std::lock_guard<std::mutex> lock(self->m);  // stopped with the container
+        self->retrying.push_back(caf::actor_cast<caf::actor>(a));
+      }
+      caf::anon_send(a, ctx_release{{}, true, std::move(done), {{w, h}}, std::move(settled), {w}});
+    };
+    requester->request(h, caf::make_message(release_request{id, n.info().name}), std::move(on_reply), deadline);
+  }
+}
+
+void container::impl::release_ended() {
+  {
+    std::lock_guard<std::mutex> lock(releasing_m);
+    if (releasing > 0) --releasing;
+  }
+  releasing_cv.notify_all();
+}
+
+bool container::impl::await_releases(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(releasing_m);
+  return releasing_cv.wait_for(lock, timeout, [&] { return releasing == 0; });
 }
 
 void container::impl::serve_release(context_id id, const std::string& from, answer_ptr<std::int32_t> done) {

@@ -124,6 +124,8 @@ struct propagation_outbox {
   /// list them in `sent`; the caller reads their replies before it involves the actor.
   class reply_batch* direct = nullptr;
   std::vector<direct_attempt> sent;
+  /// Set on a served run: its recv functions send first attempts through it (nested_run.hpp).
+  class nested_run* nested = nullptr;
 };
 
 /// An incoming propagation as the record knows it (context_state::handled).
@@ -172,6 +174,7 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   mutable std::mutex m;
   std::unordered_map<context_id, std::shared_ptr<context_state>> contexts;
   std::unordered_map<context_id, caf::actor> actors;  ///< the context actors (Note [context actor])
+  std::vector<caf::actor> retrying;  ///< actors retrying the release of a context dropped here
   std::unordered_set<context_id> released;  ///< recently released ids (bounded), never recreated
   std::deque<context_id> released_order;
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor
@@ -222,6 +225,18 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   /// Releases `id` here and on the workers involved but `except`; waits for them (bounded). The
   /// context's actor sends the releases and retries those that time out.
   void release_everywhere(context_id id, const std::string& except);
+  /// Releases `id` here and sends its release to the workers involved, without waiting (Note
+  /// [context actor]). A release that times out is retried by a context actor; one that fails
+  /// otherwise is given up. Blocks only on a first lookup of a peer's service.
+  void release_async(context_id id);
+  /// Blocks until every release_async of this worker was answered or given up, at most `timeout`.
+  bool await_releases(std::chrono::milliseconds timeout);
+
+  std::mutex releasing_m;
+  std::condition_variable releasing_cv;
+  std::size_t releasing = 0;  ///< releases of release_async in flight, per worker (guarded by releasing_m)
+  /// One release of release_async to one worker ended.
+  void release_ended();
 };
 
 /// The context current on this thread and the container it belongs to.

@@ -111,7 +111,6 @@ context_handle::behavior_type context_actor(context_self self, node* n, containe
       [self](ctx_await& w) { on_await(self, w); },
       [self](ctx_duplicate& d) { on_duplicate(self, d); },
       [self](ctx_running_atom, std::uint64_t park) { on_running_timeout(self, park); },
-      [self](ctx_first& f) { on_first(self, f); },
   };
 }
 

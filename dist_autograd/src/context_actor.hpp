@@ -17,8 +17,7 @@
 // and marks the worker lost. First attempts go from the thread that has the data, as the
 // container's companion (Note [direct requests]). The actor is spawned, lazily initialised,
 // only when a context has work for it. Such work is a first attempt that did not end done, a
-// nested run's propagations, a parked duplicate, or a release to retry. So the common path
-// spawns none.
+// parked duplicate, or a release to retry. So the common path spawns none.
 //
 // PropagateGradients, sending worker S, receiving worker R (the one that sent the tensors):
 //
@@ -26,8 +25,11 @@
 //            the backward's caller reads the replies (bounded by propagate_timeout): all done ──>
 //            finished, no actor involved; any other answer or none ──ctx_start{g, p, answer}──>
 //            S actor, which goes on from that answer (below), then ctx_await as for a nested run
-//   S nested run (on the service's thread): ctx_start{g, p, in flight} ──> S actor, then attempt 1
-//            as the companion; its reply ──ctx_first──> S actor (or the actor's timer: timeout)
+//   S nested run (on the service's thread, nested_run.hpp): recv_fn: attempt 1 as the companion,
+//            with a deadline of propagate_timeout. The thread that gets the run's last reply
+//            (or the deadline sweep: no reply) decides: all done ──> answers the incoming
+//            propagation itself, no actor involved; any other answer ──ctx_start{g, p, answer}
+//            for each such attempt, then ctx_await──> S actor, which goes on from there
 //   S actor: an attempt's answer done / failed ──> the propagation ended
 //            later attempts: request(R service, propagate_timeout, propagate_request{...})
 //            request timeout ──delayed_send(backoff·2^k)──> attempt k+1   (`attempts` in all)
@@ -37,16 +39,22 @@
 //   S actor answers the await once the propagations of g ended: the local error, else the first
 //            remote one, else done. The root's backward waits for that answer (bounded).
 //   R service: (msg, pass) new? ── yes: run the send function's local part on the service's
-//            thread (group g'), ctx_await{g', key (msg, pass), promise} ──> R actor; the promise
-//            is delivered when g' ended. A run that started nothing answers at once and keeps
-//            the outcome in the record (the actor hears of it only when a duplicate is parked)
+//            thread as a nested run (above); the promise is delivered when its propagations
+//            ended. A run that started nothing answers at once. Either way the outcome stays in
+//            the record (the actor hears of it only when a duplicate is parked)
 //                                  ── no (retry, duplicate): the outcome from the record if known
 //            there; else ctx_duplicate ──> R actor: the outcome if known, else parked: answered
 //            with it when it comes, or `running` after propagate_timeout / 2 (S polls again)
 //
-// Release: the thread that ends a context sends attempt 1 to every worker involved but `except`
-//   and the dead itself, as the companion, and waits (bounded by release_timeout); only the
-//   workers whose attempt timed out go to the actor (ctx_release{..., settled, retry}).
+// Release: ~context drops the context here, then sends attempt 1 to every worker involved but
+//   the dead, as the companion, with a deadline of release_timeout, and returns at once. As in
+//   PyTorch, the caller does not wait. The ids stay unique, and a released id is remembered,
+//   so a late message recreates nothing. An attempt answered, or failed but for a timeout (a
+//   lost or refusing peer), ends that worker's release. One that timed out goes to a fresh
+//   context actor (ctx_release{..., settled, retry}), which retries it; nothing blocks on it.
+//   container::await_releases waits until every such release ended. container::release and a
+//   failed backward do the same but wait for the answers (bounded by release_timeout); only
+//   the workers whose attempt timed out go to the actor.
 //   live ──ctx_release{except, final, peers}──> releasing: request(release_request{id, me})
 //   to every worker involved but `except` and the dead, in parallel; an attempt that times out is
 //   retried after a backoff timer (ctx_retry_atom, doubled, `attempts` in all); a peer that is
@@ -119,16 +127,6 @@ struct ctx_start {
   /// Set when the run's thread made attempt 1 itself (Note [direct requests]): its outcome, which
   /// the actor takes as that attempt's answer instead of sending one.
   std::optional<propagate_answer> first;
-  /// Attempt 1 was sent by the run's thread and its answer comes later as a ctx_first (Note
-  /// [direct requests]); the actor sends nothing now.
-  bool in_flight = false;
-};
-
-/// The answer of the first attempt of outgoing propagation `seq`, sent by the run's thread:
-/// the receiver's reply, or (from the actor's own timer) a timeout. The first of them counts.
-struct ctx_first {
-  std::uint64_t seq = 0;
-  propagate_answer answer;
 };
 
 /// Engine run `group` ended after starting `count` propagations (ctx_start, sent before this):
@@ -160,7 +158,7 @@ using ctx_running_atom = caf::atom_constant<caf::atom("dctxrun")>;
 using context_handle =
     caf::typed_actor<caf::reacts_to<ctx_release>, caf::reacts_to<ctx_retry_atom, std::string>, caf::reacts_to<ctx_start>,
                      caf::reacts_to<ctx_await>, caf::reacts_to<ctx_duplicate>, caf::reacts_to<ctx_pretry_atom, std::uint64_t>,
-                     caf::reacts_to<ctx_running_atom, std::uint64_t>, caf::reacts_to<ctx_first>>;
+                     caf::reacts_to<ctx_running_atom, std::uint64_t>>;
 
 /// Spawns the actor owning `record` on `n`'s actor system.
 context_handle spawn_context_actor(node& n, const container_options& opts, std::shared_ptr<context_state> record);
@@ -178,4 +176,3 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_release)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_start)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_await)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_duplicate)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::dist_autograd::ctx_first)

@@ -27,7 +27,6 @@ struct outgoing_propagation {
   int attempt = 0;       ///< attempts made so far (the replies of older ones are ignored)
   int timeouts = 0;      ///< attempts that timed out
   std::chrono::steady_clock::time_point give_up;  ///< start + backward_timeout (polls end there)
-  bool first_pending = false;  ///< attempt 1 came from the run's thread; its ctx_first is awaited
 };
 
 /// The propagations one engine run handed over, and who waits for them.
@@ -80,6 +79,5 @@ void on_peer_down(context_self self, const std::string& worker, errc code, const
 void on_await(context_self self, ctx_await& w);
 void on_duplicate(context_self self, ctx_duplicate& d);
 void on_running_timeout(context_self self, std::uint64_t park);
-void on_first(context_self self, ctx_first& f);
 
 }  // namespace troupe::dist_autograd

@@ -1,8 +1,12 @@
 // Direct requests to the peers' services (Note [direct requests] in direct_requester.hpp).
 #include "direct_requester.hpp"
 
+#include <algorithm>
+
 #include <caf/actor_cast.hpp>
 #include <caf/actor_registry.hpp>
+#include <caf/actor_clock.hpp>
+#include <caf/atom.hpp>
 #include <caf/actor_companion.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/make_message.hpp>
@@ -12,16 +16,22 @@
 namespace troupe::dist_autograd {
 
 namespace {
+/// The companion's sweep message (Note [direct requests]).
+using sweep_atom = caf::atom_constant<caf::atom("dsweep")>;
+
 caf::actor_companion* companion_of(const caf::strong_actor_ptr& p) {
   return static_cast<caf::actor_companion*>(caf::actor_cast<caf::abstract_actor*>(p));
 }
 }  // namespace
 
 direct_requester::direct_requester(node& n)
-    : n_(n), sys_(n.system()), companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion>())) {
+    : n_(n),
+      sys_(n.system()),
+      companion_(caf::actor_cast<caf::strong_actor_ptr>(sys_.spawn<caf::actor_companion, caf::hidden>())) {
   companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr e) {
-    if (!e || !e->mid.is_response()) return;  // only replies are expected
-    on_reply(e->mid.request_id().integer_value(), e->move_content_to_message());
+    if (!e) return;
+    if (e->mid.is_response()) return on_reply(e->mid.request_id().integer_value(), e->move_content_to_message());
+    if (e->content().match_elements<sweep_atom>()) sweep();  // the armed timer; nothing else is expected
   });
 }
 
@@ -36,15 +46,17 @@ direct_requester::~direct_requester() {
   pending_.clear();
 }
 
-std::uint64_t direct_requester::request(const caf::actor& dest, caf::message msg, reply_fn fn) {
+std::uint64_t direct_requester::request(const caf::actor& dest, caf::message msg, reply_fn fn,
+                                         std::chrono::steady_clock::time_point deadline) {
   std::uint64_t key = 0;
   caf::message_id mid;
   {
     std::lock_guard<std::mutex> lock(m_);
     mid = caf::make_message_id(++next_);
     key = mid.request_id().integer_value();
-    pending_.emplace(key, std::move(fn));
+    pending_.emplace(key, entry{std::move(fn), deadline});
   }
+  if (deadline != std::chrono::steady_clock::time_point::max()) arm(deadline);
   if (!dest) {
     on_reply(key, caf::make_message(caf::make_error(caf::sec::invalid_argument, "no service handle")));
     return key;
@@ -64,10 +76,42 @@ void direct_requester::on_reply(std::uint64_t key, caf::message&& content) {
     std::lock_guard<std::mutex> lock(m_);
     auto it = pending_.find(key);
     if (it == pending_.end()) return;  // cancelled, or a duplicate of a reply already handed over
-    fn = std::move(it->second);
+    fn = std::move(it->second.fn);
     pending_.erase(it);
   }
   fn(std::move(content));
+}
+
+void direct_requester::arm(std::chrono::steady_clock::time_point at) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (armed_ <= at) return;
+    armed_ = at;
+  }
+  // Outside m_: the clock's thread takes its own lock, then ours in sweep().
+  auto sweep = caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, sweep_atom::value);
+  sys_.clock().schedule_message(at, companion_, std::move(sweep));
+}
+
+void direct_requester::sweep() {
+  const auto now = std::chrono::steady_clock::now();
+  auto next = std::chrono::steady_clock::time_point::max();
+  std::vector<reply_fn> expired;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    armed_ = std::chrono::steady_clock::time_point::max();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.deadline <= now) {
+        expired.push_back(std::move(it->second.fn));
+        it = pending_.erase(it);
+        continue;
+      }
+      next = std::min(next, it->second.deadline);
+      ++it;
+    }
+  }
+  if (next != std::chrono::steady_clock::time_point::max()) arm(next);
+  for (auto& fn : expired) fn(caf::message{});
 }
 
 reply_batch::reply_batch() : st_(std::make_shared<shared>()) {}

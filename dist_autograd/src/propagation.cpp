@@ -120,22 +120,10 @@ void on_start(context_self self, ctx_start& p) {
   auto& out = s.out.emplace(p.seq, outgoing_propagation{p.group, std::move(p.to), std::move(p.peer), p.msg, p.pass,
                                                         p.retain, std::move(p.grads), 0, 0, give_up})
                   .first->second;
-  if (!p.first && !p.in_flight) return send_propagation(self, p.seq);
+  if (!p.first) return send_propagation(self, p.seq);
   out.attempt = 1;  // Note [direct requests]: the run's thread made it; its answer decides from here
   watch(self, out.peer, out.to);
-  if (p.first) return on_reply(self, p.seq, 1, *p.first);
-  out.first_pending = true;  // its ctx_first comes with the reply, or from this timer
-  self->delayed_send(self, s.opts.propagate_timeout,
-                     ctx_first{p.seq, propagate_answer{propagate_attempt_failed, static_cast<std::int32_t>(errc::timeout),
-                                                       "dist_autograd::propagate to " + out.to +
-                                                           ": no answer within propagate_timeout"}});
-}
-
-void on_first(context_self self, ctx_first& f) {
-  auto it = self->state.out.find(f.seq);
-  if (it == self->state.out.end() || !it->second.first_pending) return;  // the other one came first
-  it->second.first_pending = false;
-  on_reply(self, f.seq, 1, f.answer);
+  on_reply(self, p.seq, 1, *p.first);
 }
 
 void on_peer_down(context_self self, const std::string& worker, errc code, const std::string& why) {

@@ -5,6 +5,7 @@
 // - small_job has nodes with a chosen number of executor threads and no fault hook. It serves
 //   the tests of nested chains on a small executor.
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -28,8 +29,9 @@ struct dist_job {
 
   node& at(int i) { return *c.nodes[static_cast<std::size_t>(i)]; }
   dist_autograd::container& operator[](int i) { return *dist[static_cast<std::size_t>(i)]; }
-  /// Live contexts on every worker together.
+  /// Live contexts on every worker together, once the releases of ended contexts were answered.
   std::size_t contexts() const {
+    for (const auto& d : dist) d->await_releases(std::chrono::seconds(10));
     std::size_t n = 0;
     for (const auto& d : dist) n += d->num_contexts();
     return n;
@@ -59,6 +61,7 @@ struct small_job {
   node& at(int i) { return *nodes[static_cast<std::size_t>(i)]; }
   dist_autograd::container& operator[](int i) { return *dist[static_cast<std::size_t>(i)]; }
   std::size_t contexts() const {
+    for (const auto& d : dist) d->await_releases(std::chrono::seconds(10));
     std::size_t n = 0;
     for (const auto& d : dist) n += d->num_contexts();
     return n;

@@ -121,6 +121,7 @@ TEST_CASE("a chain worker0 -> worker1 -> worker2 -> worker1 -> worker0 gives the
   troupe::backward(troupe::sum(troupe::mul(zl, zl)));
   tensor x = leaf(5, {2, 3});
   for (int iter = 0; iter < 20; ++iter) {
+    REQUIRE(t.job[0].await_releases(10s));  // ~context does not wait for the previous release
     da::context ctx(t.job[0]);
     tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "relay", x);
     t.job[0].backward(ctx.id(), {troupe::sum(out)});
@@ -216,4 +217,32 @@ TEST_CASE("an exception in the backward of a worker two hops away fails the call
     CHECK(t.job[2].num_contexts() == 0);
   }
   CHECK(t.job.contexts() == 0);
+}
+
+TEST_CASE("a context ends without waiting for its release, and a release whose first attempt is lost is retried",
+          "[dist_autograd][fault]") {
+  da::container_options o;
+  o.release_timeout = 1500ms;  // ~context would block this long if it waited for the lost attempt
+  o.attempts = 3;
+  o.backoff = 5ms;
+  three_workers t(o);
+  tensor x = leaf(5, {2, 3});
+  auto ended = std::chrono::steady_clock::duration::zero();
+  {
+    auto ctx = std::make_unique<da::context>(t.job[0]);
+    tensor out = troupe::rpc_sync<tensor>(t.job.at(0), "worker1", "relay", x);
+    t.job[0].backward(ctx->id(), {troupe::sum(out)});
+    REQUIRE(t.job[1].num_contexts() == 1);
+    auto injector = inject(t, "seed 3\nrule actor:troupe.dist_autograd.release_request fail_first=1\n");
+    const auto t0 = std::chrono::steady_clock::now();
+    ctx.reset();
+    ended = std::chrono::steady_clock::now() - t0;
+    CHECK(t.job[0].num_contexts() == 0);  // gone here at once
+    REQUIRE(t.job[0].await_releases(20s));  // the retry after release_timeout released worker1
+    t.job.c.hook->use(nullptr);
+    CHECK(injector->counters().dropped_requests == 1);
+  }
+  CHECK(ended < 750ms);
+  CHECK(t.job[1].num_contexts() == 0);
+  CHECK(t.job[2].num_contexts() == 0);  // worker1 forwarded it to worker2
 }

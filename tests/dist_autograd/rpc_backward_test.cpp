@@ -17,6 +17,7 @@
 #include "troupe/tensors/linalg.hpp"
 #include "troupe/tensors/reduction.hpp"
 
+using namespace std::chrono_literals;
 using troupe::errc;
 using troupe::tensor;
 namespace da = troupe::dist_autograd;
@@ -82,6 +83,7 @@ TEST_CASE("gradients of a forward split over two workers by rpc equal the local 
   const auto [xl, wl] = local_reference();
   tensor x = leaf(make_x());
   for (int iter = 0; iter < 20; ++iter) {
+    REQUIRE(t.job[0].await_releases(10s));  // ~context does not wait for the previous release
     da::context ctx(t.job[0]);
     CHECK(t.job[0].current_context() == ctx.id());
     t.job[0].backward(ctx.id(), {distributed_loss(t.job.at(0), x, false)});

@@ -109,6 +109,7 @@ TEST_CASE("a diamond that fans out to two workers and joins gives the local grad
     CHECK(troupe::equal(troupe::rpc_sync<tensor>(cl.n, "worker2", "wgrad", ctx.id()), troupe::grad(w2)));
   }
   CHECK(cl.c.num_contexts() == 0);
+  CHECK(cl.c.await_releases(10s));  // ~context does not wait for the workers' answers
   CHECK(cl.contexts("worker1") == 0);
   CHECK(cl.contexts("worker2") == 0);
   cl.finish();

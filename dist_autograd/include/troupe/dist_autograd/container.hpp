@@ -32,9 +32,9 @@
 /// CAF actor owning the context's record (Note [context actor], src/context_actor.hpp). The
 /// context actors exchange typed messages with their peers' service actors, published as
 /// "troupe.dist_autograd.service" (Note [dist autograd service], src/service.hpp). Release:
-/// ~context (or release()) drops the context here. Its actor sends a release_request to every
-/// worker involved, in parallel, retried on actor timers with backoff on timeout. A worker
-/// forwards it to its own peers. Unknown ids are ignored; a released id is remembered for a while
+/// ~context (or release()) drops the context here and sends a release_request to every worker
+/// involved, in parallel; one that times out is retried by a context actor with backoff. ~context
+/// does not wait for the answers; release() does. A worker forwards it to its own peers. Unknown ids are ignored; a released id is remembered for a while
 /// so a late message does not recreate it (idempotent). Destroy the container before its node
 /// shuts down (it stops its actors).
 
@@ -89,8 +89,9 @@ class container;
 void add_message_types(node_options& opts);
 
 /// RAII: a new context on `c`, current on this thread for this object's lifetime (RPCs made
-/// meanwhile are recorded in it); released on every worker at the end. Create and destroy it on
-/// the same thread.
+/// meanwhile are recorded in it). The destructor drops it here at once and sends its release to
+/// every worker involved without waiting for their answers, as PyTorch's cleanup does
+/// (container::await_releases waits for them). Create and destroy it on the same thread.
 class context {
  public:
   explicit context(container& c);
@@ -125,8 +126,12 @@ class container {
   /// made current (context does that).
   context_id create_context();
   /// Drops the context here and on every worker involved (bounded, idempotent, retried). Unknown
-  /// ids are ignored. Blocks up to attempts × release_timeout per hop.
+  /// ids are ignored. Blocks until the workers answered, up to attempts × release_timeout per hop.
   void release(context_id id);
+  /// Blocks until every release a `context` of this container started has ended, at most
+  /// `timeout`: each worker involved answered it, or it was given up (a lost or refusing peer, or
+  /// `attempts` timeouts). True when none is left. ~context itself does not wait.
+  bool await_releases(std::chrono::milliseconds timeout);
   /// Number of live contexts on this worker (for leak checks).
   std::size_t num_contexts() const;
   /// The context current on this thread for this container (0: none).
