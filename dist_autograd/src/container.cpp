@@ -43,9 +43,9 @@ propagate_answer await_group(const container::impl& c, const caf::actor& a, cont
   return outcome;
 }
 
-/// Reads the replies of the first attempts the root's run sent itself (bounded by one attempt's
-/// deadline); hands every one that did not end `done` to the context actor, which goes on from
-/// that answer (retries, polls, failure), and counts it in `outbox.started`.
+/// Reads the replies of the first attempts the root's run sent itself, bounded by one attempt's
+/// deadline. Hands every one that did not end `done` to the context actor and counts it in
+/// `outbox.started`. The actor goes on from that answer (retries, polls, failure).
 void hand_over(container::impl& c, context_id id, std::uint64_t pass, bool retain, reply_batch& direct,
                propagation_outbox& outbox) {
   if (outbox.sent.empty()) return;
@@ -134,7 +134,8 @@ container::~container() {
     for (auto& [id, a] : impl_->actors)
       if (a) actors.push_back(a);
     impl_->actors.clear();
-    for (auto& a : impl_->retrying) actors.push_back(std::move(a));
+    for (auto& w : impl_->retrying)
+      if (auto a = caf::actor_cast<caf::actor>(w.lock())) actors.push_back(std::move(a));
     impl_->retrying.clear();
     impl_->contexts.clear();
   }

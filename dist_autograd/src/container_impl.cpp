@@ -4,6 +4,8 @@
 // release is served by the service (Note [dist autograd service]).
 #include "container_impl.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "context_actor.hpp"
@@ -305,7 +307,9 @@ void container::impl::release_async(context_id id) {
       auto a = spawn_context_actor(self->n, self->opts, record);
       {
         std::lock_guard<std::mutex> lock(self->m);  // stopped with the container
-        self->retrying.push_back(caf::actor_cast<caf::actor>(a));
+        auto& r = self->retrying;
+        r.erase(std::remove_if(r.begin(), r.end(), [](const caf::weak_actor_ptr& w) { return !w.lock(); }), r.end());
+        r.push_back(caf::actor_cast<caf::weak_actor_ptr>(a));
       }
       caf::anon_send(a, ctx_release{{}, true, std::move(done), {{w, h}}, std::move(settled), {w}});
     };

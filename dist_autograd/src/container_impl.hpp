@@ -174,7 +174,8 @@ struct container::impl : std::enable_shared_from_this<container::impl> {
   mutable std::mutex m;
   std::unordered_map<context_id, std::shared_ptr<context_state>> contexts;
   std::unordered_map<context_id, caf::actor> actors;  ///< the context actors (Note [context actor])
-  std::vector<caf::actor> retrying;  ///< actors retrying the release of a context dropped here
+  /// Actors retrying the release of a context dropped here; an ended one is pruned at the next push.
+  std::vector<caf::weak_actor_ptr> retrying;
   std::unordered_set<context_id> released;  ///< recently released ids (bounded), never recreated
   std::deque<context_id> released_order;
   std::shared_ptr<rpc::call_interceptor> recorder;  ///< set once by the container's constructor

@@ -140,7 +140,7 @@ bool reply_batch::all_answered() {
 }
 
 // Note [caller reads actor replies]: this thread reads the connection of the first peer still
-// owing a reply that it can read; the other replies come through their readers and poke it.
+// owing a reply that it can read. The other replies come through their readers and poke it.
 void reply_batch::read_replies(direct_requester& r, std::chrono::steady_clock::time_point deadline) {
   for (std::size_t i = 0; i < dests_.size() && std::chrono::steady_clock::now() < deadline; ++i) {
     {

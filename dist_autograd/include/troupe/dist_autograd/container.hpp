@@ -33,9 +33,10 @@
 /// context actors exchange typed messages with their peers' service actors, published as
 /// "troupe.dist_autograd.service" (Note [dist autograd service], src/service.hpp). Release:
 /// ~context (or release()) drops the context here and sends a release_request to every worker
-/// involved, in parallel; one that times out is retried by a context actor with backoff. ~context
-/// does not wait for the answers; release() does. A worker forwards it to its own peers. Unknown ids are ignored; a released id is remembered for a while
-/// so a late message does not recreate it (idempotent). Destroy the container before its node
+/// involved, in parallel. One that times out is retried by a context actor with backoff. ~context
+/// does not wait for the answers; release() does. A worker forwards it to its own peers. Unknown
+/// ids are ignored. A released id is remembered for a while, so a late message does not recreate
+/// it (idempotent). Destroy the container before its node
 /// shuts down (it stops its actors).
 
 #include <chrono>
@@ -128,9 +129,9 @@ class container {
   /// Drops the context here and on every worker involved (bounded, idempotent, retried). Unknown
   /// ids are ignored. Blocks until the workers answered, up to attempts × release_timeout per hop.
   void release(context_id id);
-  /// Blocks until every release a `context` of this container started has ended, at most
-  /// `timeout`: each worker involved answered it, or it was given up (a lost or refusing peer, or
-  /// `attempts` timeouts). True when none is left. ~context itself does not wait.
+  /// Blocks, at most `timeout`, until every release a `context` of this container started has
+  /// ended. A release ends when each worker involved answered it, or when it was given up (a
+  /// lost or refusing peer, or `attempts` timeouts). True when none is left. ~context itself does not wait.
   bool await_releases(std::chrono::milliseconds timeout);
   /// Number of live contexts on this worker (for leak checks).
   std::size_t num_contexts() const;
