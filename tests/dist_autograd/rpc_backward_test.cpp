@@ -171,7 +171,10 @@ TEST_CASE("retain_graph allows a second distributed backward that accumulates in
 
 TEST_CASE("two threads running distributed backward in their own contexts do not mix gradients", "[dist_autograd]") {
   two_workers t;
-  const auto [xl, wl] = local_reference();
+  // Named references, not a structured binding: clang 14 cannot capture one in a lambda.
+  const auto reference = local_reference();
+  const auto& xl = reference.first;
+  const auto& wl = reference.second;
   tensor x = leaf(make_x());
   std::atomic<int> good{0};
   auto one = [&] {

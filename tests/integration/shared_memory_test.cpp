@@ -90,7 +90,10 @@ TEST_CASE("share_memory_ moves a storage into a memfd segment and every view fol
 TEST_CASE("a file_descriptor tensor crosses to a child over SCM_RIGHTS and writes are seen both ways",
           "[actors][integration]") {
   troupe::shm_provider provider("fdxproc");
-  auto [mine, theirs] = troupe::shm_channel::make_pair();
+  // Named references, not a structured binding: clang 14 cannot capture one in a lambda.
+  auto channels = troupe::shm_channel::make_pair();
+  auto& mine = channels.first;
+  auto& theirs = channels.second;
   troupe::tensor t = float_tensor(iota_values(1024, 0));
   troupe::share_memory_(t, provider);
   auto ctx = troupe::spawn(1, [&](int) {
@@ -122,7 +125,10 @@ TEST_CASE("a file_system tensor crosses to a child by name and writes are seen b
     auto manager = troupe::shm_manager::start(job);
     auto client = troupe::shm_manager_client::connect(manager.address(), job);
     troupe::shm_provider provider(troupe::sharing_strategy::file_system, job, client);
-    auto [mine, theirs] = troupe::shm_channel::make_pair();
+    // Named references, not a structured binding: clang 14 cannot capture one in a lambda.
+    auto channels = troupe::shm_channel::make_pair();
+    auto& mine = channels.first;
+    auto& theirs = channels.second;
     troupe::tensor t = float_tensor(iota_values(4096, 0));
     troupe::share_memory_(t, provider);
     CHECK(troupe::shared_handle_of(t).strategy == troupe::sharing_strategy::file_system);
@@ -160,7 +166,10 @@ TEST_CASE("the manager unlinks the segment of a child killed by SIGKILL", "[acto
   const std::string job = job_name("fskill");
   auto manager = troupe::shm_manager::start(job);
   auto client = troupe::shm_manager_client::connect(manager.address(), job);
-  auto [mine, theirs] = troupe::shm_channel::make_pair();
+  // Named references, not a structured binding: clang 14 cannot capture one in a lambda.
+  auto channels = troupe::shm_channel::make_pair();
+  auto& mine = channels.first;
+  auto& theirs = channels.second;
   const std::string address = manager.address();
   auto ctx = troupe::spawn(1, [&](int) {
     auto child_client = troupe::shm_manager_client::connect(address, job);
