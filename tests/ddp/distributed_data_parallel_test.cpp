@@ -309,7 +309,10 @@ TEST_CASE("a rank killed mid-backward makes the others' backward fail with peer_
     ddp::ddp_options opts;
     opts.bucket_cap_mb = opts.first_bucket_cap_mb = 1e-9;
     ddp::distributed_data_parallel d(m, pg, opts);
-    auto [x, y] = test::batch(0, rank);
+    // Named references, not a structured binding: clang 14 cannot capture one in a lambda.
+    auto data = test::batch(0, rank);
+    auto& x = data.first;
+    auto& y = data.second;
     backward(nn::mse_loss(d(x), y));  // one healthy iteration
     if (rank == 2) {
       // Dies when the first layer's gradient arrives: later buckets were already launched.
