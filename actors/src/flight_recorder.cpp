@@ -22,7 +22,7 @@ constexpr std::uint64_t token_bits = 16;
 template <std::size_t N>
 void store_text(std::array<std::atomic<std::uint64_t>, N>& words, std::string_view text) {
   char buf[N * 8] = {};
-  std::memcpy(buf, text.data(), std::min(text.size(), sizeof buf));
+  if (!text.empty()) std::memcpy(buf, text.data(), std::min(text.size(), sizeof buf));  // data() may be null
   for (std::size_t i = 0; i < N; ++i) {
     std::uint64_t w;
     std::memcpy(&w, buf + i * 8, 8);

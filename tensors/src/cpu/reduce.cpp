@@ -74,8 +74,10 @@ void for_each_output(const tensor& out, const tensor& a, const reduce_geometry& 
   const auto kept = make_plan<2>(g.kept_sizes, {&g.kept_out_strides, &g.kept_a_strides});
   std::array<char*, 2> base{static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr())};
   for_each_row(kept, base, {sizeof(TO), sizeof(T)}, [&](std::array<char*, 2> p, std::int64_t n, const std::array<std::int64_t, 2>& s) {
+    // An empty input has no storage: its rows are empty and get a null base, not null + offset.
+    const T* in = reinterpret_cast<const T*>(p[1]);
     for (std::int64_t i = 0; i < n; ++i)
-      f(reinterpret_cast<TO*>(p[0]) + i * s[0], reinterpret_cast<const T*>(p[1]) + i * s[1], red);
+      f(reinterpret_cast<TO*>(p[0]) + i * s[0], in ? in + i * s[1] : in, red);
   });
 }
 
