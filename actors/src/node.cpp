@@ -71,6 +71,8 @@ struct node::impl {
   // retries. So it fails at once when the peer is really gone, and reconnects if it was only a
   // dropped connection.
   std::map<std::string, std::string> lost;
+  // Note [greeted peers]: peers that said hello to us -> their agent, under peers_mutex.
+  std::map<std::string, caf::actor> greeted;
   // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
   // its mutex. The first connects, the others find its link. Two concurrent BASP connections to
   // one node make CAF keep one, and a hello sent over the other is lost. Two processes that
@@ -99,7 +101,8 @@ struct node::impl {
   };
   caf::actor attempt(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, dial_failure& failed);
   caf::actor connect_once(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
-  hello_ack greet(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, bool once);
+  hello_ack greet(const std::string& peer, const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, bool once);
+  caf::actor greeted_by(const std::string& peer);
   hello_ack readmit(const std::string& name, std::string& addr, const std::string& lost_because, std::chrono::milliseconds timeout);
   caf::actor reconnect_store(std::chrono::milliseconds timeout);
   link resolve(const std::string& name, std::chrono::milliseconds timeout);
@@ -242,13 +245,31 @@ caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, st
 //   A --hello--X (its connection closed by B)
 //   A --dial--> B --hello--> B --ack--> A   (the retry, within the same deadline)
 // `once`: the peer was lost before (Note [lost peer re-admission]): each dial is connect_once.
-hello_ack node::impl::greet(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, bool once) {
+// `peer`: the worker's name when known. Its agent, when it greeted us, takes our hello first.
+//
+// Note [greeted peers]
+//
+// A peer that said hello to us already shares a CAF connection with us. Our hello to it goes
+// over that connection: we do not dial. A dial there would add a redundant connection, which
+// the peer's broker keeps as an alternative route until ours closes it. CAF 0.17.6 loses
+// messages there. Its routing table moves a node's route to any remaining alternative when
+// one alternative closes, so with two alternatives open it may pick the one about to close.
+// The messages sent on it (a store request, say) vanish, and the node is never reported
+// down. Every rank greets rank 0 at start-up, so rank 0 never dials a rank. A hello over the
+// known connection that fails falls back to a dial.
+//   B --hello--> A         (B started, or B reached A first)
+//   A --hello--> B's agent (no dial: the connection B opened)
+hello_ack node::impl::greet(const std::string& peer, const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, bool once) {
   using clock = std::chrono::steady_clock;
   const auto end = clock::now() + timeout;
   auto left = [&] { return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1)); };
   auto per_hello = std::chrono::milliseconds(500);
+  caf::actor tried;  // the greeter's agent we said hello to last
   for (;;) {
-    auto remote = once ? connect_once(host, p, left()) : connect(host, p, left());
+    caf::actor remote = peer.empty() ? caf::actor{} : greeted_by(peer);  // Note [greeted peers]
+    if (remote && remote == tried) remote = nullptr;
+    if (remote) tried = remote;
+    else remote = once ? connect_once(host, p, left()) : connect(host, p, left());
     try {
       return say_hello(remote, std::min(per_hello, left()));
     } catch (const error& e) {
@@ -259,9 +280,15 @@ hello_ack node::impl::greet(const std::string& host, std::uint16_t p, std::chron
   }
 }
 
+caf::actor node::impl::greeted_by(const std::string& peer) {
+  std::lock_guard<std::mutex> lock(peers_mutex);
+  auto it = greeted.find(peer);
+  return it == greeted.end() ? caf::actor{} : it->second;
+}
+
 // Note [lost peer re-admission]: the store client's way back to a store host it lost.
 caf::actor node::impl::reconnect_store(std::chrono::milliseconds timeout) {
-  return greet(opts.master_addr, opts.master_port, timeout, true).store;
+  return greet({}, opts.master_addr, opts.master_port, timeout, true).store;
 }
 
 void node::impl::start(std::shared_ptr<transport_hook> given) {
@@ -295,17 +322,22 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     {
       std::lock_guard<std::mutex> lock(peers_mutex);
       peers.erase(name);
+      greeted.erase(name);
       lost[name] = reason;
     }
     if (auto f = weak.lock()) f->peer_down(name, reason);
     ev->notify(peer_loss{name, reason, false});  // Note [peer loss events]
+  };
+  ac.on_greeted = [this](const std::string& name, const caf::actor& peer_agent) {  // Note [greeted peers]
+    std::lock_guard<std::mutex> lock(peers_mutex);
+    greeted[name] = peer_agent;
   };
   agent = detail::spawn_agent(*sys, std::move(ac));
   watch_silence();
   open_gate();
   std::string store_worker = me.name;
   if (opts.rank != 0) {
-    auto ack = greet(opts.master_addr, opts.master_port, opts.join_timeout, false);
+    auto ack = greet({}, opts.master_addr, opts.master_port, opts.join_timeout, false);
     store_actor = ack.store;
     store_worker = ack.info.name;
     events->set_store_host(ack.info.name);
@@ -418,7 +450,7 @@ node::impl::link node::impl::resolve(const std::string& name, std::chrono::milli
     ack = readmit(name, addr, *lost_because, timeout);
   } else {
     const auto [host, peer_port] = split_address(addr);
-    ack = greet(host, peer_port, timeout, false);  // Note [hello retry]
+    ack = greet(name, host, peer_port, timeout, false);  // Note [hello retry]
   }
   auto l = make_link(ack, split_address(addr).first, timeout);
   std::lock_guard<std::mutex> lock(peers_mutex);
@@ -439,7 +471,7 @@ hello_ack node::impl::readmit(const std::string& name, std::string& addr, const 
     std::string why;
     try {
       const auto [host, peer_port] = split_address(addr);
-      return greet(host, peer_port, left(), true);
+      return greet({}, host, peer_port, left(), true);
     } catch (const error& e) {
       if (e.code() == errc::unauthorized) throw;
       why = e.message();
@@ -511,6 +543,7 @@ void node::impl::teardown() {
   {
     std::lock_guard<std::mutex> lock(peers_mutex);
     peers.clear();
+    greeted.clear();
   }
   {
     std::lock_guard<std::mutex> lock(self_mutex);

@@ -4,12 +4,16 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "integration/node_harness.hpp"
 #include "troupe/actors/node.hpp"
 #include "troupe/actors/peer_events.hpp"
+#include "troupe/actors/rpc/api.hpp"
 #include "troupe/actors/spawn.hpp"
 
 using namespace troupe;
@@ -48,6 +52,25 @@ std::string connect_round(node& n, int round) {
   return line;
 }
 
+// TCP sockets of this network namespace, in any state (TIME_WAIT included), whose remote port is
+// `port`: the connections ever dialled to a listener there, for a minute after they close.
+int sockets_to(std::uint16_t port) {
+  int n = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote;
+      fields >> slot >> local >> remote;
+      const auto colon = remote.rfind(':');
+      if (colon != std::string::npos && std::stoul(remote.substr(colon + 1), nullptr, 16) == port) ++n;
+    }
+  }
+  return n;
+}
+
 void child_rounds(int rank, troupe::test::port_pipe& pipe) {
   for (int r = 0; r < rounds; ++r) {
     troupe::node n(troupe::test::test_options(rank, world, pipe.read(20s)));
@@ -78,4 +101,19 @@ TEST_CASE("nodes that all connect to each other at the same moment never wait ou
     }
   }
   REQUIRE(children.join(60s));
+}
+
+// Note [greeted peers] in actors/src/node.cpp: a dial to a peer that greeted us would open a
+// redundant CAF connection, where CAF 0.17.6 can lose messages.
+TEST_CASE("a node says hello back over the connection of a peer that greeted it and never dials that peer",
+          "[actors][integration][node]") {
+  auto n0 = std::make_unique<troupe::node>(troupe::test::test_options(0, 2, 0));
+  auto n1 = std::make_unique<troupe::node>(troupe::test::test_options(1, 2, n0->port()));  // greets rank 0
+  n1->functions().add("add", [](int a, int b) { return a + b; });
+  const int before = sockets_to(n1->port());
+  n0->peer_losses()->watch({"worker1"}, 10s);
+  CHECK(troupe::rpc_sync<int>(*n0, "worker1", "add", 2, 3, 5s) == 5);
+  CHECK(sockets_to(n1->port()) == before);
+  n1->shutdown(shutdown_mode::immediate);
+  n0->shutdown(shutdown_mode::immediate);
 }

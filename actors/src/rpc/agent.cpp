@@ -65,6 +65,7 @@ caf::result<hello_ack> on_hello(agent_actor* self, hello& h) {
   if (h.agent) {
     s.identities->admit(h.info, sender->node(), h.agent.address());
     watch_peer(self, h.agent, h.info.name);
+    if (s.cfg.on_greeted && h.agent.node() != self->node()) s.cfg.on_greeted(h.info.name, h.agent);
   }
   hello_ack ack{s.cfg.me, caf::actor_cast<caf::actor>(self), s.cfg.store, 0, {}, {}, false};
   if (s.cfg.issue_ticket) std::tie(ack.channel_port, ack.channel_secret) = s.cfg.issue_ticket(h.info.name, sender->node());

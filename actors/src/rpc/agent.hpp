@@ -41,6 +41,8 @@ struct agent_config {
   /// The direct rpc port and a one-use secret for a peer that presented the token (Note [rpc
   /// direct channel]).
   std::function<std::pair<std::uint16_t, std::string>(const std::string& peer, const caf::node_id& node)> issue_ticket;
+  /// Called on the agent's thread with a peer that said hello and its agent (must not block).
+  std::function<void(const std::string& peer, const caf::actor& agent)> on_greeted;
 };
 
 /// Asks the agent to monitor a peer agent (local only).
