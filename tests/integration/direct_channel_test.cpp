@@ -51,8 +51,8 @@ TEST_CASE("the direct rpc port drops a connection that does not present a valid 
 }
 
 TEST_CASE("a node calls itself over its own direct channel, with the answers, errors and deadlines of a call between nodes", "[actors][rpc]") {
+  std::atomic<bool> release{false};  // outlives the node, whose stop ends the stalled call that reads it
   troupe::node n(troupe::test::test_options(0, 1, 0));
-  std::atomic<bool> release{false};
   n.functions().add("twice", [](int x) { return 2 * x; });
   n.functions().add("nested", [&n](int x) { return troupe::rpc_sync<int>(n, "worker0", "twice", x, 5s) + 1; });
   n.functions().add("stall", [&release](int x) {
