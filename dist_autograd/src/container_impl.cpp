@@ -94,7 +94,7 @@ std::shared_ptr<recv_function> container::impl::record_recv(context_state& ctx, 
     if (auto* direct = run->outbox->direct) {  // Note [direct requests]: attempt 1 goes from here
       const std::size_t slot = direct->send(
           *self->requester, peer, caf::make_message(propagate_request{id, msg, run->pass, 1, run->retain, grads}));
-      run->outbox->sent.push_back({self->new_id(), from, std::move(peer), msg, grads, slot});
+      run->outbox->sent.push_back({{self->new_id(), from, std::move(peer), msg, grads}, slot});
       return;
     }
     // A served run (on the service's thread): attempt 1 goes from here; the run's answer waits

@@ -104,6 +104,15 @@ class answer_waiter {
   std::shared_ptr<shared> st_ = std::make_shared<shared>();
 };
 
+/// One PropagateGradients sent to a peer: its request number, the peer and what it carries.
+struct propagation_attempt {
+  std::uint64_t seq = 0;
+  std::string to;
+  caf::actor peer;
+  message_id msg = 0;
+  tensor_list grads;
+};
+
 /// What an engine run hands its PropagateGradients to: the context's actor under the run's group
 /// id. The actor sends, retries and awaits them (Note [context actor]). When the run ended, the
 /// run's caller tells the actor how many were started (ctx_await).
@@ -112,12 +121,7 @@ struct propagation_outbox {
   std::uint64_t group = 0;
   std::size_t started = 0;
   /// A first attempt sent from the run's own thread (Note [direct requests]); `slot`: its reply's.
-  struct direct_attempt {
-    std::uint64_t seq = 0;
-    std::string to;
-    caf::actor peer;
-    message_id msg = 0;
-    tensor_list grads;
+  struct direct_attempt : propagation_attempt {
     std::size_t slot = 0;
   };
   /// Set on the root's backward only: its recv functions send first attempts through it and

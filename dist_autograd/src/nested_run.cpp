@@ -21,7 +21,7 @@ void nested_run::send(const std::string& to, caf::actor peer, message_id msg, co
   {
     std::lock_guard<std::mutex> lock(m_);
     slot = attempts_.size();
-    attempts_.push_back({c->new_id(), to, peer, msg, grads, std::nullopt});
+    attempts_.push_back({{c->new_id(), to, peer, msg, grads}, std::nullopt});
   }
   // The reply, an error, or (past the deadline) an empty message comes to on_reply.
   c->requester->request(peer, caf::make_message(propagate_request{ctx_->id, msg, pass_, 1, retain_, grads}),

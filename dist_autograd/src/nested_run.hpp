@@ -33,12 +33,7 @@ class nested_run : public std::enable_shared_from_this<nested_run> {
   void close(propagate_answer local, std::pair<message_id, std::uint64_t> key, answer_ptr<propagate_answer> done);
 
  private:
-  struct attempt {
-    std::uint64_t seq = 0;
-    std::string to;
-    caf::actor peer;
-    message_id msg = 0;
-    tensor_list grads;
+  struct attempt : propagation_attempt {
     std::optional<propagate_answer> answer;
   };
   void on_reply(std::size_t slot, caf::message&& reply);
