@@ -77,7 +77,7 @@ inline tensor byte_pattern(std::int64_t nbytes, unsigned seed) {
 
 /// Same shape and bit-identical bytes.
 inline bool same_bytes(const tensor& a, const tensor& b) {
-  return a.nbytes() == b.nbytes() && a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0;
+  return a.nbytes() == b.nbytes() && a.sizes() == b.sizes() && (a.nbytes() == 0 || std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0);
 }
 
 /// Rpc shared-memory segment names in /dev/shm (there should be none: the bulk path uses

@@ -104,6 +104,13 @@ namespace troupe::rpc::detail {
 
 namespace {
 constexpr std::size_t handle_bytes = 64;  // sizeof(cudaIpcMemHandle_t) == sizeof(cudaIpcEventHandle_t)
+
+// An IPC tensor's range: `nbytes` at `offset` must lie inside the sender's allocation of `extent`.
+void check_ipc_range(std::uint64_t nbytes, std::uint64_t offset, std::uint64_t extent) {
+  if (offset > extent || nbytes > extent - offset)
+    throw error(errc::protocol_violation, "rpc CUDA IPC tensor: " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset) +
+                                              " exceed its allocation of " + std::to_string(extent));
+}
 }  // namespace
 
 #if defined(TROUPE_WITH_CUDA)
@@ -172,9 +179,7 @@ tensor read_tensor_ipc(reader& r, const shape_t& sizes, troupe::dtype dt, std::u
   r.pod(offset);
   r.pod(extent);
   r.raw(&evh, handle_bytes);
-  if (offset > extent || nbytes > extent - offset)
-    throw error(errc::protocol_violation, "rpc CUDA IPC tensor: " + std::to_string(nbytes) + " bytes at offset " + std::to_string(offset) +
-                                              " exceed its allocation of " + std::to_string(extent));
+  check_ipc_range(nbytes, offset, extent);
   check_device_present(sizes, to);
   troupe::detail::cuda_ipc_cache local;  // no node cache: opened for this tensor only
   const auto mapping = (cache ? cache : &local)->open(peer, to, mem);
@@ -195,9 +200,14 @@ tensor read_tensor_ipc(reader& r, const shape_t& sizes, troupe::dtype dt, std::u
 #else
 bool write_tensor_ipc(writer&, const tensor&, std::int32_t, std::vector<std::shared_ptr<const void>>&) { return false; }
 
-tensor read_tensor_ipc(reader& r, const shape_t& sizes, troupe::dtype, std::uint64_t, std::int32_t to, troupe::detail::cuda_ipc_cache*,
+tensor read_tensor_ipc(reader& r, const shape_t& sizes, troupe::dtype, std::uint64_t nbytes, std::int32_t to, troupe::detail::cuda_ipc_cache*,
                        const std::string&) {
-  r.skip(2 * handle_bytes + 2 * sizeof(std::uint64_t));
+  std::uint64_t offset = 0, extent = 0;
+  r.skip(handle_bytes);
+  r.pod(offset);
+  r.pod(extent);
+  r.skip(handle_bytes);
+  check_ipc_range(nbytes, offset, extent);  // the same checks, in the same order, as with CUDA
   check_device_present(sizes, to);
   throw error(errc::device_mismatch, "an rpc CUDA tensor arrived by IPC handle, but this build has no CUDA backend");
 }
