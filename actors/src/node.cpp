@@ -309,7 +309,7 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
   exec = std::make_shared<detail::executor>(opts.executor_threads);
   poster = std::make_shared<const rpc::detail::call_state::poster>([exec = exec](std::function<void()> f) { return exec->post(std::move(f)); });
   if (opts.rank == 0) store_actor = detail::spawn_store(*sys, auth);
-  detail::agent_config ac{me, opts.job_token, auth, bulk, store_actor, nullptr, nullptr};
+  detail::agent_config ac{me, opts.job_token, auth, bulk, store_actor, nullptr, nullptr, nullptr};
   start_direct_channel(ac);
   {
     remote = std::make_shared<detail::remote_actors>(*sys, me, channel, bulk, device_maps, [this](const std::string& w, std::chrono::milliseconds t) {
