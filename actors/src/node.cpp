@@ -6,11 +6,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -18,6 +16,8 @@
 
 #include "caf_gate.hpp"
 #include "executor.hpp"
+#include "peer_dialer.hpp"
+#include "peer_links.hpp"
 #include "remote/remote_actors.hpp"
 #include "rpc/agent.hpp"
 #include "rpc/bulk.hpp"
@@ -60,24 +60,8 @@ struct node::impl {
   std::uint16_t port = 0;
   std::unique_ptr<store_client> store;
   std::shared_ptr<peer_events> events;  // Note [peer loss events]
-  std::mutex peers_mutex;
-  // A peer: its agent (hello, monitor) and the direct connection that carries every call.
-  struct link {
-    caf::actor agent;
-    std::shared_ptr<detail::channel_conn> conn;
-  };
-  std::map<std::string, link> peers;  // name -> link
-  // Peers seen going down -> why. A call to one of them connects once, without the start-up
-  // retries. So it fails at once when the peer is really gone, and reconnects if it was only a
-  // dropped connection.
-  std::map<std::string, std::string> lost;
-  // Note [greeted peers]: peers that said hello to us -> their agent, under peers_mutex.
-  std::map<std::string, caf::actor> greeted;
-  // Note [one connect per peer]: threads that resolve the same new peer at once take turns on
-  // its mutex. The first connects, the others find its link. Two concurrent BASP connections to
-  // one node make CAF keep one, and a hello sent over the other is lost. Two processes that
-  // dial each other at once can lose a hello the same way: Note [hello retry].
-  std::map<std::string, std::shared_ptr<std::timed_mutex>> connecting;  // under peers_mutex
+  std::unique_ptr<detail::peer_dialer> dialer;  // Note [hello retry]; made before the gate opens
+  std::unique_ptr<detail::peer_links> links;    // Note [one connect per peer]; made before the gate opens
   std::atomic<bool> down{false};
   std::shared_ptr<flight_recorder> recorder;  // Note [flight recorder]; lives as long as the node
   std::atomic<std::uint64_t> calls_made{0};   // numbers the recorded calls
@@ -91,26 +75,11 @@ struct node::impl {
 
   void configure();
   void start(std::shared_ptr<transport_hook> hook);
+  void start_peers();
   void open_gate();
-  hello_ack say_hello(const caf::actor& remote, std::chrono::milliseconds timeout);
-  caf::actor connect(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
-  // A failed dial: why, and whether the peer's gate admitted us (a live process answered).
-  struct dial_failure {
-    std::string why;
-    bool admitted = false;
-  };
-  caf::actor attempt(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, dial_failure& failed);
-  caf::actor connect_once(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout);
-  hello_ack greet(const std::string& peer, const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, bool once);
-  caf::actor greeted_by(const std::string& peer);
-  hello_ack readmit(const std::string& name, std::string& addr, const std::string& lost_because, std::chrono::milliseconds timeout);
   caf::actor reconnect_store(std::chrono::milliseconds timeout);
-  link resolve(const std::string& name, std::chrono::milliseconds timeout);
-  link make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout);
+  detail::peer_link resolve(const std::string& name, std::chrono::milliseconds timeout);
   void start_direct_channel(detail::agent_config& ac);
-  link self_link(std::chrono::milliseconds timeout);
-  std::mutex self_mutex;
-  std::optional<link> to_self;  // under self_mutex: the connection for calls to this node
   void await_actors_gone(std::chrono::milliseconds bound);
   void teardown();
   std::shared_ptr<detail::shutdown_hooks> stop_hooks = std::make_shared<detail::shutdown_hooks>();  // Note [shutdown hooks]
@@ -130,66 +99,7 @@ void node::impl::configure() {
   for (const auto& setup : opts.actor_setup) setup(cfg);
 }
 
-hello_ack node::impl::say_hello(const caf::actor& remote, std::chrono::milliseconds timeout) {
-  caf::scoped_actor self{*sys};
-  hello_ack ack;
-  caf::error err;
-  self->request(remote, timeout, hello{opts.job_token, me, agent, bulk->probe()})
-      .receive([&](hello_ack& a) { ack = std::move(a); }, [&](caf::error& e) { err = std::move(e); });
-  if (err) throw from_caf_error(err, "hello from " + me.name);
-  return ack;
-}
-
-// Note [CAF port gate]: the gate hello first. Then the socket goes to our BASP broker, which
-// answers with the agent published behind the peer's gate. One attempt, bounded by `timeout`;
-// null (and `failed`) when it fails. An unauthorized gate throws.
-caf::actor node::impl::attempt(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, dial_failure& failed) {
-  std::string& why = failed.why;
-  try {
-    const int fd = detail::caf_gate::enter(host, p, opts.job_token, timeout, tls.get());
-    failed.admitted = true;
-    caf::scoped_actor self{*sys};
-    caf::actor result;
-    self->request(basp, timeout, caf::connect_atom::value, sys->middleman().backend().new_scribe(fd), p)
-        .receive(
-            [&](caf::node_id&, caf::strong_actor_ptr& addr, std::set<std::string>&) {
-              result = caf::actor_cast<caf::actor>(addr);
-              if (!result) why = "no agent behind the gate";
-            },
-            [&](caf::error& e) { why = sys->render(e); });
-    return result;
-  } catch (const error& e) {
-    if (e.code() == errc::unauthorized) throw error(errc::unauthorized, me.name + ": " + e.message());
-    why = e.message();
-    return {};
-  }
-}
-
-caf::actor node::impl::connect(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
-  // Retry with backoff until the deadline: the peer may not be listening yet (start-up race).
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  auto backoff = std::chrono::milliseconds(5);
-  for (;;) {
-    // One attempt gets at least a second (on a loaded machine); a refused connection still
-    // fails at once.
-    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()),
-                               std::chrono::milliseconds(1000));
-    dial_failure failed;
-    if (auto result = attempt(host, p, left, failed)) return result;
-    if (std::chrono::steady_clock::now() + backoff >= end)
-      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + failed.why);
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
-  }
-}
-
 namespace {
-// "host:port", as a node publishes its address in the store, split in two.
-std::pair<std::string, std::uint16_t> split_address(const std::string& addr) {
-  const auto colon = addr.rfind(':');
-  return {addr.substr(0, colon), static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)))};
-}
-
 bool loopback(const std::string& addr) { return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0; }
 
 // Note [job token]: an empty token admits any process that can reach the port.
@@ -202,93 +112,14 @@ void check_token(const node_options& o, const std::string& me) {
 }
 }  // namespace
 
-// Note [CAF connect tick]
-//
-// CAF 0.17.6's BASP broker keeps a pending connect in a context whose last_seen is the clock's
-// epoch until the peer's first bytes arrive. Its heartbeat tick drops every context not seen
-// within connection_timeout. So a connect fails with connection_timeout when the peer's server
-// handshake comes after the next tick, though the peer is alive. The tick comes 0 to
-// heartbeat_interval after the dial: a slow peer (a fresh process, a loaded host) meets it now
-// and then. connect() dials again after any failure; connect_once() after this one.
-//   us --gate hello--> peer --admitted--> us --client handshake--> peer
-//   our tick: pending context "last seen" at the epoch --> connection_timeout
-//   peer --server handshake--> (too late: the socket is closed)
-
-// Dials through the gate until `timeout`. A dial that the gate refused or left unanswered ends
-// the try. A frozen peer's kernel still accepts the TCP connection, so only the bound ends that
-// wait. A dial that the gate admitted reached a live process, so a failed CAF handshake
-// behind it is dialled again (Note [CAF connect tick]).
-caf::actor node::impl::connect_once(const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout) {
-  using clock = std::chrono::steady_clock;
-  const auto end = clock::now() + timeout;
-  for (;;) {
-    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1));
-    dial_failure failed;
-    if (auto remote = attempt(host, p, left, failed)) return remote;
-    if (!failed.admitted || clock::now() + std::chrono::milliseconds(5) >= end)
-      throw error(errc::peer_lost, me.name + ": cannot connect to " + host + ":" + std::to_string(p) + ": " + failed.why);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a retry pace
-  }
-}
-
-// Note [hello retry]
-//
-// Two nodes that dial each other at the same moment open two CAF connections. CAF 0.17's BASP
-// broker keeps one per side and closes the other as redundant. Each side may pick a different
-// one, and a message already sent on a connection the other side closes is lost. A hello lost
-// that way would wait out its whole deadline. So a hello gets a short timeout of its own
-// (500 ms, doubling). A hello that times out or finds no route dials again and says hello
-// again, until the deadline. By then the redundant connection is gone and the second hello
-// takes the one that stays. A hello is idempotent on the peer: it admits the same node again
-// and issues a fresh ticket for the direct connection. A refused hello (unauthorized) is final.
-//   A --dial--> B    A <--dial-- B     (both at once)
-//   A --hello--X (its connection closed by B)
-//   A --dial--> B --hello--> B --ack--> A   (the retry, within the same deadline)
-// `once`: the peer was lost before (Note [lost peer re-admission]): each dial is connect_once.
-// `peer`: the worker's name when known. Its agent, when it greeted us, takes our hello first.
-//
-// Note [greeted peers]
-//
-// A peer that said hello to us already shares a CAF connection with us. Our hello to it goes
-// over that connection: we do not dial. A dial there would add a redundant connection, which
-// the peer's broker keeps as an alternative route until ours closes it. CAF 0.17.6 loses
-// messages there. Its routing table moves a node's route to any remaining alternative when
-// one alternative closes, so with two alternatives open it may pick the one about to close.
-// The messages sent on it (a store request, say) vanish, and the node is never reported
-// down. Every rank greets rank 0 at start-up, so rank 0 never dials a rank. A hello over the
-// known connection that fails falls back to a dial.
-//   B --hello--> A         (B started, or B reached A first)
-//   A --hello--> B's agent (no dial: the connection B opened)
-hello_ack node::impl::greet(const std::string& peer, const std::string& host, std::uint16_t p, std::chrono::milliseconds timeout, bool once) {
-  using clock = std::chrono::steady_clock;
-  const auto end = clock::now() + timeout;
-  auto left = [&] { return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1)); };
-  auto per_hello = std::chrono::milliseconds(500);
-  caf::actor tried;  // the greeter's agent we said hello to last
-  for (;;) {
-    caf::actor remote = peer.empty() ? caf::actor{} : greeted_by(peer);  // Note [greeted peers]
-    if (remote && remote == tried) remote = nullptr;
-    if (remote) tried = remote;
-    else remote = once ? connect_once(host, p, left()) : connect(host, p, left());
-    try {
-      return say_hello(remote, std::min(per_hello, left()));
-    } catch (const error& e) {
-      if (e.code() == errc::unauthorized || clock::now() + std::chrono::milliseconds(10) >= end) throw;
-    }
-    per_hello = std::min(per_hello * 2, std::chrono::milliseconds(4000));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // lets the redundant connection's close arrive
-  }
-}
-
-caf::actor node::impl::greeted_by(const std::string& peer) {
-  std::lock_guard<std::mutex> lock(peers_mutex);
-  auto it = greeted.find(peer);
-  return it == greeted.end() ? caf::actor{} : it->second;
-}
-
 // Note [lost peer re-admission]: the store client's way back to a store host it lost.
 caf::actor node::impl::reconnect_store(std::chrono::milliseconds timeout) {
-  return greet({}, opts.master_addr, opts.master_port, timeout, true).store;
+  return dialer->greet({}, opts.master_addr, opts.master_port, timeout, true).store;
+}
+
+detail::peer_link node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
+  if (!links) throw error(errc::invalid_state, "node " + me.name + " has not started");
+  return links->resolve(name, timeout);
 }
 
 void node::impl::start(std::shared_ptr<transport_hook> given) {
@@ -319,31 +150,23 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
     channel->set_actor_sink(remote);
   }
   ac.on_peer_down = [this, weak = std::weak_ptr<detail::direct_channel>(channel), ev = events](const std::string& name, const std::string& reason) {
-    {
-      std::lock_guard<std::mutex> lock(peers_mutex);
-      peers.erase(name);
-      greeted.erase(name);
-      lost[name] = reason;
-    }
+    links->lose(name, reason);
+    dialer->forget(name);
     if (auto f = weak.lock()) f->peer_down(name, reason);
     ev->notify(peer_loss{name, reason, false});  // Note [peer loss events]
   };
-  ac.on_greeted = [this](const std::string& name, const caf::actor& peer_agent) {  // Note [greeted peers]
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    greeted[name] = peer_agent;
-  };
+  ac.on_greeted = [this](const std::string& name, const caf::actor& peer_agent) { dialer->greeted(name, peer_agent); };  // Note [greeted peers]
   agent = detail::spawn_agent(*sys, std::move(ac));
+  start_peers();
   watch_silence();
   open_gate();
   std::string store_worker = me.name;
   if (opts.rank != 0) {
-    auto ack = greet({}, opts.master_addr, opts.master_port, opts.join_timeout, false);
+    auto ack = dialer->greet({}, opts.master_addr, opts.master_port, opts.join_timeout, false);
     store_actor = ack.store;
     store_worker = ack.info.name;
     events->set_store_host(ack.info.name);
-    auto l = make_link(ack, opts.master_addr, opts.join_timeout);
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    peers[ack.info.name] = std::move(l);
+    links->add(ack, opts.master_addr, opts.join_timeout);
   }
   const std::string store_host = opts.rank == 0 ? "rank 0, this node" : "rank 0 at " + opts.master_addr + ":" + std::to_string(opts.master_port);
   detail::store_client_impl sc;
@@ -366,19 +189,31 @@ void node::impl::start(std::shared_ptr<transport_hook> given) {
 // Note [silent peers]
 void node::impl::watch_silence() {
   if (!hook || !hook->may_silence()) return;
-  auto linked = [this] {
-    std::vector<std::string> names;
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    for (const auto& [name, l] : peers) names.push_back(name);
-    return names;
-  };
+  auto linked = [this] { return links->names(); };
   auto declare = [this](const std::string& peer, const std::string& reason) { caf::anon_send(agent, detail::peer_silent_msg{peer, reason}); };
   silence = std::make_unique<detail::silence_watch>(me.name, hook, opts.connection_timeout, linked, declare);
 }
 
+// The dialer and the links exist before the gate opens: a peer's hello may come right after.
+void node::impl::start_peers() {
+  basp = sys->middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  dialer = std::make_unique<detail::peer_dialer>(detail::peer_dialer_config{sys.get(), me, opts.job_token, agent, basp, bulk, tls.get()});
+  detail::peer_links_config lc;
+  lc.sys = sys.get();
+  lc.me = me;
+  lc.listen_addr = opts.listen_addr;
+  lc.readmit_window = std::max(opts.connection_timeout, std::chrono::milliseconds(1000));
+  lc.agent = agent;
+  lc.bulk = bulk;
+  lc.channel = channel;
+  lc.dialer = dialer.get();
+  lc.address_of = [this](const std::string& worker, std::chrono::milliseconds timeout) { return store->get("troupe/addr/" + worker, timeout); };
+  lc.store_host = [this] { return events->store_host(); };
+  links = std::make_unique<detail::peer_links>(std::move(lc));
+}
+
 // Note [CAF port gate]: the agent is published behind the gate, on each admitted socket.
 void node::impl::open_gate() {
-  basp = sys->middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   const std::uint16_t want = opts.rank == 0 ? opts.master_port : 0;
   gate = std::make_unique<detail::caf_gate>(
       detail::caf_gate_config{me.name, opts.listen_addr, want, opts.job_token, opts.auth_deadline, opts.max_unauthenticated, tls},
@@ -399,107 +234,6 @@ void node::impl::start_direct_channel(detail::agent_config& ac) {
     auto f = weak.lock();
     return f ? std::make_pair(f->port(), f->issue_ticket(peer, node)) : std::make_pair(std::uint16_t{0}, std::string());
   };
-}
-
-// A peer we said hello to: its agent and the direct connection for our calls. Ours monitors its
-// agent from now on, so the heartbeat sees a frozen peer. A peer whose direct channel cannot be
-// reached is not linked: resolve() throws peer_lost naming it.
-node::impl::link node::impl::make_link(const hello_ack& ack, const std::string& host, std::chrono::milliseconds timeout) {
-  link l{ack.agent, nullptr};
-  caf::anon_send(agent, detail::watch_peer_msg{ack.agent, ack.info.name});
-  // Note [shm reachability]: the peer told us whether it can open our memory. We tell it whether
-  // we can open its, ahead of our first request on either path. This message precedes our
-  // agent's calls to its agent, and the direct connection's auth frame precedes our requests on
-  // it.
-  bool ours = false;
-  if (detail::same_host(ack.agent.node(), sys->node())) {
-    bulk->set_reachable(caf::to_string(ack.agent.node()), ack.shm_ok);
-    ours = bulk->shared_memory_enabled() && detail::can_open_probe(ack.shm);
-    caf::send_as(agent, ack.agent, shm_verdict{ours});
-  }
-  if (ack.channel_port == 0) throw error(errc::peer_lost, "worker " + ack.info.name + " has no direct channel");
-  l.conn = channel->connect(ack.info.name, ack.agent.node(), host, ack.channel_port, ack.channel_secret, ours, timeout);
-  return l;
-}
-
-node::impl::link node::impl::resolve(const std::string& name, std::chrono::milliseconds timeout) {
-  if (name == me.name) return self_link(timeout);
-  std::shared_ptr<std::timed_mutex> turn;
-  {
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    auto it = peers.find(name);
-    if (it != peers.end()) return it->second;
-    auto& t = connecting[name];
-    if (!t) t = std::make_shared<std::timed_mutex>();
-    turn = t;
-  }
-  // Note [one connect per peer]
-  std::unique_lock<std::timed_mutex> my_turn(*turn, std::defer_lock);
-  if (!my_turn.try_lock_for(timeout))
-    throw error(errc::timeout, me.name + ": connecting to worker " + name + " took longer than " + std::to_string(timeout.count()) + " ms");
-  std::optional<std::string> lost_because;
-  {
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    auto it = peers.find(name);
-    if (it != peers.end()) return it->second;
-    if (auto l = lost.find(name); l != lost.end()) lost_because = l->second;
-  }
-  auto addr = store->get("troupe/addr/" + name, timeout);
-  hello_ack ack;
-  if (lost_because) {
-    ack = readmit(name, addr, *lost_because, timeout);
-  } else {
-    const auto [host, peer_port] = split_address(addr);
-    ack = greet(name, host, peer_port, timeout, false);  // Note [hello retry]
-  }
-  auto l = make_link(ack, split_address(addr).first, timeout);
-  std::lock_guard<std::mutex> lock(peers_mutex);
-  peers[name] = l;
-  lost.erase(name);
-  return l;
-}
-
-// Note [lost peer re-admission]: a peer lost before gets one bounded window, not the start-up
-// retries. So a call to a dead peer fails at once. A dial that fails is made again at the
-// store's newer address when a replacement published one after `addr` was read (`addr` then
-// names it). The window: connection_timeout, at least 1 s, at most `timeout`.
-hello_ack node::impl::readmit(const std::string& name, std::string& addr, const std::string& lost_because, std::chrono::milliseconds timeout) {
-  using clock = std::chrono::steady_clock;
-  const auto end = clock::now() + std::min(timeout, std::max(opts.connection_timeout, std::chrono::milliseconds(1000)));
-  auto left = [&] { return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(end - clock::now()), std::chrono::milliseconds(1)); };
-  for (;;) {
-    std::string why;
-    try {
-      const auto [host, peer_port] = split_address(addr);
-      return greet({}, host, peer_port, left(), true);
-    } catch (const error& e) {
-      if (e.code() == errc::unauthorized) throw;
-      why = e.message();
-    }
-    std::string newer;
-    if (name != events->store_host() && clock::now() < end) {  // a lost store host has no newer address
-      try {
-        newer = store->get("troupe/addr/" + name, left());
-      } catch (const error&) {  // the store is unreachable: the dial's failure is the answer
-      }
-    }
-    if (newer.empty() || newer == addr)
-      throw error(errc::peer_lost, "worker " + name + " was lost (" + lost_because + ") and does not answer at " + addr + ": " + why);
-    addr = std::move(newer);
-  }
-}
-
-// Calls to this node take a direct connection to its own channel. So they keep every guarantee
-// of a call between nodes (deadline, hook, executor) on the one path. Made on first use.
-node::impl::link node::impl::self_link(std::chrono::milliseconds timeout) {
-  std::lock_guard<std::mutex> lock(self_mutex);  // held across the connect: a loopback connect is quick
-  if (to_self && !to_self->conn->closed()) return *to_self;
-  const bool wildcard = opts.listen_addr == "0.0.0.0" || opts.listen_addr.empty();
-  const auto host = wildcard ? std::string("127.0.0.1") : opts.listen_addr;
-  link l{agent, channel->connect(me.name, sys->node(), host, channel->port(), channel->issue_ticket(me.name, sys->node()),
-                              bulk->shared_memory_enabled(), timeout)};
-  to_self = l;
-  return l;
 }
 
 // Note [teardown order]: remote nodes hold proxies to our agent, store and to CAF's internal
@@ -540,15 +274,8 @@ void node::impl::teardown() {
   if (channel) channel->stop();  // fails its pending calls; served calls finishing below write to closed sockets
   exec->stop();
   bulk->unlink_all();  // Note [tensor over shared memory]: segments nobody decoded
-  {
-    std::lock_guard<std::mutex> lock(peers_mutex);
-    peers.clear();
-    greeted.clear();
-  }
-  {
-    std::lock_guard<std::mutex> lock(self_mutex);
-    to_self.reset();
-  }
+  if (links) links->clear();
+  if (dialer) dialer->forget_all();
   store.reset();
   await_actors_gone(std::chrono::seconds(5));  // Note [teardown order]
   agent = nullptr;
@@ -658,7 +385,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     st->complete(errc::invalid_state, st->what() + ": the node is shut down", {});
     return st;
   }
-  impl::link peer;
+  detail::peer_link peer;
   try {
     peer = im.resolve(to, timeout);
   } catch (const error& e) {

@@ -1,7 +1,7 @@
 // Re-admission of a lost peer's replacement (Note [lost peer re-admission], Note [CAF connect
-// tick] in actors/src/node.cpp), with two nodes in this process. The replacement of worker1 is
-// reached in two cases: its first answer comes late, or the store still names an address that
-// does not answer when the call starts.
+// tick] in actors/src/peer_dialer.hpp), with two nodes in this process. The replacement of
+// worker1 is reached in two cases: its first answer comes late, or the store still names an
+// address that does not answer when the call starts.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>

@@ -1,6 +1,6 @@
 // Every node of a job connecting to every other at the same moment (Note [hello retry] in
-// actors/src/node.cpp). Pairs of processes dial each other at once, as the members of a new
-// process group do. No connection waits out its deadline, no peer is lost, in any round.
+// actors/src/peer_dialer.hpp). Pairs of processes dial each other at once, as the members of a
+// new process group do. No connection waits out its deadline, no peer is lost, in any round.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <atomic>
@@ -103,8 +103,8 @@ TEST_CASE("nodes that all connect to each other at the same moment never wait ou
   REQUIRE(children.join(60s));
 }
 
-// Note [greeted peers] in actors/src/node.cpp: a dial to a peer that greeted us would open a
-// redundant CAF connection, where CAF 0.17.6 can lose messages.
+// Note [greeted peers] in actors/src/peer_dialer.hpp: a dial to a peer that greeted us would
+// open a redundant CAF connection, where CAF 0.17.6 can lose messages.
 TEST_CASE("a node says hello back over the connection of a peer that greeted it and never dials that peer",
           "[actors][integration][node]") {
   auto n0 = std::make_unique<troupe::node>(troupe::test::test_options(0, 2, 0));

@@ -22,7 +22,7 @@
 /// the store host. While the peer does not answer, each such call fails with peer_lost naming
 /// it. In the window, a dial that nobody admits ends the try at once, unless the store names a
 /// newer address (a replacement's). A dial that a live peer admitted is made again
-/// (Note [CAF connect tick] in src/node.cpp). The window is connection_timeout, at least 1 s.
+/// (Note [CAF connect tick] in src/peer_dialer.hpp). The window is connection_timeout, at least 1 s.
 /// Losses are never taken back: what failed stays failed. A process group that lost a member
 /// stays broken: its collectives fail with peer_lost naming the member; make a new group.
 /// The peer sees the dropped links as losses of its own peers, so both sides fail alike and
