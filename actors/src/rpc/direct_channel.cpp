@@ -1,5 +1,5 @@
-// The direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): its connections, who
-// reads each (the I/O thread, the executor's leader, a waiting caller), and the frames read.
+// The direct RPC channel (Note [direct channel] in rpc/direct_channel.hpp): its connections and
+// who reads each (the I/O thread, the executor's leader, a waiting caller).
 #include "rpc/direct_channel.hpp"
 
 #include <poll.h>
@@ -8,14 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <iterator>
-#include <tuple>
 #include <utility>
 
-#include "rpc/byte_pool.hpp"
 #include "rpc/dial.hpp"
-#include "rpc/split_frame.hpp"
 #include "rpc/wire.hpp"
 #include "tls_relay.hpp"
 
@@ -58,7 +54,10 @@ direct_channel::direct_channel(direct_channel_config cfg)
       sender_(cfg_.bulk, max_body(), later_fn()),
       server_(cfg_, sender_, later_fn()),
       actors_(cfg_.me.name, cfg_.hook, sender_, later_fn(), [this] { wake(); }, max_body()),
-      client_(cfg_, sender_, later_fn(), wake_fd_, std::chrono::milliseconds(max_poll_ms)) {}
+      client_(cfg_, sender_, later_fn(), wake_fd_, std::chrono::milliseconds(max_poll_ms)),
+      reader_(
+          cfg_, listener_, server_, client_, actors_, max_body(), [this](const std::shared_ptr<channel_conn>& c, const std::string& why) { drop(c, why); },
+          [this](channel_conn& c, channel_listener::ticket&& t, bool shm_ok) { admit(c, std::move(t), shm_ok); }) {}
 
 direct_channel::~direct_channel() {
   stop();
@@ -273,27 +272,7 @@ void direct_channel::run() {
 }
 
 void direct_channel::on_readable(const std::shared_ptr<channel_conn>& c, job_list* jobs, bool block_first) {
-  const std::uint64_t before = c->bytes_read.load(std::memory_order_relaxed);
-  // Note [connection hygiene]: before its auth frame, a connection is read one frame's worth.
-  const auto budget = [&] { return c->outgoing() || c->authed ? max_read_bytes : frame_header_size + max_auth_body; };
-  bool open = c->read_available(block_first, budget());
-  for (;;) {
-    // Note [direct fragment data]: a fragment read straight into its stream comes before the
-    // bytes read after it.
-    if (c->streams.direct_done()) {
-      fragment_streams::assembled a;
-      if (c->streams.finish_direct(a) == fragment_streams::result::complete && !on_assembled(c, std::move(a), jobs)) {
-        if (!c->closed()) drop_malformed(c);
-        return;
-      }
-    }
-    if (!parse_frames(c, jobs)) return;
-    // Read on while a fragment's data goes straight into its stream and the budget of one round
-    // (max_read_bytes, Note [fragments]) is not used up.
-    if (!open || !c->more_to_read || c->bytes_read.load(std::memory_order_relaxed) - before >= max_read_bytes) break;
-    open = c->read_available(false, budget());
-  }
-  if (!open) return drop(c, "connection closed");
+  if (!reader_.read(c, jobs, block_first)) return;
   if (c->authed && !c->outgoing() && !c->led) {  // hand the connection (and its buffer) to the leader
     {
       std::lock_guard<std::mutex> lock(conns_mutex_);
@@ -304,142 +283,11 @@ void direct_channel::on_readable(const std::shared_ptr<channel_conn>& c, job_lis
   }
 }
 
-bool direct_channel::parse_frames(const std::shared_ptr<channel_conn>& c, job_list* jobs) {
-  std::size_t at = 0;
-  auto& in = c->in;
-  while (in.size() - at >= frame_header_size) {
-    const std::uint32_t len = frame_length(in.data() + at);
-    // Before its ticket, a connection may send one small auth frame and nothing else: judge the
-    // header at once rather than wait for a body a scanner announced.
-    const bool unauthenticated = !c->outgoing() && !c->authed;
-    if (len > (unauthenticated ? max_auth_body : max_body()) ||
-        (unauthenticated && in[at + 4] != static_cast<char>(frame_kind::auth))) {
-      std::fprintf(stderr, "[troupe] %s: dropped a direct rpc connection: bad frame header\n", cfg_.me.name.c_str());
-      drop(c, "protocol violation: bad frame header");
-      return false;
-    }
-    const auto kind = static_cast<std::uint8_t>(in[at + 4]);
-    const std::size_t have = in.size() - at - frame_header_size;
-    if (have < len) {
-      // Note [direct fragment data]: a later fragment's data straight into its stream, a large
-      // request's or response's payload straight into its buffer.
-      const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
-      const bool fragment = kind == static_cast<std::uint8_t>(frame_kind::fragment) && have >= fragment_head_size;
-      const bool large = kind == want && len >= split_payload_bytes;
-      if ((fragment || large) && c->streams.direct_left() == 0) {
-        const char* body = in.data() + at + frame_header_size;
-        const auto r = fragment ? c->streams.start_direct(body, have, len, want, max_body())
-                                : c->streams.start_frame(body, have, len, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr);
-        if (r == fragment_streams::result::malformed) {
-          drop_malformed(c);
-          return false;
-        }
-        if (r == fragment_streams::result::partial) {
-          at = in.size();
-          break;
-        }
-      }
-      // A large frame arriving in pieces gets room for all of it now. Doubling step by step
-      // would copy what came so far each time. read_available then fills it in large reads.
-      if (in.capacity() < at + frame_header_size + len) in.reserve(at + frame_header_size + len);
-      break;
-    }
-    if (!handle_frame(c, kind, in.data() + at + frame_header_size, len, jobs)) return false;
-    at += frame_header_size + len;
-  }
-  in.erase(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(at));
-  return true;
-}
-
-void direct_channel::drop_malformed(const std::shared_ptr<channel_conn>& c) {
-  std::fprintf(stderr, "[troupe] %s: dropped the direct rpc connection of %s: malformed frame\n", cfg_.me.name.c_str(), c->peer.c_str());
-  drop(c, "protocol violation: malformed frame");
-}
-
-bool direct_channel::on_auth(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
-  channel_auth a;
-  channel_listener::ticket t;
-  const bool ok = parse_body(body, n, a) && listener_.redeem(a.secret, a.name, t);
-  if (ok) {
-    std::lock_guard<std::mutex> lock(conns_mutex_);
-    c->peer = std::move(t.peer);
-    c->peer_node = t.node;
-    if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c->peer_node), a.shm_ok);  // Note [shm reachability]
-  }
-  if (!ok) {
-    std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection: no valid ticket\n", cfg_.me.name.c_str());
-    drop(c, "unauthenticated");
-    return false;
-  }
-  c->authed = true;
-  return true;
-}
-
-bool direct_channel::handle_frame(const std::shared_ptr<channel_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs) {
-  if (!c->outgoing() && !c->authed) {
-    if (kind == static_cast<std::uint8_t>(frame_kind::auth)) return on_auth(c, body, n);
-    std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection that did not authenticate first\n", cfg_.me.name.c_str());
-    drop(c, "unauthenticated");
-    return false;
-  }
-  if (kind == static_cast<std::uint8_t>(frame_kind::actor) || kind == static_cast<std::uint8_t>(frame_kind::actor_control)) {
-    actors_.on_frame(c, kind == static_cast<std::uint8_t>(frame_kind::actor_control), body, n);  // Note [remote actors]
-    return true;
-  }
-  if (kind == static_cast<std::uint8_t>(frame_kind::fragment)) {
-    if (on_fragment(c, body, n, jobs)) return true;
-    if (c->closed()) return false;  // dropped for the inner frame, which said why
-  } else if (!c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::request)) {
-    rpc_request req;
-    if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(req.payload, n);  // Note [byte pool]
-    if (n >= split_payload_bytes ? parse_split_body(body, n, req) : parse_body(body, n, req)) {
-      server_.on_request(c, std::move(req), jobs);
-      return true;
-    }
-  } else if (c->outgoing() && kind == static_cast<std::uint8_t>(frame_kind::response)) {
-    rpc_response resp;
-    if (n >= byte_pool_min_bytes && cfg_.bulk) cfg_.bulk->buffers().reserve(resp.payload, n);  // Note [byte pool]
-    if (n >= split_payload_bytes ? parse_split_body(body, n, resp) : parse_body(body, n, resp)) {
-      client_.on_response(c, std::move(resp));
-      return true;
-    }
-  }
-  drop_malformed(c);
-  return false;
-}
-
-// Note [fragments] (rpc/fragment.hpp). False: malformed (the caller drops the connection), or
-// the inner frame dropped it.
-bool direct_channel::on_fragment(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n, job_list* jobs) {
-  const auto want = static_cast<std::uint8_t>(c->outgoing() ? frame_kind::response : frame_kind::request);
-  fragment_streams::assembled a;
-  switch (c->streams.add(body, n, want, cfg_.bulk ? &cfg_.bulk->buffers() : nullptr, a, max_body())) {
-    case fragment_streams::result::partial:
-      return true;
-    case fragment_streams::result::complete:
-      return on_assembled(c, std::move(a), jobs);
-    default:
-      return false;
-  }
-}
-
-bool direct_channel::on_assembled(const std::shared_ptr<channel_conn>& c, fragment_streams::assembled&& a, job_list* jobs) {
-  if (a.head.empty()) {  // the whole body in one buffer
-    const bool ok = handle_frame(c, a.inner, a.rest.data(), a.rest.size(), jobs);
-    if (cfg_.bulk) cfg_.bulk->buffers().give(std::move(a.rest));
-    return ok;
-  }
-  // The buffer the fragments were put together in becomes the payload (no copy).
-  if (a.inner == static_cast<std::uint8_t>(frame_kind::request)) {
-    rpc_request req;
-    if (!parse_split_parts(a.head, std::move(a.rest), req)) return false;
-    server_.on_request(c, std::move(req), jobs);
-  } else {
-    rpc_response resp;
-    if (!parse_split_parts(a.head, std::move(a.rest), resp)) return false;
-    client_.on_response(c, std::move(resp));
-  }
-  return true;
+void direct_channel::admit(channel_conn& c, channel_listener::ticket&& t, bool shm_ok) {
+  std::lock_guard<std::mutex> lock(conns_mutex_);  // the peer of a connection that authenticates
+  c.peer = std::move(t.peer);
+  c.peer_node = t.node;
+  if (cfg_.bulk) cfg_.bulk->set_reachable(caf::to_string(c.peer_node), shm_ok);  // Note [shm reachability]
 }
 
 void direct_channel::call(const std::shared_ptr<channel_conn>& c, const std::shared_ptr<rpc::detail::call_state>& st,

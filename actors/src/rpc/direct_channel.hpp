@@ -63,7 +63,8 @@
 //   * user functions run only on executor threads;
 //   * a writer blocks only on a full socket, and a closed connection ends that wait;
 //   * a large same-host tensor still goes through shared memory.
-// Parts: direct_channel owns the connections and reads them: it parses frames and routes each.
+// Parts: direct_channel owns the connections and decides who reads each.
+//   frame_reader         reads a connection and routes its frames (Note [frame routing])
 //   channel_listener     the listening socket, connection hygiene, tickets
 //   call_client          sends calls; completes them from responses (its call_table)
 //   call_server          turns requests into executor jobs and answers them
@@ -96,6 +97,7 @@
 #include "rpc/channel_config.hpp"
 #include "rpc/channel_conn.hpp"
 #include "rpc/channel_listener.hpp"
+#include "rpc/frame_reader.hpp"
 #include "rpc/frame_sender.hpp"
 #include "rpc/intercept.hpp"
 #include "rpc/timer_queue.hpp"
@@ -192,18 +194,8 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   using job_list = led_jobs;
   // `block_first`: wait in the first recv (Note [blocking first read] in rpc/channel_conn.hpp).
   void on_readable(const std::shared_ptr<channel_conn>& c, job_list* jobs, bool block_first = false);
-  bool handle_frame(const std::shared_ptr<channel_conn>& c, std::uint8_t kind, const char* body, std::size_t n, job_list* jobs);
-  bool on_auth(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n);
-  bool on_fragment(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n, job_list* jobs);
-  /// A message put together from fragments, or read straight into its buffer (Note [direct
-  /// fragment data]): handled as its inner frame. False as on_fragment.
-  bool on_assembled(const std::shared_ptr<channel_conn>& c, fragment_streams::assembled&& a, job_list* jobs);
-  /// Parses the whole frames at the start of `c->in`. Starts reading the data of an incomplete
-  /// later fragment, or the payload of an incomplete large request or response, straight into
-  /// its buffer (Note [direct fragment data]). Erases what it used. False: `c` was dropped.
-  bool parse_frames(const std::shared_ptr<channel_conn>& c, job_list* jobs);
-  /// Drops `c` for a malformed frame (and says so on stderr).
-  void drop_malformed(const std::shared_ptr<channel_conn>& c);
+  /// Admits an incoming connection whose auth frame redeemed `t` (frame_reader's admit_fn).
+  void admit(channel_conn& c, channel_listener::ticket&& t, bool shm_ok);
   void notify_lost(const std::shared_ptr<channel_conn>& c, const std::string& why);
   void drop(const std::shared_ptr<channel_conn>& c, const std::string& why);
   void later(std::chrono::milliseconds delay, std::function<void()> fn);
@@ -243,6 +235,7 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   call_server server_;
   actor_frame_carrier actors_;
   call_client client_;
+  frame_reader reader_;  // after the parts it routes to
 };
 
 }  // namespace troupe::detail
