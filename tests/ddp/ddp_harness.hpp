@@ -28,7 +28,9 @@
 #include "troupe/ddp/process_group.hpp"
 #include "troupe/tensors/factories.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "sanitizer_build.hpp"
+
+#if TROUPE_TEST_ASAN
 #include <sanitizer/lsan_interface.h>
 #endif
 
@@ -43,7 +45,7 @@ inline void expect(bool cond, const std::string& what) {
 /// when something leaked; the report goes to stderr. An `_exit` skips the at-exit leak check, so
 /// the ddp code that runs only in children would never be checked. A no-op in other builds.
 inline void check_child_leaks(int rank) {
-#if defined(__SANITIZE_ADDRESS__)
+#if TROUPE_TEST_ASAN
   if (__lsan_do_recoverable_leak_check() != 0)
     throw error(errc::invalid_state, "rank " + std::to_string(rank) + " leaked memory (LeakSanitizer report on stderr)");
 #else

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "integration/node_harness.hpp"
+#include "sanitizer_build.hpp"
 #include "troupe/actors/error_caf.hpp"
 #include "troupe/actors/remote_actor.hpp"
 #include "troupe/actors/rpc/api.hpp"
@@ -160,21 +161,9 @@ long peak_kib() {
   return -1;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool under_asan = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool under_asan = true;
-#else
-constexpr bool under_asan = false;
-#endif
-#else
-constexpr bool under_asan = false;
-#endif
-
 // What AddressSanitizer itself touches for an allocation of `bytes` that nobody writes: its
 // shadow, one byte per eight. Nothing without the sanitizer.
-long shadow_kib(std::size_t bytes) { return under_asan ? static_cast<long>(bytes / 8 / 1024) : 0; }
+long shadow_kib(std::size_t bytes) { return troupe::test::under_asan ? static_cast<long>(bytes / 8 / 1024) : 0; }
 
 }  // namespace
 

@@ -17,15 +17,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "sanitizer_build.hpp"
 #include "troupe/actors/spawn.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TROUPE_TEST_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TROUPE_TEST_LSAN 1
-#endif
-#endif
 
 using namespace std::chrono_literals;
 
@@ -256,7 +250,7 @@ TEST_CASE("a spawned child that leaks fails under LeakSanitizer and passes witho
   // Note [leak check in children]: a child's _exit skips LeakSanitizer's check at exit, so spawn
   // runs it first in a sanitizer build.
   auto ctx = troupe::spawn(1, [](int) { leak_some(); });
-#ifdef TROUPE_TEST_LSAN
+#if TROUPE_TEST_ASAN
   const troupe::error e = join_error(ctx);
   CHECK(e.code() == troupe::errc::peer_lost);
   CHECK_THAT(e.message(), Catch::Contains("exited with code 23"));
