@@ -36,6 +36,33 @@ std::set<std::string> shm_segments() {
   return out;
 }
 
+// Whether a process of group `pgid` still runs. A zombie does not count: it ran to its end and
+// waits only for its parent (init, for an orphan) to reap it.
+bool group_runs(pid_t pgid) {
+  DIR* d = ::opendir("/proc");
+  if (!d) return ::kill(-pgid, 0) == 0;
+  bool runs = false;
+  while (const dirent* e = ::readdir(d)) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    const std::string path = std::string("/proc/") + e->d_name + "/stat";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) continue;  // it ended while we looked
+    char line[512];
+    const bool got = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so read after the last ')'.
+    const char* close = got ? std::strrchr(line, ')') : nullptr;
+    char state = 0;
+    int ppid = 0, pgrp = 0;
+    if (close && std::sscanf(close + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid && state != 'Z') {
+      runs = true;
+      break;
+    }
+  }
+  ::closedir(d);
+  return runs;
+}
+
 std::uint16_t read_port(int fd, std::chrono::milliseconds timeout) {
   pollfd p{fd, POLLIN, 0};
   std::uint16_t port = 0;
@@ -186,11 +213,18 @@ cluster_result run_cluster(const cluster_options& o, const std::function<int(nod
   res.took = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::now() - begin);
   ::close(fds[0]);
   ::close(fds[1]);
-  for (pid_t g : groups)
-    if (g > 0 && ::kill(-g, 0) == 0) {
+  // A rank's helper that saw its rank end gets a short grace to end too. For example,
+  // clang's sanitizers symbolize a leak report through an llvm-symbolizer child, which ends at
+  // its rank's exit, a few milliseconds later.
+  const auto grace = clock_type::now() + std::chrono::seconds(2);
+  for (pid_t g : groups) {
+    if (g <= 0) continue;
+    while (group_runs(g) && clock_type::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (group_runs(g)) {
       res.leaks.push_back("process group " + std::to_string(g) + " still has processes");
       ::kill(-g, SIGKILL);
     }
+  }
   for (const auto& s : shm_segments())
     if (!shm_before.count(s) && ours(s, groups)) res.leaks.push_back("/dev/shm/" + s);
   return res;
