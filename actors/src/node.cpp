@@ -375,7 +375,7 @@ std::shared_ptr<rpc::call_scope> begin_call_scope(const std::shared_ptr<rpc::cal
 
 std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const std::string& function,
                                                     const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
-                                                    std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout, bool blocking) {
   auto& im = *impl_;
   auto st = std::make_shared<rpc::detail::call_state>(function, to, im.me.name, std::chrono::steady_clock::now() + timeout, im.poster, im.exec);
   const auto seq = ++im.calls_made;
@@ -394,7 +394,7 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     return st;
   }
   std::vector<char> payload, meta;
-  rpc::detail::borrowed_parts borrowed;  // stays empty: arguments never borrow (Note [borrowed tensor bytes])
+  rpc::detail::borrowed_parts borrowed;  // only a blocking call's arguments borrow (Note [borrowed tensor bytes])
   try {
     const caf::node_id& node = peer.agent.node();
     // Note [rpc device map]: IPC handles only to another process of this host.
@@ -407,7 +407,8 @@ std::shared_ptr<rpc::detail::call_state> node::call(const std::string& to, const
     ctx.peer = &node;
     ctx.devices = &devices;
     ctx.scope = intercepted.get();
-    ctx.work = im.exec.get();  // no gather: arguments are copied (Note [borrowed tensor bytes])
+    ctx.work = im.exec.get();
+    ctx.gather = blocking ? &borrowed : nullptr;
     std::optional<rpc::scope_guard> active;
     rpc::detail::guarded("enter", [&] { active.emplace(intercepted.get()); });
     payload = encode(ctx);

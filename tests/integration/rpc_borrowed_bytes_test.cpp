@@ -1,7 +1,10 @@
-// Note [borrowed tensor bytes] (rpc/borrowed_parts.hpp) between processes. A large tensor sent as
-// bytes goes out from its own storage. The send returns once it is written. So the caller may
-// change the tensor at once, and the storage is no longer held.
+// Note [borrowed tensor bytes] (rpc/borrowed_parts.hpp) between processes. rpc_sync's large
+// tensor sent as bytes goes out from its own storage, and the send returns once it is written.
+// rpc_async's is copied. Either way the caller may change the tensor once the call returns,
+// and the storage is no longer held.
 #include <cstring>
+#include <filesystem>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -30,7 +33,38 @@ void serve(std::uint16_t port) {
   troupe::test::serve_until_done(n);
 }
 
+// The threads of this process.
+long threads() {
+  const std::filesystem::directory_iterator tasks("/proc/self/task");
+  return static_cast<long>(std::distance(std::filesystem::begin(tasks), std::filesystem::end(tasks)));
+}
+
 }  // namespace
+
+TEST_CASE("rpc_sync writes a large inline argument on the calling thread, rpc_async on the node's frame writer",
+          "[actors][rpc][bulk]") {
+  troupe::test::port_pipe pipe;
+  auto children = troupe::spawn(1, [&](int) { serve(pipe.read()); });
+  {
+    auto o = troupe::test::test_options(0, 2, 0);
+    o.shared_memory_rpc = false;
+    troupe::node n(o);
+    pipe.publish(n.port(), 1);
+    n.store().wait({"ready"}, 10s);
+    const auto t = troupe::test::byte_pattern(std::int64_t{16} << 20, 5);
+    CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", troupe::zeros({4}), 60s), troupe::zeros({4})));
+    const long before = threads();
+    // Note [borrowed tensor bytes]: the request borrows the tensor's bytes and goes out on this
+    // thread, so the node's frame writer thread (Note [fragments]) is never started.
+    for (int i = 0; i < 3; ++i) CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", t, 60s), t));
+    CHECK(threads() == before);
+    // rpc_async copies the bytes into its request, which the frame writer sends.
+    CHECK(troupe::test::same_bytes(troupe::rpc_async<troupe::tensor>(n, "worker1", "echo_tensor", t, 60s).get(), t));
+    CHECK(threads() == before + 1);
+    troupe::test::release_children(n);
+  }
+  CHECK(children.join(30s));
+}
 
 TEST_CASE("an inline 64 MB tensor changed right after rpc_async returns arrives as it was, and its storage is free again",
           "[actors][rpc][bulk]") {

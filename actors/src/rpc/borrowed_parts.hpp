@@ -19,10 +19,11 @@
 // that; what was sent stays sent. The parts keep their tensors' storage alive until then and
 // release it as the send returns.
 //
-// Who borrows: no send path. The parts, the gather write and send_large are in place and tested
-// on their own. rpc_async's arguments must not borrow. Such a call would return only once the
-// request is in the kernel. Small calls the same thread makes next could then no longer pass it
-// between fragments (Note [fragments]). A served function's result does not borrow either.
+// Who borrows: the arguments of rpc_sync (node::call with `blocking`). Its caller waits for the
+// result right after, so writing the request before call() returns costs it nothing. Small calls
+// of other threads still pass the request between fragments (Note [fragments]). rpc_async's
+// arguments do not borrow. Such a call would return only once the request is in the kernel.
+// Small calls the same thread makes next could then no longer pass it between fragments. A served function's result does not borrow either.
 // Borrowing there makes the byte pool's reuse of 64 MB buffers uneven, for a reason not known.
 // A fresh buffer comes in about one echo of eight. A payload nested in another (an rref's remote
 // call, a stored value) is copied: its buffer is read whole.

@@ -146,10 +146,12 @@ class node {
   /// Blocks only to resolve a peer the first time (store lookup + connect + hello). With an
   /// interceptor, the context holds the call's scope and the scope's meta travels with the
   /// request (Note [call interceptor]). Used by rpc_sync/rpc_async (rpc/api.hpp). Errors arrive
-  /// through the state.
+  /// through the state. `blocking`: the caller waits for the result right after (rpc_sync). Large
+  /// inline tensor arguments are then written from their own storage, and call() returns once
+  /// the request is sent (Note [borrowed tensor bytes]).
   std::shared_ptr<rpc::detail::call_state> call(const std::string& to, const std::string& function,
                                                 const std::function<std::vector<char>(const rpc::codec_context&)>& encode,
-                                                std::chrono::milliseconds timeout);
+                                                std::chrono::milliseconds timeout, bool blocking = false);
 
   /// Ends the node (see shutdown_mode). Blocks up to `timeout` (graceful). Idempotent. Throws
   /// errc::timeout naming the missing ranks when a graceful barrier times out (after tearing

@@ -65,21 +65,31 @@ decltype(auto) to_wire(const T& x) {
   else return (x);
 }
 
+// `blocking`: rpc_sync, whose caller waits at once (node::call).
 template <class R, class... Args>
 future<R> call_with(node& n, const std::string& to, const std::string& function, std::chrono::milliseconds timeout,
-                    const Args&... args) {
+                    bool blocking, const Args&... args) {
   auto encode = [&](const codec_context& ctx) {
     codec_context top = ctx;
     top.borrow = true;  // these bytes are the payload (Note [borrowed tensor bytes])
     return encode_args<wire_t<Args>...>(top, to_wire(args)...);
   };
-  return future<R>(n.call(to, function, encode, timeout));
+  return future<R>(n.call(to, function, encode, timeout, blocking));
 }
 
 template <class R, class Tuple, std::size_t... I>
-future<R> call_timeout_last(node& n, const std::string& to, const std::string& function, const Tuple& args,
+future<R> call_timeout_last(node& n, const std::string& to, const std::string& function, bool blocking, const Tuple& args,
                             std::index_sequence<I...>) {
-  return call_with<R>(n, to, function, to_timeout(std::get<sizeof...(I)>(args)), std::get<I>(args)...);
+  return call_with<R>(n, to, function, to_timeout(std::get<sizeof...(I)>(args)), blocking, std::get<I>(args)...);
+}
+
+template <class R, class... Args>
+future<R> call_any(node& n, const std::string& to, const std::string& function, bool blocking, const Args&... args) {
+  if constexpr (last_is_timeout<Args...>()) {
+    return call_timeout_last<R>(n, to, function, blocking, std::forward_as_tuple(args...), std::make_index_sequence<sizeof...(Args) - 1>{});
+  } else {
+    return call_with<R>(n, to, function, n.default_timeout(), blocking, args...);
+  }
 }
 }  // namespace detail
 }  // namespace rpc
@@ -88,31 +98,26 @@ future<R> call_timeout_last(node& n, const std::string& to, const std::string& f
 /// end with a timeout (see the file comment).
 template <class R, class... Args>
 rpc::future<R> rpc_async(node& n, const std::string& to, const std::string& function, const Args&... args) {
-  if constexpr (rpc::detail::last_is_timeout<Args...>()) {
-    return rpc::detail::call_timeout_last<R>(n, to, function, std::forward_as_tuple(args...),
-                                             std::make_index_sequence<sizeof...(Args) - 1>{});
-  } else {
-    return rpc::detail::call_with<R>(n, to, function, n.default_timeout(), args...);
-  }
+  return rpc::detail::call_any<R>(n, to, function, false, args...);
 }
 
 /// The older form, deadline first: `rpc_async<R>(n, to, fn, rpc::deadline{t}, args...)`.
 template <class R, class... Args>
 rpc::future<R> rpc_async(node& n, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  return rpc::detail::call_with<R>(n, to, function, d.value, args...);
+  return rpc::detail::call_with<R>(n, to, function, d.value, false, args...);
 }
 
 /// Calls `function` on worker `to` and blocks the calling thread until the result (or error).
 /// `args` may end with a timeout (see the file comment).
 template <class R, class... Args>
 R rpc_sync(node& n, const std::string& to, const std::string& function, const Args&... args) {
-  return rpc_async<R>(n, to, function, args...).get();
+  return rpc::detail::call_any<R>(n, to, function, true, args...).get();
 }
 
 /// The older form, deadline first: `rpc_sync<R>(n, to, fn, rpc::deadline{t}, args...)`.
 template <class R, class... Args>
 R rpc_sync(node& n, const std::string& to, const std::string& function, rpc::deadline d, const Args&... args) {
-  return rpc_async<R>(n, to, function, d, args...).get();
+  return rpc::detail::call_with<R>(n, to, function, d.value, true, args...).get();
 }
 
 }  // namespace troupe
