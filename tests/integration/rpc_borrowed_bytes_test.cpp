@@ -4,6 +4,7 @@
 // and the storage is no longer held.
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -39,10 +40,9 @@ long threads() {
   return static_cast<long>(std::distance(std::filesystem::begin(tasks), std::filesystem::end(tasks)));
 }
 
-}  // namespace
-
-TEST_CASE("rpc_sync writes a large inline argument on the calling thread, rpc_async on the node's frame writer",
-          "[actors][rpc][bulk]") {
+// Runs `calls` on a node whose worker1, another process, serves functions() without shared
+// memory: tensors travel as inline bytes.
+void with_inline_peer(const std::function<void(troupe::node&)>& calls) {
   troupe::test::port_pipe pipe;
   auto children = troupe::spawn(1, [&](int) { serve(pipe.read()); });
   {
@@ -51,6 +51,17 @@ TEST_CASE("rpc_sync writes a large inline argument on the calling thread, rpc_as
     troupe::node n(o);
     pipe.publish(n.port(), 1);
     n.store().wait({"ready"}, 10s);
+    calls(n);
+    troupe::test::release_children(n);
+  }
+  CHECK(children.join(30s));
+}
+
+}  // namespace
+
+TEST_CASE("rpc_sync writes a large inline argument on the calling thread, rpc_async on the node's frame writer",
+          "[actors][rpc][bulk]") {
+  with_inline_peer([](troupe::node& n) {
     const auto t = troupe::test::byte_pattern(std::int64_t{16} << 20, 5);
     CHECK(troupe::test::same_bytes(troupe::rpc_sync<troupe::tensor>(n, "worker1", "echo_tensor", troupe::zeros({4}), 60s), troupe::zeros({4})));
     const long before = threads();
@@ -61,21 +72,12 @@ TEST_CASE("rpc_sync writes a large inline argument on the calling thread, rpc_as
     // rpc_async copies the bytes into its request, which the frame writer sends.
     CHECK(troupe::test::same_bytes(troupe::rpc_async<troupe::tensor>(n, "worker1", "echo_tensor", t, 60s).get(), t));
     CHECK(threads() == before + 1);
-    troupe::test::release_children(n);
-  }
-  CHECK(children.join(30s));
+  });
 }
 
 TEST_CASE("an inline 64 MB tensor changed right after rpc_async returns arrives as it was, and its storage is free again",
           "[actors][rpc][bulk]") {
-  troupe::test::port_pipe pipe;
-  auto children = troupe::spawn(1, [&](int) { serve(pipe.read()); });
-  {
-    auto o = troupe::test::test_options(0, 2, 0);
-    o.shared_memory_rpc = false;
-    troupe::node n(o);
-    pipe.publish(n.port(), 1);
-    n.store().wait({"ready"}, 10s);
+  with_inline_peer([](troupe::node& n) {
     auto t = troupe::test::byte_pattern(std::int64_t{64} << 20, 11);
     auto original = troupe::empty(t.sizes(), troupe::tensor_options{t.dtype()});
     std::memcpy(original.data_ptr(), t.data_ptr(), t.nbytes());
@@ -91,7 +93,5 @@ TEST_CASE("an inline 64 MB tensor changed right after rpc_async returns arrives 
     CHECK(troupe::test::same_bytes(a2, a));
     CHECK(troupe::test::same_bytes(b2, b));
     CHECK(s2 == "mid");
-    troupe::test::release_children(n);
-  }
-  CHECK(children.join(30s));
+  });
 }
