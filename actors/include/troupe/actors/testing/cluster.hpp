@@ -18,9 +18,9 @@
 /// prints its message and exits with 2. Under a sanitizer build, a rank whose job returned 0 but
 /// leaked exits with 23 (LeakSanitizer's code).
 /// The parent waits for every rank up to `bound`; past it, every group is SIGKILLed and the
-/// result says so. Then it checks what was left. That is a process still running in a rank's
-/// group 2 s after the ranks ended (a helper; a zombie waiting for its reaper does not count), or
-/// a new /dev/shm/troupe* segment whose name carries a rank's pid. Segments of other
+/// result says so. Then it checks what was left. That is a process of a rank's group still
+/// running 2 s after the ranks ended (a helper), or a new /dev/shm/troupe* segment whose name
+/// carries a rank's pid. A zombie waiting for its reaper does not count. Segments of other
 /// processes on the machine are not counted. Every child is reaped before run_cluster returns.
 ///
 /// Namespace hosts (cluster_options::hosts, e.g. the hosts of tools/netns_bed.sh; needs root).
