@@ -215,7 +215,7 @@ bool channel_conn::read_available(bool block_first, std::size_t budget) {
     // `in`: the next fragment's head, or small frames.
     const std::size_t direct = streams.direct_room();
     const bool tail = direct > 0 && direct == streams.direct_left();
-    // 64 KiB, or the room a large frame's reservation left (direct_channel::parse_frames).
+    // 64 KiB, or the room a large frame's reservation left (frame_reader::parse_frames).
     const std::size_t chunk = direct > 0 ? (tail ? direct_tail_bytes : 0)
                                          : std::min(std::clamp<std::size_t>(in.capacity() - at, 65536, max_read_bytes), budget - got);
     in.resize(at + chunk);

@@ -192,7 +192,9 @@ class direct_channel : public io_source, public std::enable_shared_from_this<dir
   void expire_waiting();
   // `jobs`: where served calls go (the leader's list), or null: posted to the executor.
   using job_list = led_jobs;
-  // `block_first`: wait in the first recv (Note [blocking first read] in rpc/channel_conn.hpp).
+  // Reads `c` through reader_ (Note [frame routing]). An incoming connection that has just
+  // authenticated then goes to the executor's leader. `block_first`: wait in the first recv
+  // (Note [blocking first read] in rpc/channel_conn.hpp).
   void on_readable(const std::shared_ptr<channel_conn>& c, job_list* jobs, bool block_first = false);
   /// Admits an incoming connection whose auth frame redeemed `t` (frame_reader's admit_fn).
   void admit(channel_conn& c, channel_listener::ticket&& t, bool shm_ok);
