@@ -98,13 +98,12 @@ void frame_reader::drop_malformed(const std::shared_ptr<channel_conn>& c) {
 bool frame_reader::on_auth(const std::shared_ptr<channel_conn>& c, const char* body, std::size_t n) {
   channel_auth a;
   channel_listener::ticket t;
-  const bool ok = parse_body(body, n, a) && listener_.redeem(a.secret, a.name, t);
-  if (ok) admit_(*c, std::move(t), a.shm_ok);
-  if (!ok) {
+  if (!parse_body(body, n, a) || !listener_.redeem(a.secret, a.name, t)) {
     std::fprintf(stderr, "[troupe] %s: refused a direct rpc connection: no valid ticket\n", cfg_.me.name.c_str());
     drop_(c, "unauthenticated");
     return false;
   }
+  admit_(*c, std::move(t), a.shm_ok);
   c->authed = true;
   return true;
 }
